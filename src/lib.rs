@@ -1,0 +1,13 @@
+//! nvstack: a transactional block device and NVRAM caches on persistent memory.
+//!
+//! Layers, bottom up (see ARCHITECTURE.md): [`pmem`] regions and persist methods,
+//! [`nvramdisk`] the transactional block device, joined to everything above by the
+//! [`blockdev::BlockDevice`] trait.
+
+pub mod blockdev;
+pub mod error;
+pub mod nvramdisk;
+pub mod pmem;
+pub mod size;
+
+pub use error::{Error, Result};

@@ -1,0 +1,1005 @@
+//! The transactional block device: lanes, the two write protocols, seqlock reads, discard,
+//! and recovery. The protocols and their recovery rules are specified in docs/format.md; the
+//! step names here match that document and [`Step`].
+
+use super::entry::{Entry, NEVER_WRITTEN};
+use super::hooks::{Action, Event, Hook, Phase, Step};
+use super::layout::{
+    Geometry, Protocol, Superblock, ATOMIC_BLOCKS_MAX, SB_PAGE_BYTES, SB_USED_BYTES, SLOT_BYTES,
+};
+use crate::blockdev::BlockDevice;
+use crate::error::{Error, Result};
+use crate::pmem::latency::LatencyInjection;
+use crate::pmem::ordering::{self, OrderingPolicy};
+use crate::pmem::{CommitDomain, DomainStats, Region};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// NULL in the paper protocol's LBA replicas (LBA 0 is a valid block).
+pub const LBA_NULL: u64 = u64::MAX;
+/// Stripe locks serialise writers of the same map line (8 entries), never readers.
+const STRIPES: usize = 1024;
+/// Paper protocol slot layout (offsets inside a lane's slot).
+pub const PAPER_VPN: u64 = 0;
+pub const PAPER_L1: u64 = 8;
+pub const PAPER_L2: u64 = 16;
+pub const PAPER_INTENT_COMMIT: u64 = 64;
+pub const PAPER_INTENT: u64 = 128;
+/// Fast protocol record: seq u64, count u32, crc u32, then (lba, old, new) per block.
+pub const FAST_RECORD_HEADER: usize = 16;
+pub const FAST_RECORD_ENTRY: usize = 24;
+const FAST_RECORD_MAX: usize = FAST_RECORD_HEADER + FAST_RECORD_ENTRY * ATOMIC_BLOCKS_MAX;
+const PAPER_INTENT_MAX: usize = 8 + 16 * ATOMIC_BLOCKS_MAX;
+const _: () = assert!(PAPER_INTENT as usize + PAPER_INTENT_MAX <= SLOT_BYTES as usize);
+const _: () = assert!(FAST_RECORD_MAX <= SLOT_BYTES as usize);
+
+#[derive(Clone)]
+pub struct FormatOptions {
+    pub block_bytes: u32,
+    pub lanes: u32,
+    pub protocol: Protocol,
+    pub ordering: OrderingPolicy,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            block_bytes: super::layout::BLOCK_BYTES_DEFAULT,
+            lanes: super::layout::LANES_DEFAULT,
+            protocol: Protocol::Fast,
+            ordering: ordering::policy_by_id(4).expect("p4 exists"),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct OpenOptions {
+    /// Use this ordering instead of the one stored at format time (benchmarks, crash tests).
+    pub ordering: Option<OrderingPolicy>,
+    pub latency: LatencyInjection,
+    pub hook: Option<Hook>,
+    /// The seqlock check on reads. Only the interleaving test switches it off, to show that
+    /// it is what keeps readers from seeing recycled pages.
+    pub read_protection: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            ordering: None,
+            latency: LatencyInjection::default(),
+            hook: None,
+            read_protection: true,
+        }
+    }
+}
+
+/// What recovery found and did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RecoveryReport {
+    /// One line per lane that needed anything.
+    pub actions: Vec<String>,
+    pub redone: u64,
+    pub undone: u64,
+    pub mapped_blocks: u64,
+    pub free_pages: u64,
+}
+
+impl RecoveryReport {
+    pub fn was_clean(&self) -> bool {
+        self.redone == 0 && self.undone == 0
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct DiskStats {
+    pub writes: u64,
+    pub blocks_written: u64,
+    pub reads: u64,
+    pub read_retries: u64,
+    pub discards: u64,
+    pub persist: DomainStats,
+}
+
+struct Lane {
+    id: u32,
+    domain: CommitDomain,
+    seq: u64,
+}
+
+pub struct NvramDisk<R: Region> {
+    region: Arc<R>,
+    sb: Superblock,
+    geo: Geometry,
+    ordering: OrderingPolicy,
+    lanes: Box<[Mutex<Lane>]>,
+    free: Box<[Mutex<Vec<u32>>]>,
+    stripes: Box<[Mutex<()>]>,
+    hook: Option<Hook>,
+    read_protection: bool,
+    crashed: AtomicBool,
+    recovery: RecoveryReport,
+    writes: AtomicU64,
+    blocks_written: AtomicU64,
+    reads: AtomicU64,
+    read_retries: AtomicU64,
+    discards: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    static LANE_HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+static NEXT_LANE_HINT: AtomicUsize = AtomicUsize::new(0);
+
+fn lane_hint() -> usize {
+    LANE_HINT.with(|c| {
+        if c.get() == usize::MAX {
+            c.set(NEXT_LANE_HINT.fetch_add(1, Ordering::Relaxed));
+        }
+        c.get()
+    })
+}
+
+fn corrupt_entry(lba: u64, raw: u64) -> Error {
+    Error::finding(format!(
+        "map entry of LBA {lba} is corrupt ({raw:#018x} fails its check bits): run `nvstack check`"
+    ))
+}
+
+/// Read both superblock copies out of raw bytes and insist they agree.
+pub fn validate_superblocks(c1: &[u8], c2: &[u8], file_bytes: u64) -> Result<Superblock> {
+    let s1 = Superblock::decode(c1, file_bytes);
+    let s2 = Superblock::decode(c2, file_bytes);
+    let off2 = file_bytes.saturating_sub(SB_PAGE_BYTES);
+    match (s1, s2) {
+        (Ok(a), Ok(b)) if a == b => Ok(a),
+        (Ok(_), Ok(_)) => Err(Error::bad(
+            "the two superblock copies are valid but disagree: run `nvstack check` to see them",
+        )),
+        (Err(e1), Err(e2)) => Err(Error::bad(if e1 == e2 {
+            e1
+        } else {
+            format!("superblock copy 1 (offset 0): {e1}; copy 2 (offset {off2}): {e2}")
+        })),
+        (Err(e), Ok(_)) => Err(Error::bad(format!(
+            "superblock copy 1 (offset 0) is damaged: {e}; copy 2 is intact, so `nvstack recover \
+             IMAGE` can repair it"
+        ))),
+        (Ok(_), Err(e)) => Err(Error::bad(format!(
+            "superblock copy 2 (offset {off2}) is damaged: {e}; copy 1 is intact, so `nvstack \
+             recover IMAGE` can repair it"
+        ))),
+    }
+}
+
+pub fn read_superblocks_from<R: Region + ?Sized>(r: &R) -> (Vec<u8>, Vec<u8>) {
+    let mut c1 = vec![0u8; SB_USED_BYTES];
+    let mut c2 = vec![0u8; SB_USED_BYTES];
+    r.read(0, &mut c1);
+    r.read(r.len() - SB_PAGE_BYTES, &mut c2);
+    (c1, c2)
+}
+
+fn random_uuid() -> [u8; 16] {
+    let mut u = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        if f.read_exact(&mut u).is_ok() {
+            return u;
+        }
+    }
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u[..16].copy_from_slice(&t.as_nanos().to_le_bytes());
+    u
+}
+
+/// Write a fresh, empty image onto `region` (every block reads as zeros).
+pub fn format_region<R: Region + ?Sized>(r: &R, fo: &FormatOptions) -> Result<Superblock> {
+    ordering::check_available(&fo.ordering)?;
+    let g = Geometry::compute(r.len(), fo.block_bytes, fo.lanes)?;
+    // Journal slots and the map must read as zeros: "no record" and "never written".
+    let zeros = vec![0u8; 1 << 20];
+    let mut off = g.journal_off;
+    while off < g.data_off {
+        let n = (g.data_off - off).min(zeros.len() as u64);
+        r.write_nt(off, &zeros[..n as usize]);
+        off += n;
+    }
+    let sb = Superblock {
+        geometry: g,
+        protocol: fo.protocol,
+        ordering_id: fo.ordering.id,
+        uuid: random_uuid(),
+        created_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    };
+    let bytes = sb.encode();
+    // Metadata first, then copy 2, then copy 1: copy 1 is the format's commit point.
+    r.fence();
+    r.write_nt(g.sb2_off, &bytes);
+    r.fence();
+    r.write_nt(0, &bytes);
+    r.fence();
+    Ok(sb)
+}
+
+fn encode_fast_record(
+    seq: u64,
+    lbas: &[u64],
+    olds: &[u64],
+    news: &[u64],
+    out: &mut [u8; FAST_RECORD_MAX],
+) -> usize {
+    let n = lbas.len();
+    let len = FAST_RECORD_HEADER + n * FAST_RECORD_ENTRY;
+    out[0..8].copy_from_slice(&seq.to_le_bytes());
+    out[8..12].copy_from_slice(&(n as u32).to_le_bytes());
+    for i in 0..n {
+        let at = FAST_RECORD_HEADER + i * FAST_RECORD_ENTRY;
+        out[at..at + 8].copy_from_slice(&lbas[i].to_le_bytes());
+        out[at + 8..at + 16].copy_from_slice(&olds[i].to_le_bytes());
+        out[at + 16..at + 24].copy_from_slice(&news[i].to_le_bytes());
+    }
+    let crc = fast_record_crc(&out[..len]);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+    len
+}
+
+/// crc32c over the record with its crc field taken as zero.
+fn fast_record_crc(rec: &[u8]) -> u32 {
+    let c = crc32c::crc32c(&rec[..12]);
+    let c = crc32c::crc32c_append(c, &[0u8; 4]);
+    crc32c::crc32c_append(c, &rec[16..])
+}
+
+/// A decoded fast-protocol record, if its slot holds a complete one.
+pub fn read_fast_record<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, Vec<(u64, u64, u64)>)> {
+    let seq = r.load_u64(slot);
+    if seq == 0 {
+        return None;
+    }
+    let mut head = [0u8; FAST_RECORD_HEADER];
+    r.read(slot, &mut head);
+    let n = u32::from_le_bytes(head[8..12].try_into().unwrap()) as usize;
+    if n == 0 || n > ATOMIC_BLOCKS_MAX {
+        return None;
+    }
+    let len = FAST_RECORD_HEADER + n * FAST_RECORD_ENTRY;
+    let mut rec = vec![0u8; len];
+    r.read(slot, &mut rec);
+    let crc = u32::from_le_bytes(rec[12..16].try_into().unwrap());
+    if crc != fast_record_crc(&rec) {
+        return None;
+    }
+    let entries = (0..n)
+        .map(|i| {
+            let at = FAST_RECORD_HEADER + i * FAST_RECORD_ENTRY;
+            let w = |o: usize| u64::from_le_bytes(rec[at + o..at + o + 8].try_into().unwrap());
+            (w(0), w(8), w(16))
+        })
+        .collect();
+    Some((seq, entries))
+}
+
+/// A decoded paper-protocol intent, if its commit word is set and its checksum holds.
+pub fn read_paper_intent<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, Vec<(u64, u64)>)> {
+    let commit = r.load_u64(slot + PAPER_INTENT_COMMIT);
+    if commit == 0 {
+        return None;
+    }
+    let mut head = [0u8; 8];
+    r.read(slot + PAPER_INTENT, &mut head);
+    let n = u32::from_le_bytes(head[0..4].try_into().unwrap()) as usize;
+    let crc = u32::from_le_bytes(head[4..8].try_into().unwrap());
+    if n == 0 || n > ATOMIC_BLOCKS_MAX {
+        return None;
+    }
+    let mut body = vec![0u8; n * 16];
+    r.read(slot + PAPER_INTENT + 8, &mut body);
+    if crc32c::crc32c_append(crc32c::crc32c(&head[0..4]), &body) != crc {
+        return None;
+    }
+    let entries = body
+        .chunks_exact(16)
+        .map(|c| {
+            (u64::from_le_bytes(c[0..8].try_into().unwrap()), u64::from_le_bytes(c[8..16].try_into().unwrap()))
+        })
+        .collect();
+    Some((commit, entries))
+}
+
+impl<R: Region> NvramDisk<R> {
+    /// Open a formatted region and recover it (redo or undo whatever was in flight).
+    pub fn open(region: Arc<R>, oo: OpenOptions) -> Result<NvramDisk<R>> {
+        let (c1, c2) = read_superblocks_from(&*region);
+        let sb = validate_superblocks(&c1, &c2, region.len())?;
+        let geo = sb.geometry;
+        let ordering = match oo.ordering {
+            Some(o) => o,
+            None => ordering::policy_by_id(sb.ordering_id).expect("validated at decode"),
+        };
+        ordering::check_available(&ordering)?;
+        let lanes = (0..geo.lanes)
+            .map(|i| {
+                let ranges = [
+                    (geo.slot_off(i), SLOT_BYTES),
+                    (geo.map_off, geo.map_bytes()),
+                    (geo.data_off, geo.pages * geo.block_bytes as u64),
+                ];
+                Mutex::new(Lane { id: i, domain: CommitDomain::new(i, &ranges, oo.latency), seq: 0 })
+            })
+            .collect();
+        let free = (0..geo.lanes).map(|_| Mutex::new(Vec::new())).collect();
+        let stripes = (0..STRIPES).map(|_| Mutex::new(())).collect();
+        let mut d = NvramDisk {
+            region,
+            sb,
+            geo,
+            ordering,
+            lanes,
+            free,
+            stripes,
+            hook: oo.hook,
+            read_protection: oo.read_protection,
+            crashed: AtomicBool::new(false),
+            recovery: RecoveryReport::default(),
+            writes: AtomicU64::new(0),
+            blocks_written: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            read_retries: AtomicU64::new(0),
+            discards: AtomicU64::new(0),
+        };
+        d.recovery = d.recover()?;
+        Ok(d)
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+    pub fn protocol(&self) -> Protocol {
+        self.sb.protocol
+    }
+    pub fn ordering(&self) -> OrderingPolicy {
+        self.ordering
+    }
+    pub fn region(&self) -> &Arc<R> {
+        &self.region
+    }
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    pub fn stats(&self) -> DiskStats {
+        let mut persist = DomainStats::default();
+        for l in self.lanes.iter() {
+            let s = lock(l).domain.stats();
+            persist.stores += s.stores;
+            persist.nt_lines += s.nt_lines;
+            persist.lines_flushed += s.lines_flushed;
+            persist.fences += s.fences;
+            persist.global_commits += s.global_commits;
+        }
+        DiskStats {
+            writes: self.writes.load(Ordering::Relaxed),
+            blocks_written: self.blocks_written.load(Ordering::Relaxed),
+            reads: self.reads.load(Ordering::Relaxed),
+            read_retries: self.read_retries.load(Ordering::Relaxed),
+            discards: self.discards.load(Ordering::Relaxed),
+            persist,
+        }
+    }
+
+    /// Per-lane persist counters (each lane commits through its own domain).
+    pub fn lane_stats(&self) -> Vec<DomainStats> {
+        self.lanes.iter().map(|l| lock(l).domain.stats()).collect()
+    }
+
+    fn alive(&self) -> Result<()> {
+        if self.crashed.load(Ordering::Acquire) {
+            return Err(Error::env("device stopped at an injected stop point: reopen it to recover"));
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn ev(&self, step: Step, phase: Phase, off: u64, len: u64, lba: u64) -> Result<()> {
+        if let Some(h) = &self.hook {
+            if h(&Event { step, phase, off, len, lba }) == Action::Stop {
+                self.crashed.store(true, Ordering::Release);
+                return Err(Error::Stopped(0));
+            }
+        }
+        Ok(())
+    }
+
+    fn acquire_lane(&self) -> MutexGuard<'_, Lane> {
+        let n = self.lanes.len();
+        let h = lane_hint() % n;
+        for i in 0..n {
+            if let Ok(g) = self.lanes[(h + i) % n].try_lock() {
+                return g;
+            }
+        }
+        lock(&self.lanes[h])
+    }
+
+    /// Take `n` free pages for lane `li`, stealing from other lanes if its own list is short.
+    /// Enough pages always exist: pages = blocks + lanes x ATOMIC_BLOCKS_MAX, and each lane
+    /// holds at most ATOMIC_BLOCKS_MAX in flight.
+    fn take_pages(&self, li: usize, n: usize, out: &mut [u32; ATOMIC_BLOCKS_MAX]) {
+        let lanes = self.free.len();
+        let mut got = 0;
+        let mut rounds = 0u64;
+        while got < n {
+            for k in 0..lanes {
+                let mut f = lock(&self.free[(li + k) % lanes]);
+                while got < n {
+                    match f.pop() {
+                        Some(p) => {
+                            out[got] = p;
+                            got += 1;
+                        }
+                        None => break,
+                    }
+                }
+                if got == n {
+                    break;
+                }
+            }
+            rounds += 1;
+            assert!(rounds < 10_000_000, "free pages exhausted: shadow pool invariant broken");
+            if got < n {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn lock_stripes(&self, lbas: &[u64]) -> Vec<MutexGuard<'_, ()>> {
+        let mut idx: [u16; ATOMIC_BLOCKS_MAX] = [0; ATOMIC_BLOCKS_MAX];
+        for (i, &l) in lbas.iter().enumerate() {
+            idx[i] = ((l / 8) as usize % STRIPES) as u16;
+        }
+        let idx = &mut idx[..lbas.len()];
+        idx.sort_unstable();
+        let mut guards = Vec::with_capacity(idx.len());
+        let mut last = None;
+        for &s in idx.iter() {
+            if last != Some(s) {
+                guards.push(lock(&self.stripes[s as usize]));
+                last = Some(s);
+            }
+        }
+        guards
+    }
+
+    fn validate_lbas(&self, lbas: &[u64]) -> Result<()> {
+        if lbas.is_empty() || lbas.len() > ATOMIC_BLOCKS_MAX {
+            return Err(Error::bad(format!(
+                "an atomic write covers 1 to {ATOMIC_BLOCKS_MAX} blocks, not {}",
+                lbas.len()
+            )));
+        }
+        for (i, &l) in lbas.iter().enumerate() {
+            if l >= self.geo.blocks {
+                return Err(Error::bad(format!(
+                    "LBA {l} out of range: the device has {} blocks (0 to {})",
+                    self.geo.blocks,
+                    self.geo.blocks - 1
+                )));
+            }
+            if lbas[..i].contains(&l) {
+                return Err(Error::bad(format!("LBA {l} appears twice in one atomic write")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Write `lbas.len()` blocks (contiguous or scattered, at most 64) all or nothing: after a
+    /// crash at any instant every block reads all old or all new, together.
+    pub fn write_atomic(&self, lbas: &[u64], data: &[u8]) -> Result<()> {
+        self.alive()?;
+        self.validate_lbas(lbas)?;
+        let b = self.geo.block_bytes as usize;
+        if data.len() != lbas.len() * b {
+            return Err(Error::bad(format!(
+                "write of {} bytes to {} blocks: expected {} bytes",
+                data.len(),
+                lbas.len(),
+                lbas.len() * b
+            )));
+        }
+        let n = lbas.len();
+        let r = &*self.region;
+        let mut lane = self.acquire_lane();
+        let li = lane.id as usize;
+        let mut pages = [0u32; ATOMIC_BLOCKS_MAX];
+        self.take_pages(li, n, &mut pages);
+        // Step Data: the new contents go to shadow pages nobody references.
+        for i in 0..n {
+            let off = self.geo.page_off(pages[i]);
+            lane.domain.store(r, self.ordering.data, off, &data[i * b..(i + 1) * b]);
+            self.ev(Step::Data, Phase::Stored, off, b as u64, lbas[i])?;
+        }
+        lane.domain.commit(r);
+        self.ev(Step::Data, Phase::Persisted, self.geo.page_off(pages[0]), b as u64, lbas[0])?;
+        self.commit_entries(&mut lane, lbas, Some(&pages[..n]))?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.blocks_written.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Point `lbas` at `pages` (or unmap them when `pages` is None) with the image's protocol,
+    /// then hand the pages they used to point at to this lane's free list.
+    fn commit_entries(&self, lane: &mut Lane, lbas: &[u64], pages: Option<&[u32]>) -> Result<()> {
+        let n = lbas.len();
+        let r = &*self.region;
+        let guards = self.lock_stripes(lbas);
+        let mut olds = [0u64; ATOMIC_BLOCKS_MAX];
+        let mut news = [0u64; ATOMIC_BLOCKS_MAX];
+        let mut lba_v = [0u64; ATOMIC_BLOCKS_MAX];
+        let mut freed = [0u32; ATOMIC_BLOCKS_MAX];
+        let mut freed_n = 0;
+        let mut k = 0;
+        for i in 0..n {
+            let lba = lbas[i];
+            let raw = r.load_u64(self.geo.map_entry_off(lba));
+            let e = match Entry::decode(lba, raw) {
+                Ok(e) => e,
+                Err(()) => {
+                    if let Some(p) = pages {
+                        lock(&self.free[lane.id as usize]).extend_from_slice(p);
+                    }
+                    return Err(corrupt_entry(lba, raw));
+                }
+            };
+            let vpn = pages.map(|p| p[i]);
+            if vpn.is_none() && e.vpn.is_none() {
+                continue; // discarding a block that holds no page changes nothing
+            }
+            if let Some(old) = e.vpn {
+                assert!((old as u64) < self.geo.pages, "map entry of LBA {lba} names page {old}");
+                freed[freed_n] = old;
+                freed_n += 1;
+            }
+            lba_v[k] = lba;
+            olds[k] = raw;
+            news[k] = e.next(vpn).encode(lba);
+            k += 1;
+        }
+        if k > 0 {
+            match self.sb.protocol {
+                Protocol::Fast => self.fast_commit(lane, &lba_v[..k], &olds[..k], &news[..k])?,
+                Protocol::Paper => self.paper_commit(lane, &lba_v[..k], &news[..k])?,
+            }
+        }
+        drop(guards);
+        // The old pages are unreferenced on media now (the map is persisted), so they may be
+        // reused; readers still copying one will see the map entry changed and retry.
+        if freed_n > 0 {
+            lock(&self.free[lane.id as usize]).extend_from_slice(&freed[..freed_n]);
+        }
+        Ok(())
+    }
+
+    /// Fast protocol (docs/format.md, "fast"): one 8-byte map store when it is word-atomic
+    /// and the write is one block; otherwise a checksummed redo record first.
+    fn fast_commit(&self, lane: &mut Lane, lbas: &[u64], olds: &[u64], news: &[u64]) -> Result<()> {
+        let r = &*self.region;
+        let o = self.ordering;
+        let n = lbas.len();
+        if n == 1 && o.map.word_atomic() {
+            let off = self.geo.map_entry_off(lbas[0]);
+            lane.domain.store_u64(r, o.map, off, news[0]);
+            self.ev(Step::Map, Phase::Stored, off, 8, lbas[0])?;
+            lane.domain.commit(r);
+            return self.ev(Step::Map, Phase::Persisted, off, 8, lbas[0]);
+        }
+        lane.seq += 1;
+        let slot = self.geo.slot_off(lane.id);
+        let mut rec = [0u8; FAST_RECORD_MAX];
+        let len = encode_fast_record(lane.seq, lbas, olds, news, &mut rec);
+        lane.domain.store(r, o.journal, slot, &rec[..len]);
+        self.ev(Step::Record, Phase::Stored, slot, len as u64, lbas[0])?;
+        lane.domain.commit(r);
+        self.ev(Step::Record, Phase::Persisted, slot, len as u64, lbas[0])?;
+        for i in 0..n {
+            let off = self.geo.map_entry_off(lbas[i]);
+            lane.domain.store_u64(r, o.map, off, news[i]);
+            self.ev(Step::Map, Phase::Stored, off, 8, lbas[i])?;
+        }
+        lane.domain.commit(r);
+        self.ev(Step::Map, Phase::Persisted, self.geo.map_entry_off(lbas[0]), 8, lbas[0])?;
+        // Retire the record. Not fenced: once the map is durable the record is redundant, and
+        // a stale record can never apply (its `old` values carry generations that are gone).
+        lane.domain.store_u64(r, o.journal, slot, 0);
+        self.ev(Step::RecordClear, Phase::Stored, slot, 8, lbas[0])
+    }
+
+    /// Paper protocol (seed 000, Table 2): VPN; L1; L2; map; reset L1; reset L2, each
+    /// persisted. Several blocks go through a checksummed intent with a commit word.
+    fn paper_commit(&self, lane: &mut Lane, lbas: &[u64], news: &[u64]) -> Result<()> {
+        let r = &*self.region;
+        let o = self.ordering;
+        let slot = self.geo.slot_off(lane.id);
+        let d = &mut lane.domain;
+        if lbas.len() == 1 {
+            let lba = lbas[0];
+            let map_off = self.geo.map_entry_off(lba);
+            let steps = [
+                (Step::JournalVpn, o.journal, slot + PAPER_VPN, news[0]),
+                (Step::JournalL1, o.journal, slot + PAPER_L1, lba),
+                (Step::JournalL2, o.journal, slot + PAPER_L2, lba),
+                (Step::Map, o.map, map_off, news[0]),
+                (Step::ResetL1, o.journal, slot + PAPER_L1, LBA_NULL),
+                (Step::ResetL2, o.journal, slot + PAPER_L2, LBA_NULL),
+            ];
+            for (step, method, off, v) in steps {
+                d.store_u64(r, method, off, v);
+                self.ev(step, Phase::Stored, off, 8, lba)?;
+                d.commit(r);
+                self.ev(step, Phase::Persisted, off, 8, lba)?;
+            }
+            return Ok(());
+        }
+        lane.seq += 1;
+        let n = lbas.len();
+        let mut intent = [0u8; PAPER_INTENT_MAX];
+        intent[0..4].copy_from_slice(&(n as u32).to_le_bytes());
+        for i in 0..n {
+            intent[8 + i * 16..16 + i * 16].copy_from_slice(&lbas[i].to_le_bytes());
+            intent[16 + i * 16..24 + i * 16].copy_from_slice(&news[i].to_le_bytes());
+        }
+        let len = 8 + n * 16;
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&intent[0..4]), &intent[8..len]);
+        intent[4..8].copy_from_slice(&crc.to_le_bytes());
+        let ioff = slot + PAPER_INTENT;
+        d.store(r, o.journal, ioff, &intent[..len]);
+        self.ev(Step::IntentRecord, Phase::Stored, ioff, len as u64, lbas[0])?;
+        d.commit(r);
+        self.ev(Step::IntentRecord, Phase::Persisted, ioff, len as u64, lbas[0])?;
+        let coff = slot + PAPER_INTENT_COMMIT;
+        d.store_u64(r, o.journal, coff, lane.seq);
+        self.ev(Step::IntentCommit, Phase::Stored, coff, 8, lbas[0])?;
+        d.commit(r);
+        self.ev(Step::IntentCommit, Phase::Persisted, coff, 8, lbas[0])?;
+        for i in 0..n {
+            let off = self.geo.map_entry_off(lbas[i]);
+            d.store_u64(r, o.map, off, news[i]);
+            self.ev(Step::Map, Phase::Stored, off, 8, lbas[i])?;
+        }
+        d.commit(r);
+        self.ev(Step::Map, Phase::Persisted, self.geo.map_entry_off(lbas[0]), 8, lbas[0])?;
+        d.store_u64(r, o.journal, coff, 0);
+        self.ev(Step::IntentClear, Phase::Stored, coff, 8, lbas[0])?;
+        d.commit(r);
+        self.ev(Step::IntentClear, Phase::Persisted, coff, 8, lbas[0])
+    }
+
+    /// Read whole blocks. A reader never writes anything; it copies the page its map entry
+    /// names and re-reads the entry: if the entry changed (its generation moves on every
+    /// update), the page may have been recycled during the copy, and the read is retried.
+    pub fn read_blocks(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+        self.alive()?;
+        let b = self.geo.block_bytes as usize;
+        if buf.is_empty() || buf.len() % b != 0 {
+            return Err(Error::bad(format!(
+                "read buffer of {} bytes is not a positive multiple of the block size {b}",
+                buf.len()
+            )));
+        }
+        let count = (buf.len() / b) as u64;
+        if lba.checked_add(count).is_none_or(|end| end > self.geo.blocks) {
+            return Err(Error::bad(format!(
+                "read of LBA {lba}..{} out of range: the device has {} blocks",
+                lba.saturating_add(count),
+                self.geo.blocks
+            )));
+        }
+        let r = &*self.region;
+        for i in 0..count {
+            let l = lba + i;
+            let dst = &mut buf[i as usize * b..(i as usize + 1) * b];
+            let off = self.geo.map_entry_off(l);
+            loop {
+                let raw = r.load_u64(off);
+                let e = Entry::decode(l, raw).map_err(|_| corrupt_entry(l, raw))?;
+                if self.hook.is_some() {
+                    self.ev(Step::ReadLookup, Phase::Stored, off, 8, l)?;
+                }
+                match e.vpn {
+                    None => dst.fill(0),
+                    Some(v) => {
+                        if v as u64 >= self.geo.pages {
+                            return Err(corrupt_entry(l, raw));
+                        }
+                        r.read(self.geo.page_off(v), dst);
+                    }
+                }
+                if !self.read_protection {
+                    break;
+                }
+                // The copy's loads must complete before the entry is loaded again.
+                std::sync::atomic::fence(Ordering::Acquire);
+                if r.load_u64(off) == raw {
+                    break;
+                }
+                self.read_retries.fetch_add(1, Ordering::Relaxed);
+                std::hint::spin_loop();
+            }
+        }
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Discard `count` blocks: each chunk of up to 64 is unmapped atomically; they read as
+    /// zeros afterwards and their pages return to the free pool.
+    pub fn discard_blocks(&self, lba: u64, count: u64) -> Result<()> {
+        self.alive()?;
+        if count == 0 || lba.checked_add(count).is_none_or(|end| end > self.geo.blocks) {
+            return Err(Error::bad(format!(
+                "discard of {count} blocks at LBA {lba} out of range: the device has {} blocks",
+                self.geo.blocks
+            )));
+        }
+        let mut at = lba;
+        let end = lba + count;
+        let mut lbas = [0u64; ATOMIC_BLOCKS_MAX];
+        while at < end {
+            let n = (end - at).min(ATOMIC_BLOCKS_MAX as u64) as usize;
+            for (i, l) in lbas[..n].iter_mut().enumerate() {
+                *l = at + i as u64;
+            }
+            let mut lane = self.acquire_lane();
+            self.commit_entries(&mut lane, &lbas[..n], None)?;
+            at += n as u64;
+        }
+        self.discards.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Global commit across every lane's domain (a drain of everything dirty, one fence).
+    pub fn commit_all(&self) {
+        let mut guards: Vec<_> = self.lanes.iter().map(lock).collect();
+        let mut doms: Vec<&mut CommitDomain> = guards.iter_mut().map(|g| &mut g.domain).collect();
+        CommitDomain::commit_global(&mut doms, &*self.region);
+    }
+
+    /// Recovery (docs/format.md): finish or cancel each lane's in-flight update, then rebuild
+    /// the free pages as the pool minus the mapped pages.
+    fn recover(&mut self) -> Result<RecoveryReport> {
+        let mut rep = RecoveryReport::default();
+        let r = &*self.region;
+        let g = self.geo;
+        for lane in self.lanes.iter() {
+            let mut lane = lock(lane);
+            let slot = g.slot_off(lane.id);
+            let id = lane.id;
+            let d = &mut lane.domain;
+            match self.sb.protocol {
+                Protocol::Paper => {
+                    let vpn = r.load_u64(slot + PAPER_VPN);
+                    let l1 = r.load_u64(slot + PAPER_L1);
+                    let l2 = r.load_u64(slot + PAPER_L2);
+                    let valid_entry = |lba: u64| match Entry::decode(lba, vpn) {
+                        Ok(e) => e.vpn.is_none_or(|v| (v as u64) < g.pages),
+                        Err(()) => false,
+                    };
+                    if l1 == l2 && l1 < g.blocks && vpn != NEVER_WRITTEN && valid_entry(l1) {
+                        let off = g.map_entry_off(l1);
+                        d.store_u64(r, self.ordering.map, off, vpn);
+                        d.commit(r);
+                        rep.redone += 1;
+                        rep.actions.push(format!("lane {id}: redo, map[{l1}] := {vpn:#x}"));
+                    } else if l1 != LBA_NULL || l2 != LBA_NULL {
+                        rep.undone += 1;
+                        rep.actions.push(format!(
+                            "lane {id}: undo (L1 {l1:#x}, L2 {l2:#x}), map left as it was"
+                        ));
+                    }
+                    if l1 != LBA_NULL {
+                        d.store_u64(r, self.ordering.journal, slot + PAPER_L1, LBA_NULL);
+                        d.commit(r);
+                    }
+                    if l2 != LBA_NULL {
+                        d.store_u64(r, self.ordering.journal, slot + PAPER_L2, LBA_NULL);
+                        d.commit(r);
+                    }
+                    let commit = r.load_u64(slot + PAPER_INTENT_COMMIT);
+                    if commit != 0 {
+                        match read_paper_intent(r, slot) {
+                            Some((_, entries))
+                                if entries.iter().all(|&(lba, new)| {
+                                    lba < g.blocks
+                                        && Entry::decode(lba, new)
+                                            .is_ok_and(|e| e.vpn.is_none_or(|v| (v as u64) < g.pages))
+                                }) =>
+                            {
+                                for &(lba, new) in &entries {
+                                    d.store_u64(r, self.ordering.map, g.map_entry_off(lba), new);
+                                }
+                                d.commit(r);
+                                rep.redone += 1;
+                                rep.actions.push(format!(
+                                    "lane {id}: redo intent of {} blocks",
+                                    entries.len()
+                                ));
+                            }
+                            _ => {
+                                rep.undone += 1;
+                                rep.actions.push(format!(
+                                    "lane {id}: intent commit word set but intent unreadable: \
+                                     cancelled"
+                                ));
+                            }
+                        }
+                        d.store_u64(r, self.ordering.journal, slot + PAPER_INTENT_COMMIT, 0);
+                        d.commit(r);
+                    }
+                }
+                Protocol::Fast => {
+                    if r.load_u64(slot) == 0 {
+                        continue;
+                    }
+                    match read_fast_record(r, slot) {
+                        Some((seq, entries)) => {
+                            lane.seq = seq;
+                            let d = &mut lane.domain;
+                            let mut applied = 0;
+                            for &(lba, old, new) in &entries {
+                                if lba >= g.blocks {
+                                    continue;
+                                }
+                                let off = g.map_entry_off(lba);
+                                let ok = Entry::decode(lba, new)
+                                    .is_ok_and(|e| e.vpn.is_none_or(|v| (v as u64) < g.pages));
+                                if ok && r.load_u64(off) == old {
+                                    d.store_u64(r, self.ordering.map, off, new);
+                                    applied += 1;
+                                }
+                            }
+                            d.commit(r);
+                            if applied > 0 {
+                                rep.redone += 1;
+                                rep.actions.push(format!(
+                                    "lane {id}: redo record {seq}, {applied} of {} entries applied",
+                                    entries.len()
+                                ));
+                            }
+                        }
+                        None => {
+                            rep.undone += 1;
+                            rep.actions.push(format!("lane {id}: torn record discarded"));
+                        }
+                    }
+                    let d = &mut lane.domain;
+                    d.store_u64(r, self.ordering.journal, slot, 0);
+                    d.commit(r);
+                }
+            }
+        }
+        // Free pages = pool - mapped pages; a damaged map stops the open.
+        let mut used = vec![0u64; (g.pages as usize).div_ceil(64)];
+        let mut mapped = 0u64;
+        for lba in 0..g.blocks {
+            let raw = r.load_u64(g.map_off + lba * 8);
+            if raw == NEVER_WRITTEN {
+                continue;
+            }
+            let e = Entry::decode(lba, raw).map_err(|_| corrupt_entry(lba, raw))?;
+            if let Some(v) = e.vpn {
+                let v = v as usize;
+                if v as u64 >= g.pages {
+                    return Err(Error::finding(format!(
+                        "map entry of LBA {lba} names page {v}, past the last page {}: run `nvstack check`",
+                        g.pages - 1
+                    )));
+                }
+                if used[v / 64] & (1 << (v % 64)) != 0 {
+                    return Err(Error::finding(format!(
+                        "page {v} is mapped twice (LBA {lba} and another): run `nvstack check`"
+                    )));
+                }
+                used[v / 64] |= 1 << (v % 64);
+                mapped += 1;
+            }
+        }
+        let lanes = self.free.len();
+        let per_lane = (g.pages as usize).div_ceil(lanes);
+        let mut lists: Vec<Vec<u32>> = (0..lanes).map(|_| Vec::with_capacity(per_lane * 2)).collect();
+        let mut free_count = 0;
+        for v in 0..g.pages as usize {
+            if used[v / 64] & (1 << (v % 64)) == 0 {
+                lists[v % lanes].push(v as u32);
+                free_count += 1;
+            }
+        }
+        // Pop from the end: start with low page numbers (better locality for small images).
+        for (slot, mut list) in self.free.iter().zip(lists) {
+            list.reverse();
+            *lock(slot) = list;
+        }
+        rep.mapped_blocks = mapped;
+        rep.free_pages = free_count;
+        assert_eq!(mapped + free_count, g.pages, "pages are either mapped or free");
+        Ok(rep)
+    }
+}
+
+impl<R: Region> BlockDevice for NvramDisk<R> {
+    fn block_bytes(&self) -> u32 {
+        self.geo.block_bytes
+    }
+    fn blocks(&self) -> u64 {
+        self.geo.blocks
+    }
+    fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+        self.read_blocks(lba, buf)
+    }
+    /// Contiguous blocks, atomic up to 64 blocks; a larger write is refused (use
+    /// [`write_chunked`]).
+    fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+        let b = self.geo.block_bytes as usize;
+        if data.is_empty() || data.len() % b != 0 {
+            return Err(Error::bad(format!(
+                "write of {} bytes is not a positive multiple of the block size {b}",
+                data.len()
+            )));
+        }
+        let n = data.len() / b;
+        if n > ATOMIC_BLOCKS_MAX {
+            return Err(Error::bad(format!(
+                "write of {n} blocks exceeds the atomic limit of {ATOMIC_BLOCKS_MAX} blocks"
+            )));
+        }
+        if lba.checked_add(n as u64).is_none_or(|end| end > self.geo.blocks) {
+            return Err(Error::bad(format!(
+                "write of LBA {lba}..{} out of range: the device has {} blocks",
+                lba.saturating_add(n as u64),
+                self.geo.blocks
+            )));
+        }
+        let mut lbas = [0u64; ATOMIC_BLOCKS_MAX];
+        for (i, l) in lbas[..n].iter_mut().enumerate() {
+            *l = lba + i as u64;
+        }
+        self.write_atomic(&lbas[..n], data)
+    }
+    fn discard(&self, lba: u64, count: u64) -> Result<()> {
+        self.discard_blocks(lba, count)
+    }
+    fn flush(&self) -> Result<()> {
+        // Every write is durable when it returns.
+        self.alive()
+    }
+}
+
+/// Write any number of blocks as consecutive atomic chunks of at most 64 blocks.
+pub fn write_chunked(dev: &dyn BlockDevice, lba: u64, data: &[u8]) -> Result<()> {
+    let b = dev.block_bytes() as usize;
+    let chunk = b * ATOMIC_BLOCKS_MAX;
+    for (i, c) in data.chunks(chunk).enumerate() {
+        dev.write(lba + (i * ATOMIC_BLOCKS_MAX) as u64, c)?;
+    }
+    Ok(())
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<NvramDisk<crate::pmem::MmapRegion>>();
+}
+
+/// Offsets of the superblock copies (for tests and `check`).
+pub fn superblock_offsets(region_bytes: u64) -> [u64; 2] {
+    [0, region_bytes - SB_PAGE_BYTES]
+}

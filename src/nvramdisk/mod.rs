@@ -1,0 +1,15 @@
+//! nvramdisk: a transactional block device on a pmem region (seed 000): shadow pages, a
+//! mapping table, per-lane journal slots, and type-dependent ordering. Two write protocols,
+//! chosen at format time: the paper's (Table 2) and nvstack's fast one. docs/format.md is the
+//! specification.
+
+pub mod disk;
+pub mod entry;
+pub mod hooks;
+pub mod layout;
+
+pub use disk::{
+    format_region, write_chunked, DiskStats, FormatOptions, NvramDisk, OpenOptions, RecoveryReport,
+};
+pub use hooks::{Action, Event, Hook, Phase, Step};
+pub use layout::{Geometry, Protocol, Superblock, ATOMIC_BLOCKS_MAX};
