@@ -4,6 +4,7 @@
 //! [`nvramdisk`] the transactional block device, joined to everything above by the
 //! [`blockdev::BlockDevice`] trait.
 
+pub mod bench;
 pub mod blockdev;
 pub mod error;
 pub mod nvramdisk;

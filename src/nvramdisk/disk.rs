@@ -62,6 +62,9 @@ pub struct OpenOptions {
     /// The seqlock check on reads. Only the interleaving test switches it off, to show that
     /// it is what keeps readers from seeing recycled pages.
     pub read_protection: bool,
+    /// Open even when the map is damaged, recording the damage in the recovery report
+    /// (`nvstack check` only; the device must not be written then).
+    pub allow_damaged: bool,
 }
 
 impl Default for OpenOptions {
@@ -71,6 +74,7 @@ impl Default for OpenOptions {
             latency: LatencyInjection::default(),
             hook: None,
             read_protection: true,
+            allow_damaged: false,
         }
     }
 }
@@ -84,6 +88,8 @@ pub struct RecoveryReport {
     pub undone: u64,
     pub mapped_blocks: u64,
     pub free_pages: u64,
+    /// Damage found in the map (only ever non-empty when opened with `allow_damaged`).
+    pub map_findings: Vec<String>,
 }
 
 impl RecoveryReport {
@@ -118,6 +124,7 @@ pub struct NvramDisk<R: Region> {
     stripes: Box<[Mutex<()>]>,
     hook: Option<Hook>,
     read_protection: bool,
+    allow_damaged: bool,
     crashed: AtomicBool,
     recovery: RecoveryReport,
     writes: AtomicU64,
@@ -209,6 +216,14 @@ pub fn format_region<R: Region + ?Sized>(r: &R, fo: &FormatOptions) -> Result<Su
         let n = (g.data_off - off).min(zeros.len() as u64);
         r.write_nt(off, &zeros[..n as usize]);
         off += n;
+    }
+    if fo.protocol == Protocol::Paper {
+        // The paper's initial state S0: both LBA replicas NULL (LBA 0 is a real block).
+        for lane in 0..g.lanes {
+            let slot = g.slot_off(lane);
+            r.store_u64_nt(slot + PAPER_L1, LBA_NULL);
+            r.store_u64_nt(slot + PAPER_L2, LBA_NULL);
+        }
     }
     let sb = Superblock {
         geometry: g,
@@ -348,6 +363,7 @@ impl<R: Region> NvramDisk<R> {
             stripes,
             hook: oo.hook,
             read_protection: oo.read_protection,
+            allow_damaged: oo.allow_damaged,
             crashed: AtomicBool::new(false),
             recovery: RecoveryReport::default(),
             writes: AtomicU64::new(0),
@@ -887,32 +903,18 @@ impl<R: Region> NvramDisk<R> {
                 }
             }
         }
-        // Free pages = pool - mapped pages; a damaged map stops the open.
-        let mut used = vec![0u64; (g.pages as usize).div_ceil(64)];
-        let mut mapped = 0u64;
-        for lba in 0..g.blocks {
-            let raw = r.load_u64(g.map_off + lba * 8);
-            if raw == NEVER_WRITTEN {
-                continue;
-            }
-            let e = Entry::decode(lba, raw).map_err(|_| corrupt_entry(lba, raw))?;
-            if let Some(v) = e.vpn {
-                let v = v as usize;
-                if v as u64 >= g.pages {
-                    return Err(Error::finding(format!(
-                        "map entry of LBA {lba} names page {v}, past the last page {}: run `nvstack check`",
-                        g.pages - 1
-                    )));
-                }
-                if used[v / 64] & (1 << (v % 64)) != 0 {
-                    return Err(Error::finding(format!(
-                        "page {v} is mapped twice (LBA {lba} and another): run `nvstack check`"
-                    )));
-                }
-                used[v / 64] |= 1 << (v % 64);
-                mapped += 1;
-            }
+        // Free pages = pool - mapped pages; a damaged map stops the open (check lists it all).
+        let scan = scan_map(r, &g);
+        if !scan.findings.is_empty() && !self.allow_damaged {
+            return Err(Error::finding(format!(
+                "image damaged: {}{}: run `nvstack check`",
+                scan.findings[..scan.findings.len().min(3)].join("; "),
+                if scan.findings.len() > 3 { "; ..." } else { "" }
+            )));
         }
+        let used = &scan.used;
+        let mapped = scan.mapped;
+        rep.map_findings = scan.findings;
         let lanes = self.free.len();
         let per_lane = (g.pages as usize).div_ceil(lanes);
         let mut lists: Vec<Vec<u32>> = (0..lanes).map(|_| Vec::with_capacity(per_lane * 2)).collect();
@@ -997,6 +999,62 @@ pub fn write_chunked(dev: &dyn BlockDevice, lba: u64, data: &[u8]) -> Result<()>
 fn _assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<NvramDisk<crate::pmem::MmapRegion>>();
+}
+
+/// A damaged map lists at most this many findings.
+pub const FINDINGS_MAX: usize = 100;
+
+/// The result of one pass over the mapping table.
+pub struct MapScan {
+    /// Bitmap of pages referenced by the map.
+    pub used: Vec<u64>,
+    pub mapped: u64,
+    /// Every entry that fails its check bits, names a page past the end, or names a page
+    /// another entry names too.
+    pub findings: Vec<String>,
+}
+
+pub fn scan_map<R: Region + ?Sized>(r: &R, g: &Geometry) -> MapScan {
+    let mut used = vec![0u64; (g.pages as usize).div_ceil(64)];
+    let mut mapped = 0u64;
+    let mut findings = Vec::new();
+    for lba in 0..g.blocks {
+        let raw = r.load_u64(g.map_off + lba * 8);
+        if raw == NEVER_WRITTEN {
+            continue;
+        }
+        let Ok(e) = Entry::decode(lba, raw) else {
+            findings.push(format!("map entry of LBA {lba} is corrupt ({raw:#018x} fails its check bits)"));
+            continue;
+        };
+        let Some(v) = e.vpn else { continue };
+        if v as u64 >= g.pages {
+            findings.push(format!(
+                "map entry of LBA {lba} names page {v}, past the last page {}",
+                g.pages - 1
+            ));
+            continue;
+        }
+        let (w, bit) = (v as usize / 64, 1u64 << (v % 64));
+        if used[w] & bit != 0 {
+            // Damage only: find the earlier owner by scanning again (bounded by FINDINGS_MAX).
+            let first = (0..lba).find(|&l| {
+                Entry::decode(l, r.load_u64(g.map_off + l * 8)).is_ok_and(|e| e.vpn == Some(v))
+            });
+            findings.push(match first {
+                Some(f) => format!("page {v} is mapped twice: by LBA {f} and LBA {lba}"),
+                None => format!("page {v} is mapped twice (LBA {lba} and an earlier one)"),
+            });
+            if findings.len() >= FINDINGS_MAX {
+                findings.push(format!("more than {FINDINGS_MAX} findings: stopped listing"));
+                break;
+            }
+            continue;
+        }
+        used[w] |= bit;
+        mapped += 1;
+    }
+    MapScan { used, mapped, findings }
 }
 
 /// Offsets of the superblock copies (for tests and `check`).

@@ -5,7 +5,9 @@
 
 pub mod disk;
 pub mod entry;
+pub mod check;
 pub mod hooks;
+pub mod image;
 pub mod layout;
 
 pub use disk::{

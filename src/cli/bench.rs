@@ -1,0 +1,42 @@
+//! `nvstack bench`: the CLI front of nvstack::bench.
+
+use crate::print_json;
+use clap::Args;
+use nvstack::bench::{self, BenchOptions};
+use nvstack::error::Result;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Directory for the benchmark images (a tmpfs: emulated NVRAM).
+    #[arg(long, default_value = "/dev/shm")]
+    dir: PathBuf,
+    /// Device size; random LBAs are uniform over all of it (at least 1 GiB).
+    #[arg(long, value_parser = crate::size_arg, default_value = "1GiB")]
+    size: u64,
+    /// Timed operations per row.
+    #[arg(long, default_value_t = 200_000)]
+    ops: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: BenchArgs) -> Result<i32> {
+    let o = BenchOptions {
+        dir: a.dir,
+        size_bytes: a.size,
+        ops: a.ops,
+        seed: a.seed,
+        progress: true,
+        quick_test: false,
+    };
+    let r = bench::run(&o)?;
+    if a.json {
+        print_json(&r)?;
+    } else {
+        bench::print_table(&r);
+    }
+    Ok(0)
+}
