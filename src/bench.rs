@@ -545,7 +545,7 @@ fn validate(opts: &BenchOptions) -> Result<()> {
             min >> 20
         )));
     }
-    if opts.size_bytes % 4096 != 0 {
+    if !opts.size_bytes.is_multiple_of(4096) {
         return Err(Error::bad(format!(
             "bench size {} bytes is not a multiple of 4096",
             opts.size_bytes

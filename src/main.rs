@@ -8,7 +8,11 @@ use nvstack::error::{Error, Result};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "nvstack", version, about = "A transactional block device on persistent memory (NVRAM)")]
+#[command(
+    name = "nvstack",
+    version,
+    about = "A transactional block device on persistent memory (NVRAM)"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -119,17 +123,32 @@ fn main() {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
-        Cmd::Format { image, size, block_size, lanes, protocol, ordering, force } => {
-            cli::blocks::format(&image, size, block_size, lanes, protocol, &ordering, force)
-        }
+        Cmd::Format {
+            image,
+            size,
+            block_size,
+            lanes,
+            protocol,
+            ordering,
+            force,
+        } => cli::blocks::format(&image, size, block_size, lanes, protocol, &ordering, force),
         Cmd::Info { image: None, json } => cli::info::host(json),
-        Cmd::Info { image: Some(p), json } => cli::info::image(&p, json),
-        Cmd::Write { image, lba, input, chunked } => {
-            cli::blocks::write(&image, lba, input.as_deref(), chunked)
-        }
-        Cmd::Read { image, lba, count, output } => {
-            cli::blocks::read(&image, lba, count, output.as_deref())
-        }
+        Cmd::Info {
+            image: Some(p),
+            json,
+        } => cli::info::image(&p, json),
+        Cmd::Write {
+            image,
+            lba,
+            input,
+            chunked,
+        } => cli::blocks::write(&image, lba, input.as_deref(), chunked),
+        Cmd::Read {
+            image,
+            lba,
+            count,
+            output,
+        } => cli::blocks::read(&image, lba, count, output.as_deref()),
         Cmd::Discard { image, lba, count } => cli::blocks::discard(&image, lba, count),
         Cmd::Check { image, json } => cli::blocks::check(&image, json),
         Cmd::Recover { image } => cli::blocks::recover(&image),

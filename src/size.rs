@@ -30,7 +30,7 @@ pub fn parse_size(text: &str) -> Result<u64> {
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (name, unit) in UNITS {
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{}", bytes / unit, name);
         }
     }
@@ -47,7 +47,15 @@ mod tests {
         assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
         assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
         assert_eq!(parse_size("3KiB").unwrap(), 3072);
-        for bad in ["", "MiB", "1.5GiB", "-1", "10MB", "1 G", "99999999999999999999"] {
+        for bad in [
+            "",
+            "MiB",
+            "1.5GiB",
+            "-1",
+            "10MB",
+            "1 G",
+            "99999999999999999999",
+        ] {
             assert!(parse_size(bad).is_err(), "{bad} accepted");
         }
         assert_eq!(format_size(1 << 30), "1GiB");

@@ -47,7 +47,9 @@ pub fn format(
 
 fn check_range(lba: u64, count: u64, blocks: u64, what: &str) -> Result<()> {
     if count == 0 {
-        return Err(Error::bad(format!("{what} of 0 blocks: --count must be at least 1")));
+        return Err(Error::bad(format!(
+            "{what} of 0 blocks: --count must be at least 1"
+        )));
     }
     if lba.checked_add(count).is_none_or(|end| end > blocks) {
         return Err(Error::bad(format!(
@@ -92,7 +94,11 @@ pub fn write(path: &Path, lba: u64, input: Option<&Path>, chunked: bool) -> Resu
     write_chunked(&disk, lba, &data)?;
     eprintln!(
         "wrote {n} blocks at LBA {lba}{}",
-        if n > ATOMIC_BLOCKS_MAX as u64 { " (atomic chunks of 64)" } else { " atomically" }
+        if n > ATOMIC_BLOCKS_MAX as u64 {
+            " (atomic chunks of 64)"
+        } else {
+            " atomically"
+        }
     );
     Ok(0)
 }
@@ -101,9 +107,14 @@ pub fn read(path: &Path, lba: u64, count: u64, output: Option<&Path>) -> Result<
     let disk = open_image_readonly(path, OpenOptions::default())?;
     check_range(lba, count, disk.blocks(), "read")?;
     let b = disk.block_bytes() as u64;
-    let bytes = count.checked_mul(b).filter(|&n| n <= 1 << 32).ok_or_else(|| {
-        Error::bad(format!("read of {count} blocks is more than 4 GiB: read it in parts"))
-    })?;
+    let bytes = count
+        .checked_mul(b)
+        .filter(|&n| n <= 1 << 32)
+        .ok_or_else(|| {
+            Error::bad(format!(
+                "read of {count} blocks is more than 4 GiB: read it in parts"
+            ))
+        })?;
     let mut buf = vec![0u8; bytes as usize];
     disk.read(lba, &mut buf)?;
     match output {
@@ -129,7 +140,11 @@ pub fn check(path: &Path, json: bool) -> Result<i32> {
         print_json(&r)?;
     } else {
         say!("image     {}", r.image)?;
-        say!("superblock {}; {}", r.superblock_copies[0], r.superblock_copies[1])?;
+        say!(
+            "superblock {}; {}",
+            r.superblock_copies[0],
+            r.superblock_copies[1]
+        )?;
         say!("protocol  {}, ordering {}", r.protocol, r.ordering)?;
         say!(
             "blocks    {} logical, {} pages: {} mapped, {} free (pool minus mapped)",

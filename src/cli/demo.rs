@@ -93,14 +93,27 @@ pub fn run(image: Option<PathBuf>, size: u64, json: bool) -> Result<i32> {
             (p.clone(), Cleanup(Some(p)))
         }
     };
-    let mut report = Report { image: path.display().to_string(), runs: vec![], cuts: vec![], ok: true };
+    let mut report = Report {
+        image: path.display().to_string(),
+        runs: vec![],
+        cuts: vec![],
+        ok: true,
+    };
     for (i, protocol) in [Protocol::Fast, Protocol::Paper].into_iter().enumerate() {
-        let fo = FormatOptions { protocol, ..Default::default() };
+        let fo = FormatOptions {
+            protocol,
+            ..Default::default()
+        };
         // The first format refuses an existing file (never overwrite without --force); the
         // second reuses the file this run created.
         format_image(&path, size, &fo, i > 0)?;
         if !json {
-            eprintln!("[{}] formatted {} ({} bytes)", protocol.name(), path.display(), size);
+            eprintln!(
+                "[{}] formatted {} ({} bytes)",
+                protocol.name(),
+                path.display(),
+                size
+            );
         }
         report.runs.push(workload(&path, protocol)?);
         for cut in cuts(protocol) {
@@ -110,7 +123,11 @@ pub fn run(image: Option<PathBuf>, size: u64, json: bool) -> Result<i32> {
         }
         let r = check_image(&path)?;
         let last = report.runs.last_mut().expect("pushed above");
-        last.check = if r.consistent { "consistent".into() } else { format!("DAMAGED: {:?}", r.findings) };
+        last.check = if r.consistent {
+            "consistent".into()
+        } else {
+            format!("DAMAGED: {:?}", r.findings)
+        };
         report.ok &= r.consistent;
     }
     if json {
@@ -119,7 +136,9 @@ pub fn run(image: Option<PathBuf>, size: u64, json: bool) -> Result<i32> {
         print_report(&report)?;
     }
     if !report.ok {
-        return Err(Error::finding("demo found a violation (see the report above)"));
+        return Err(Error::finding(
+            "demo found a violation (see the report above)",
+        ));
     }
     Ok(0)
 }
@@ -189,24 +208,66 @@ struct CutSpec {
 }
 
 fn cuts(p: Protocol) -> Vec<CutSpec> {
-    let c = |name, blocks, step, phase, nth| CutSpec { name, blocks, step, phase, nth };
+    let c = |name, blocks, step, phase, nth| CutSpec {
+        name,
+        blocks,
+        step,
+        phase,
+        nth,
+    };
     match p {
         Protocol::Fast => vec![
             c("F1 data half written", 1, Step::Data, Phase::Stored, 1),
             c("F2 data persisted", 1, Step::Data, Phase::Persisted, 1),
-            c("F3 map stored, not persisted", 1, Step::Map, Phase::Stored, 1),
+            c(
+                "F3 map stored, not persisted",
+                1,
+                Step::Map,
+                Phase::Stored,
+                1,
+            ),
             c("R2 record persisted", 64, Step::Record, Phase::Persisted, 1),
-            c("R3 map entries partly stored (10 of 64)", 64, Step::Map, Phase::Stored, 10),
-            c("R4 map persisted, record valid", 64, Step::Map, Phase::Persisted, 1),
+            c(
+                "R3 map entries partly stored (10 of 64)",
+                64,
+                Step::Map,
+                Phase::Stored,
+                10,
+            ),
+            c(
+                "R4 map persisted, record valid",
+                64,
+                Step::Map,
+                Phase::Persisted,
+                1,
+            ),
         ],
         Protocol::Paper => vec![
             c("S2 VPN journaled", 1, Step::JournalVpn, Phase::Persisted, 1),
             c("S4 L1 journaled", 1, Step::JournalL1, Phase::Persisted, 1),
-            c("S6 both replicas journaled", 1, Step::JournalL2, Phase::Persisted, 1),
+            c(
+                "S6 both replicas journaled",
+                1,
+                Step::JournalL2,
+                Phase::Persisted,
+                1,
+            ),
             c("S8 map checkpointed", 1, Step::Map, Phase::Persisted, 1),
             c("S10 L1 reset", 1, Step::ResetL1, Phase::Persisted, 1),
-            c("intent committed (64 blocks)", 64, Step::IntentCommit, Phase::Persisted, 1),
-            c("intent map partly stored (10 of 64)", 64, Step::Map, Phase::Stored, 10),
+            c(
+                "intent committed (64 blocks)",
+                64,
+                Step::IntentCommit,
+                Phase::Persisted,
+                1,
+            ),
+            c(
+                "intent map partly stored (10 of 64)",
+                64,
+                Step::Map,
+                Phase::Stored,
+                10,
+            ),
         ],
     }
 }
@@ -232,7 +293,13 @@ fn cut_and_recover(path: &Path, p: Protocol, cut: &CutSpec) -> Result<Cut> {
             Action::Continue
         }
     });
-    let d: Disk = open_image(path, OpenOptions { hook: Some(hook), ..Default::default() })?;
+    let d: Disk = open_image(
+        path,
+        OpenOptions {
+            hook: Some(hook),
+            ..Default::default()
+        },
+    )?;
     let mut new = Vec::new();
     for l in base..base + n {
         new.extend_from_slice(&tagged(l, 2));
@@ -241,7 +308,11 @@ fn cut_and_recover(path: &Path, p: Protocol, cut: &CutSpec) -> Result<Cut> {
     drop(d); // the power fails here
     let d = open_image(path, OpenOptions::default())?;
     let rep = d.recovery_report();
-    let recovery = if rep.actions.is_empty() { "nothing to do".to_string() } else { rep.actions.join("; ") };
+    let recovery = if rep.actions.is_empty() {
+        "nothing to do".to_string()
+    } else {
+        rep.actions.join("; ")
+    };
     let mut versions = std::collections::BTreeSet::new();
     let mut buf = vec![0u8; BLOCK];
     let mut torn = None;
@@ -281,7 +352,13 @@ fn print_report(r: &Report) -> Result<()> {
     say!("")?;
     say!(
         "{:<9} {:>9} {:>10} {:>13} {:>12} {:>12} {:>10}  check",
-        "protocol", "blocks", "writes", "writes/s", "fences/write", "reads ok", "reads/s"
+        "protocol",
+        "blocks",
+        "writes",
+        "writes/s",
+        "fences/write",
+        "reads ok",
+        "reads/s"
     )?;
     for x in &r.runs {
         say!(
@@ -298,11 +375,31 @@ fn print_report(r: &Report) -> Result<()> {
     }
     say!("")?;
     say!("Writes cut mid-protocol (power failure), then recovered:")?;
-    say!("{:<9} {:<10} {:<42} {:<22} recovery", "protocol", "write", "cut at", "after recovery")?;
+    say!(
+        "{:<9} {:<10} {:<42} {:<22} recovery",
+        "protocol",
+        "write",
+        "cut at",
+        "after recovery"
+    )?;
     for c in &r.cuts {
-        say!("{:<9} {:<10} {:<42} {:<22} {}", c.protocol, c.write, c.cut_at, c.outcome, c.recovery)?;
+        say!(
+            "{:<9} {:<10} {:<42} {:<22} {}",
+            c.protocol,
+            c.write,
+            c.cut_at,
+            c.outcome,
+            c.recovery
+        )?;
     }
     say!("")?;
-    say!("result: {}", if r.ok { "OK: every cut write is all old or all new; images check consistent" } else { "FAILED" })?;
+    say!(
+        "result: {}",
+        if r.ok {
+            "OK: every cut write is all old or all new; images check consistent"
+        } else {
+            "FAILED"
+        }
+    )?;
     Ok(())
 }

@@ -49,7 +49,10 @@ pub fn host(json: bool) -> Result<i32> {
         yn(h.cpu.avx2),
         yn(h.cpu.avx512f)
     )?;
-    say!("  chosen line flush     {} (best of clwb > clflushopt > clflush)", h.best_flush)?;
+    say!(
+        "  chosen line flush     {} (best of clwb > clflushopt > clflush)",
+        h.best_flush
+    )?;
     say!("  non-temporal copy     {} + sfence", h.nt_copy)?;
     say!("  page size             {} B", h.page_bytes)?;
     say!(
@@ -64,7 +67,11 @@ pub fn host(json: bool) -> Result<i32> {
             p.data.name(),
             p.map.name(),
             p.journal.name(),
-            if p.name == h.default_policy { "  (default)" } else { "" }
+            if p.name == h.default_policy {
+                "  (default)"
+            } else {
+                ""
+            }
         )?;
     }
     say!("  {}", h.not_available)?;
@@ -102,8 +109,15 @@ pub fn image(path: &Path, json: bool) -> Result<i32> {
         return Ok(0);
     }
     say!("image        {}", info.image)?;
-    say!("format       nvstack v{}", nvstack::nvramdisk::layout::FORMAT_VERSION)?;
-    say!("region       {} ({} bytes)", format_size(g.region_bytes), g.region_bytes)?;
+    say!(
+        "format       nvstack v{}",
+        nvstack::nvramdisk::layout::FORMAT_VERSION
+    )?;
+    say!(
+        "region       {} ({} bytes)",
+        format_size(g.region_bytes),
+        g.region_bytes
+    )?;
     say!(
         "blocks       {} x {} B = {} ({:.2} % of the region)",
         g.blocks,
@@ -111,7 +125,11 @@ pub fn image(path: &Path, json: bool) -> Result<i32> {
         format_size(g.blocks * g.block_bytes as u64),
         g.usable_fraction() * 100.0
     )?;
-    say!("pages        {} ({} shadow pages reserved)", g.pages, g.pages - g.blocks)?;
+    say!(
+        "pages        {} ({} shadow pages reserved)",
+        g.pages,
+        g.pages - g.blocks
+    )?;
     say!("lanes        {}", g.lanes)?;
     say!("protocol     {}", info.protocol)?;
     say!(
@@ -128,7 +146,11 @@ pub fn image(path: &Path, json: bool) -> Result<i32> {
         g.data_off,
         g.sb2_off
     )?;
-    say!("mapped       {} blocks, {} pages free", info.mapped_blocks, info.free_pages)?;
+    say!(
+        "mapped       {} blocks, {} pages free",
+        info.mapped_blocks,
+        info.free_pages
+    )?;
     if info.pending_recovery.is_empty() {
         say!("recovery     none pending")?;
     }

@@ -11,7 +11,9 @@ use std::io::Write;
 /// Write to stdout; a closed pipe is an environment error, never a panic.
 pub fn out(bytes: &[u8]) -> Result<()> {
     let mut o = std::io::stdout().lock();
-    o.write_all(bytes).and_then(|_| o.flush()).map_err(|e| Error::env(format!("stdout: {e}")))
+    o.write_all(bytes)
+        .and_then(|_| o.flush())
+        .map_err(|e| Error::env(format!("stdout: {e}")))
 }
 
 /// Print a line to stdout.

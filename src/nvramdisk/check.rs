@@ -4,8 +4,8 @@
 //! (consistent, exit 0).
 
 use super::disk::{
-    read_fast_record, read_paper_intent, NvramDisk, OpenOptions, LBA_NULL,
-    PAPER_INTENT_COMMIT, PAPER_L1, PAPER_L2, PAPER_VPN,
+    read_fast_record, read_paper_intent, NvramDisk, OpenOptions, LBA_NULL, PAPER_INTENT_COMMIT,
+    PAPER_L1, PAPER_L2, PAPER_VPN,
 };
 use super::entry::Entry;
 use super::layout::{Geometry, Protocol, Superblock, SB_PAGE_BYTES, SB_USED_BYTES};
@@ -35,7 +35,8 @@ pub struct CheckReport {
 }
 
 fn entry_valid(g: &Geometry, lba: u64, raw: u64) -> bool {
-    lba < g.blocks && Entry::decode(lba, raw).is_ok_and(|e| e.vpn.is_none_or(|v| (v as u64) < g.pages))
+    lba < g.blocks
+        && Entry::decode(lba, raw).is_ok_and(|e| e.vpn.is_none_or(|v| (v as u64) < g.pages))
 }
 
 /// Check one lane's journal slot before recovery touches it.
@@ -67,7 +68,9 @@ fn check_slot<R: Region + ?Sized>(
                     "journal record of lane {lane}: L1 = L2 = {l1} but the VPN field {vpn:#x} is not a valid map entry for it"
                 ));
             } else if l1 == l2 && l1 != LBA_NULL {
-                pending.push(format!("lane {lane}: write of LBA {l1} journaled (L1 = L2): recovery will redo it"));
+                pending.push(format!(
+                    "lane {lane}: write of LBA {l1} journaled (L1 = L2): recovery will redo it"
+                ));
             } else if l1 != LBA_NULL || l2 != LBA_NULL {
                 pending.push(format!(
                     "lane {lane}: interrupted journal update (L1 {l1:#x}, L2 {l2:#x}): recovery will reset it"
@@ -130,9 +133,14 @@ pub fn check_image(path: &Path) -> Result<CheckReport> {
                 path.display()
             )))
         }
-        Err(TryLockError::Error(e)) => return Err(Error::env(format!("{}: cannot lock: {e}", path.display()))),
+        Err(TryLockError::Error(e)) => {
+            return Err(Error::env(format!("{}: cannot lock: {e}", path.display())))
+        }
     }
-    let len = file.metadata().map_err(|e| Error::env(format!("{}: {e}", path.display())))?.len();
+    let len = file
+        .metadata()
+        .map_err(|e| Error::env(format!("{}: {e}", path.display())))?
+        .len();
     if len < 2 * SB_PAGE_BYTES || len % 4096 != 0 {
         return Err(Error::bad(format!(
             "{}: file is {len} bytes: not an nvstack image",
@@ -154,7 +162,10 @@ pub fn check_image(path: &Path) -> Result<CheckReport> {
     let sb_copies = [describe(0), describe(1)];
     let (sb, good) = match (&decoded[0], &decoded[1]) {
         (Err(e1), Err(_)) => {
-            return Err(Error::bad(format!("{}: no valid superblock copy: {e1}", path.display())))
+            return Err(Error::bad(format!(
+                "{}: no valid superblock copy: {e1}",
+                path.display()
+            )))
         }
         (Ok(a), Ok(b)) => {
             if a != b {
@@ -163,7 +174,10 @@ pub fn check_image(path: &Path) -> Result<CheckReport> {
             (*a, 0)
         }
         (Ok(a), Err(e)) => {
-            findings.push(format!("superblock copy 2 (offset {}) is damaged: {e}", offs[1]));
+            findings.push(format!(
+                "superblock copy 2 (offset {}) is damaged: {e}",
+                offs[1]
+            ));
             (*a, 0)
         }
         (Err(e), Ok(b)) => {
@@ -180,12 +194,22 @@ pub fn check_image(path: &Path) -> Result<CheckReport> {
         check_slot(&region, &g, sb.protocol, lane, &mut findings, &mut pending);
     }
     let region = Arc::new(region);
-    let disk = NvramDisk::open(region.clone(), OpenOptions { allow_damaged: true, ..Default::default() })?;
+    let disk = NvramDisk::open(
+        region.clone(),
+        OpenOptions {
+            allow_damaged: true,
+            ..Default::default()
+        },
+    )?;
     let rep = disk.recovery_report().clone();
     // The map is scanned after recovery: an entry torn mid-update that recovery redoes is
     // a crash state, not damage.
     findings.extend(rep.map_findings.iter().cloned());
-    assert_eq!(rep.mapped_blocks + rep.free_pages, g.pages, "pages are mapped or free");
+    assert_eq!(
+        rep.mapped_blocks + rep.free_pages,
+        g.pages,
+        "pages are mapped or free"
+    );
     Ok(CheckReport {
         image: path.display().to_string(),
         consistent: findings.is_empty(),

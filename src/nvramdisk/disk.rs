@@ -200,7 +200,9 @@ fn random_uuid() -> [u8; 16] {
             return u;
         }
     }
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     u[..16].copy_from_slice(&t.as_nanos().to_le_bytes());
     u
 }
@@ -274,8 +276,11 @@ fn fast_record_crc(rec: &[u8]) -> u32 {
     crc32c::crc32c_append(c, &rec[16..])
 }
 
-/// A decoded fast-protocol record, if its slot holds a complete one.
-pub fn read_fast_record<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, Vec<(u64, u64, u64)>)> {
+/// A fast record's entries: (lba, old entry, new entry).
+pub type RecordEntries = Vec<(u64, u64, u64)>;
+
+/// A decoded fast-protocol record (seq, entries), if its slot holds a complete one.
+pub fn read_fast_record<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, RecordEntries)> {
     let seq = r.load_u64(slot);
     if seq == 0 {
         return None;
@@ -324,7 +329,10 @@ pub fn read_paper_intent<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, V
     let entries = body
         .chunks_exact(16)
         .map(|c| {
-            (u64::from_le_bytes(c[0..8].try_into().unwrap()), u64::from_le_bytes(c[8..16].try_into().unwrap()))
+            (
+                u64::from_le_bytes(c[0..8].try_into().unwrap()),
+                u64::from_le_bytes(c[8..16].try_into().unwrap()),
+            )
         })
         .collect();
     Some((commit, entries))
@@ -348,7 +356,11 @@ impl<R: Region> NvramDisk<R> {
                     (geo.map_off, geo.map_bytes()),
                     (geo.data_off, geo.pages * geo.block_bytes as u64),
                 ];
-                Mutex::new(Lane { id: i, domain: CommitDomain::new(i, &ranges, oo.latency), seq: 0 })
+                Mutex::new(Lane {
+                    id: i,
+                    domain: CommitDomain::new(i, &ranges, oo.latency),
+                    seq: 0,
+                })
             })
             .collect();
         let free = (0..geo.lanes).map(|_| Mutex::new(Vec::new())).collect();
@@ -422,7 +434,9 @@ impl<R: Region> NvramDisk<R> {
 
     fn alive(&self) -> Result<()> {
         if self.crashed.load(Ordering::Acquire) {
-            return Err(Error::env("device stopped at an injected stop point: reopen it to recover"));
+            return Err(Error::env(
+                "device stopped at an injected stop point: reopen it to recover",
+            ));
         }
         Ok(())
     }
@@ -430,7 +444,14 @@ impl<R: Region> NvramDisk<R> {
     #[inline]
     fn ev(&self, step: Step, phase: Phase, off: u64, len: u64, lba: u64) -> Result<()> {
         if let Some(h) = &self.hook {
-            if h(&Event { step, phase, off, len, lba }) == Action::Stop {
+            if h(&Event {
+                step,
+                phase,
+                off,
+                len,
+                lba,
+            }) == Action::Stop
+            {
                 self.crashed.store(true, Ordering::Release);
                 return Err(Error::Stopped(0));
             }
@@ -473,7 +494,10 @@ impl<R: Region> NvramDisk<R> {
                 }
             }
             rounds += 1;
-            assert!(rounds < 10_000_000, "free pages exhausted: shadow pool invariant broken");
+            assert!(
+                rounds < 10_000_000,
+                "free pages exhausted: shadow pool invariant broken"
+            );
             if got < n {
                 std::thread::yield_now();
             }
@@ -514,7 +538,9 @@ impl<R: Region> NvramDisk<R> {
                 )));
             }
             if lbas[..i].contains(&l) {
-                return Err(Error::bad(format!("LBA {l} appears twice in one atomic write")));
+                return Err(Error::bad(format!(
+                    "LBA {l} appears twice in one atomic write"
+                )));
             }
         }
         Ok(())
@@ -543,11 +569,18 @@ impl<R: Region> NvramDisk<R> {
         // Step Data: the new contents go to shadow pages nobody references.
         for i in 0..n {
             let off = self.geo.page_off(pages[i]);
-            lane.domain.store(r, self.ordering.data, off, &data[i * b..(i + 1) * b]);
+            lane.domain
+                .store(r, self.ordering.data, off, &data[i * b..(i + 1) * b]);
             self.ev(Step::Data, Phase::Stored, off, b as u64, lbas[i])?;
         }
         lane.domain.commit(r);
-        self.ev(Step::Data, Phase::Persisted, self.geo.page_off(pages[0]), b as u64, lbas[0])?;
+        self.ev(
+            Step::Data,
+            Phase::Persisted,
+            self.geo.page_off(pages[0]),
+            b as u64,
+            lbas[0],
+        )?;
         self.commit_entries(&mut lane, lbas, Some(&pages[..n]))?;
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.blocks_written.fetch_add(n as u64, Ordering::Relaxed);
@@ -571,7 +604,7 @@ impl<R: Region> NvramDisk<R> {
             let raw = r.load_u64(self.geo.map_entry_off(lba));
             let e = match Entry::decode(lba, raw) {
                 Ok(e) => e,
-                Err(()) => {
+                Err(_) => {
                     if let Some(p) = pages {
                         lock(&self.free[lane.id as usize]).extend_from_slice(p);
                     }
@@ -583,7 +616,10 @@ impl<R: Region> NvramDisk<R> {
                 continue; // discarding a block that holds no page changes nothing
             }
             if let Some(old) = e.vpn {
-                assert!((old as u64) < self.geo.pages, "map entry of LBA {lba} names page {old}");
+                assert!(
+                    (old as u64) < self.geo.pages,
+                    "map entry of LBA {lba} names page {old}"
+                );
                 freed[freed_n] = old;
                 freed_n += 1;
             }
@@ -634,7 +670,13 @@ impl<R: Region> NvramDisk<R> {
             self.ev(Step::Map, Phase::Stored, off, 8, lbas[i])?;
         }
         lane.domain.commit(r);
-        self.ev(Step::Map, Phase::Persisted, self.geo.map_entry_off(lbas[0]), 8, lbas[0])?;
+        self.ev(
+            Step::Map,
+            Phase::Persisted,
+            self.geo.map_entry_off(lbas[0]),
+            8,
+            lbas[0],
+        )?;
         // Retire the record. Not fenced: once the map is durable the record is redundant, and
         // a stale record can never apply (its `old` values carry generations that are gone).
         lane.domain.store_u64(r, o.journal, slot, 0);
@@ -682,7 +724,13 @@ impl<R: Region> NvramDisk<R> {
         d.store(r, o.journal, ioff, &intent[..len]);
         self.ev(Step::IntentRecord, Phase::Stored, ioff, len as u64, lbas[0])?;
         d.commit(r);
-        self.ev(Step::IntentRecord, Phase::Persisted, ioff, len as u64, lbas[0])?;
+        self.ev(
+            Step::IntentRecord,
+            Phase::Persisted,
+            ioff,
+            len as u64,
+            lbas[0],
+        )?;
         let coff = slot + PAPER_INTENT_COMMIT;
         d.store_u64(r, o.journal, coff, lane.seq);
         self.ev(Step::IntentCommit, Phase::Stored, coff, 8, lbas[0])?;
@@ -694,7 +742,13 @@ impl<R: Region> NvramDisk<R> {
             self.ev(Step::Map, Phase::Stored, off, 8, lbas[i])?;
         }
         d.commit(r);
-        self.ev(Step::Map, Phase::Persisted, self.geo.map_entry_off(lbas[0]), 8, lbas[0])?;
+        self.ev(
+            Step::Map,
+            Phase::Persisted,
+            self.geo.map_entry_off(lbas[0]),
+            8,
+            lbas[0],
+        )?;
         d.store_u64(r, o.journal, coff, 0);
         self.ev(Step::IntentClear, Phase::Stored, coff, 8, lbas[0])?;
         d.commit(r);
@@ -707,14 +761,17 @@ impl<R: Region> NvramDisk<R> {
     pub fn read_blocks(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
         self.alive()?;
         let b = self.geo.block_bytes as usize;
-        if buf.is_empty() || buf.len() % b != 0 {
+        if buf.is_empty() || !buf.len().is_multiple_of(b) {
             return Err(Error::bad(format!(
                 "read buffer of {} bytes is not a positive multiple of the block size {b}",
                 buf.len()
             )));
         }
         let count = (buf.len() / b) as u64;
-        if lba.checked_add(count).is_none_or(|end| end > self.geo.blocks) {
+        if lba
+            .checked_add(count)
+            .is_none_or(|end| end > self.geo.blocks)
+        {
             return Err(Error::bad(format!(
                 "read of LBA {lba}..{} out of range: the device has {} blocks",
                 lba.saturating_add(count),
@@ -761,7 +818,11 @@ impl<R: Region> NvramDisk<R> {
     /// zeros afterwards and their pages return to the free pool.
     pub fn discard_blocks(&self, lba: u64, count: u64) -> Result<()> {
         self.alive()?;
-        if count == 0 || lba.checked_add(count).is_none_or(|end| end > self.geo.blocks) {
+        if count == 0
+            || lba
+                .checked_add(count)
+                .is_none_or(|end| end > self.geo.blocks)
+        {
             return Err(Error::bad(format!(
                 "discard of {count} blocks at LBA {lba} out of range: the device has {} blocks",
                 self.geo.blocks
@@ -808,14 +869,15 @@ impl<R: Region> NvramDisk<R> {
                     let l2 = r.load_u64(slot + PAPER_L2);
                     let valid_entry = |lba: u64| match Entry::decode(lba, vpn) {
                         Ok(e) => e.vpn.is_none_or(|v| (v as u64) < g.pages),
-                        Err(()) => false,
+                        Err(_) => false,
                     };
                     if l1 == l2 && l1 < g.blocks && vpn != NEVER_WRITTEN && valid_entry(l1) {
                         let off = g.map_entry_off(l1);
                         d.store_u64(r, self.ordering.map, off, vpn);
                         d.commit(r);
                         rep.redone += 1;
-                        rep.actions.push(format!("lane {id}: redo, map[{l1}] := {vpn:#x}"));
+                        rep.actions
+                            .push(format!("lane {id}: redo, map[{l1}] := {vpn:#x}"));
                     } else if l1 != LBA_NULL || l2 != LBA_NULL {
                         rep.undone += 1;
                         rep.actions.push(format!(
@@ -836,8 +898,9 @@ impl<R: Region> NvramDisk<R> {
                             Some((_, entries))
                                 if entries.iter().all(|&(lba, new)| {
                                     lba < g.blocks
-                                        && Entry::decode(lba, new)
-                                            .is_ok_and(|e| e.vpn.is_none_or(|v| (v as u64) < g.pages))
+                                        && Entry::decode(lba, new).is_ok_and(|e| {
+                                            e.vpn.is_none_or(|v| (v as u64) < g.pages)
+                                        })
                                 }) =>
                             {
                                 for &(lba, new) in &entries {
@@ -894,7 +957,8 @@ impl<R: Region> NvramDisk<R> {
                         }
                         None => {
                             rep.undone += 1;
-                            rep.actions.push(format!("lane {id}: torn record discarded"));
+                            rep.actions
+                                .push(format!("lane {id}: torn record discarded"));
                         }
                     }
                     let d = &mut lane.domain;
@@ -917,7 +981,9 @@ impl<R: Region> NvramDisk<R> {
         rep.map_findings = scan.findings;
         let lanes = self.free.len();
         let per_lane = (g.pages as usize).div_ceil(lanes);
-        let mut lists: Vec<Vec<u32>> = (0..lanes).map(|_| Vec::with_capacity(per_lane * 2)).collect();
+        let mut lists: Vec<Vec<u32>> = (0..lanes)
+            .map(|_| Vec::with_capacity(per_lane * 2))
+            .collect();
         let mut free_count = 0;
         for v in 0..g.pages as usize {
             if used[v / 64] & (1 << (v % 64)) == 0 {
@@ -932,7 +998,11 @@ impl<R: Region> NvramDisk<R> {
         }
         rep.mapped_blocks = mapped;
         rep.free_pages = free_count;
-        assert_eq!(mapped + free_count, g.pages, "pages are either mapped or free");
+        assert_eq!(
+            mapped + free_count,
+            g.pages,
+            "pages are either mapped or free"
+        );
         Ok(rep)
     }
 }
@@ -951,7 +1021,7 @@ impl<R: Region> BlockDevice for NvramDisk<R> {
     /// [`write_chunked`]).
     fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
         let b = self.geo.block_bytes as usize;
-        if data.is_empty() || data.len() % b != 0 {
+        if data.is_empty() || !data.len().is_multiple_of(b) {
             return Err(Error::bad(format!(
                 "write of {} bytes is not a positive multiple of the block size {b}",
                 data.len()
@@ -963,7 +1033,10 @@ impl<R: Region> BlockDevice for NvramDisk<R> {
                 "write of {n} blocks exceeds the atomic limit of {ATOMIC_BLOCKS_MAX} blocks"
             )));
         }
-        if lba.checked_add(n as u64).is_none_or(|end| end > self.geo.blocks) {
+        if lba
+            .checked_add(n as u64)
+            .is_none_or(|end| end > self.geo.blocks)
+        {
             return Err(Error::bad(format!(
                 "write of LBA {lba}..{} out of range: the device has {} blocks",
                 lba.saturating_add(n as u64),
@@ -1024,7 +1097,9 @@ pub fn scan_map<R: Region + ?Sized>(r: &R, g: &Geometry) -> MapScan {
             continue;
         }
         let Ok(e) = Entry::decode(lba, raw) else {
-            findings.push(format!("map entry of LBA {lba} is corrupt ({raw:#018x} fails its check bits)"));
+            findings.push(format!(
+                "map entry of LBA {lba} is corrupt ({raw:#018x} fails its check bits)"
+            ));
             continue;
         };
         let Some(v) = e.vpn else { continue };
@@ -1046,7 +1121,9 @@ pub fn scan_map<R: Region + ?Sized>(r: &R, g: &Geometry) -> MapScan {
                 None => format!("page {v} is mapped twice (LBA {lba} and an earlier one)"),
             });
             if findings.len() >= FINDINGS_MAX {
-                findings.push(format!("more than {FINDINGS_MAX} findings: stopped listing"));
+                findings.push(format!(
+                    "more than {FINDINGS_MAX} findings: stopped listing"
+                ));
                 break;
             }
             continue;
@@ -1054,7 +1131,11 @@ pub fn scan_map<R: Region + ?Sized>(r: &R, g: &Geometry) -> MapScan {
         used[w] |= bit;
         mapped += 1;
     }
-    MapScan { used, mapped, findings }
+    MapScan {
+        used,
+        mapped,
+        findings,
+    }
 }
 
 /// Offsets of the superblock copies (for tests and `check`).

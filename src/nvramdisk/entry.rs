@@ -18,6 +18,10 @@ const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
 const MAPPED_BIT: u64 = 1 << 55;
 const BODY_MASK: u64 = (1 << 56) - 1;
 
+/// An entry word whose check bits do not match (a flipped bit, or a word of another LBA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CorruptEntry;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     pub vpn: Option<u32>,
@@ -33,7 +37,11 @@ const CRC8_TABLE: [u8; 256] = {
         let mut c = i as u8;
         let mut k = 0;
         while k < 8 {
-            c = if c & 0x80 != 0 { (c << 1) ^ 0x2f } else { c << 1 };
+            c = if c & 0x80 != 0 {
+                (c << 1) ^ 0x2f
+            } else {
+                c << 1
+            };
             k += 1;
         }
         t[i] = c;
@@ -44,7 +52,11 @@ const CRC8_TABLE: [u8; 256] = {
 
 fn check_bits(lba: u64, body: u64) -> u64 {
     let mut c: u8 = 0xff;
-    for b in lba.to_le_bytes().iter().chain(body.to_le_bytes()[..7].iter()) {
+    for b in lba
+        .to_le_bytes()
+        .iter()
+        .chain(body.to_le_bytes()[..7].iter())
+    {
         c = CRC8_TABLE[(c ^ b) as usize];
     }
     c as u64
@@ -62,19 +74,19 @@ impl Entry {
         raw
     }
 
-    /// Decode the entry of `lba`; Err(()) when the check bits do not match.
-    pub fn decode(lba: u64, raw: u64) -> Result<Entry, ()> {
+    /// Decode the entry of `lba`; Err(CorruptEntry) when the check bits do not match.
+    pub fn decode(lba: u64, raw: u64) -> Result<Entry, CorruptEntry> {
         if raw == NEVER_WRITTEN {
             return Ok(Entry { vpn: None, gen: 0 });
         }
         let body = raw & BODY_MASK;
         if raw >> 56 != check_bits(lba, body) {
-            return Err(());
+            return Err(CorruptEntry);
         }
         let gen = ((body >> 32) & GEN_MASK) as u32;
         let vpn = (body & MAPPED_BIT != 0).then_some(body as u32);
         if vpn.is_none() && body as u32 != 0 {
-            return Err(()); // an unmapped entry carries no page number
+            return Err(CorruptEntry); // an unmapped entry carries no page number
         }
         Ok(Entry { vpn, gen })
     }
@@ -95,10 +107,16 @@ mod tests {
 
     #[test]
     fn roundtrip_and_detection() {
-        let e = Entry { vpn: Some(12345), gen: 77 };
+        let e = Entry {
+            vpn: Some(12345),
+            gen: 77,
+        };
         let raw = e.encode(9);
         assert_eq!(Entry::decode(9, raw), Ok(e));
-        assert!(Entry::decode(10, raw).is_err(), "entry of another LBA must not decode");
+        assert!(
+            Entry::decode(10, raw).is_err(),
+            "entry of another LBA must not decode"
+        );
         let mut flips_caught = 0;
         for bit in 0..64 {
             if Entry::decode(9, raw ^ (1 << bit)).is_err() {
@@ -109,6 +127,14 @@ mod tests {
         let u = Entry { vpn: None, gen: 3 };
         assert_eq!(Entry::decode(5, u.encode(5)), Ok(u));
         assert_eq!(Entry::decode(5, 0), Ok(Entry { vpn: None, gen: 0 }));
-        assert_eq!(Entry { vpn: None, gen: GEN_MASK as u32 }.next(None).gen, 1);
+        assert_eq!(
+            Entry {
+                vpn: None,
+                gen: GEN_MASK as u32
+            }
+            .next(None)
+            .gen,
+            1
+        );
     }
 }

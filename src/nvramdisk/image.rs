@@ -17,7 +17,11 @@ use std::sync::Arc;
 pub type Disk = NvramDisk<MmapRegion>;
 
 fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
-    let r = if exclusive { file.try_lock() } else { file.try_lock_shared() };
+    let r = if exclusive {
+        file.try_lock()
+    } else {
+        file.try_lock_shared()
+    };
     match r {
         Ok(()) => Ok(()),
         Err(TryLockError::WouldBlock) => Err(Error::env(format!(
@@ -87,8 +91,12 @@ fn read_copies(file: &File, path: &Path, len: u64) -> Result<(Vec<u8>, Vec<u8>)>
     let mut c1 = vec![0u8; SB_USED_BYTES];
     let mut c2 = vec![0u8; SB_USED_BYTES];
     let rd = |buf: &mut [u8], off: u64| {
-        file.read_exact_at(buf, off)
-            .map_err(|e| Error::bad(format!("{}: cannot read superblock at {off}: {e}", path.display())))
+        file.read_exact_at(buf, off).map_err(|e| {
+            Error::bad(format!(
+                "{}: cannot read superblock at {off}: {e}",
+                path.display()
+            ))
+        })
     };
     rd(&mut c1, 0)?;
     rd(&mut c2, len - SB_PAGE_BYTES)?;
@@ -96,13 +104,17 @@ fn read_copies(file: &File, path: &Path, len: u64) -> Result<(Vec<u8>, Vec<u8>)>
 }
 
 fn open_file(path: &Path, write: bool) -> Result<File> {
-    FsOpen::new().read(true).write(write).open(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            Error::bad(format!("{}: no such image", path.display()))
-        } else {
-            Error::env(format!("{}: cannot open: {e}", path.display()))
-        }
-    })
+    FsOpen::new()
+        .read(true)
+        .write(write)
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::bad(format!("{}: no such image", path.display()))
+            } else {
+                Error::env(format!("{}: cannot open: {e}", path.display()))
+            }
+        })
 }
 
 /// Open an image for writing: exclusive lock, shared mapping, recovery runs on the media.

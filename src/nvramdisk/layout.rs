@@ -51,7 +51,9 @@ impl Protocol {
         match s {
             "fast" => Ok(Protocol::Fast),
             "paper" => Ok(Protocol::Paper),
-            _ => Err(Error::bad(format!("unknown protocol '{s}': expected fast or paper"))),
+            _ => Err(Error::bad(format!(
+                "unknown protocol '{s}': expected fast or paper"
+            ))),
         }
     }
 }
@@ -88,10 +90,12 @@ impl Geometry {
             )));
         }
         if lanes == 0 || lanes > LANES_MAX {
-            return Err(Error::bad(format!("bad lane count {lanes}: must be 1 to {LANES_MAX}")));
+            return Err(Error::bad(format!(
+                "bad lane count {lanes}: must be 1 to {LANES_MAX}"
+            )));
         }
         let align = (block_bytes as u64).max(4096);
-        if region_bytes % align != 0 {
+        if !region_bytes.is_multiple_of(align) {
             return Err(Error::bad(format!(
                 "bad size {region_bytes}: must be a multiple of {align} bytes"
             )));
@@ -267,7 +271,8 @@ impl Superblock {
                  {region_bytes} bytes, {block_bytes}-byte blocks, {lanes} lanes ({g:?})"
             ));
         }
-        let protocol = Protocol::from_id(b[80]).ok_or_else(|| format!("unknown protocol id {}", b[80]))?;
+        let protocol =
+            Protocol::from_id(b[80]).ok_or_else(|| format!("unknown protocol id {}", b[80]))?;
         let ordering_id = b[81];
         if crate::pmem::ordering::policy_by_id(ordering_id).is_none() {
             return Err(format!("unknown ordering id {ordering_id}"));
@@ -277,7 +282,13 @@ impl Superblock {
         }
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[88..104]);
-        Ok(Superblock { geometry: g, protocol, ordering_id, uuid, created_unix_s: get_u64(b, 104) })
+        Ok(Superblock {
+            geometry: g,
+            protocol,
+            ordering_id,
+            uuid,
+            created_unix_s: get_u64(b, 104),
+        })
     }
 }
 
@@ -288,7 +299,11 @@ mod tests {
     #[test]
     fn one_gib_is_at_least_99_5_percent_usable() {
         let g = Geometry::compute(1 << 30, 4096, LANES_DEFAULT).unwrap();
-        assert!(g.usable_fraction() >= 0.995, "usable {}", g.usable_fraction());
+        assert!(
+            g.usable_fraction() >= 0.995,
+            "usable {}",
+            g.usable_fraction()
+        );
         assert!(g.data_off + g.pages * 4096 <= g.sb2_off);
         assert!(g.map_off + g.blocks * 8 <= g.data_off);
     }
@@ -298,7 +313,9 @@ mod tests {
         assert!(Geometry::compute(1 << 20, 3000, 8).is_err());
         assert!(Geometry::compute(1 << 20, 4096, 0).is_err());
         assert!(Geometry::compute((1 << 20) + 100, 4096, 8).is_err());
-        let e = Geometry::compute(64 << 10, 4096, 8).unwrap_err().to_string();
+        let e = Geometry::compute(64 << 10, 4096, 8)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no room"), "{e}");
     }
 
@@ -316,13 +333,21 @@ mod tests {
         assert_eq!(Superblock::decode(&b, 8 << 20).unwrap(), sb);
         let mut bad = b;
         bad[0] = b'X';
-        assert!(Superblock::decode(&bad, 8 << 20).unwrap_err().contains("magic"));
+        assert!(Superblock::decode(&bad, 8 << 20)
+            .unwrap_err()
+            .contains("magic"));
         let mut bad = b;
         bad[8] = 9;
-        assert!(Superblock::decode(&bad, 8 << 20).unwrap_err().contains("version"));
+        assert!(Superblock::decode(&bad, 8 << 20)
+            .unwrap_err()
+            .contains("version"));
         let mut bad = b;
         bad[40] ^= 1;
-        assert!(Superblock::decode(&bad, 8 << 20).unwrap_err().contains("checksum"));
-        assert!(Superblock::decode(&b, 4 << 20).unwrap_err().contains("truncated"));
+        assert!(Superblock::decode(&bad, 8 << 20)
+            .unwrap_err()
+            .contains("checksum"));
+        assert!(Superblock::decode(&b, 4 << 20)
+            .unwrap_err()
+            .contains("truncated"));
     }
 }

@@ -3,9 +3,9 @@
 //! chosen at format time: the paper's (Table 2) and nvstack's fast one. docs/format.md is the
 //! specification.
 
+pub mod check;
 pub mod disk;
 pub mod entry;
-pub mod check;
 pub mod hooks;
 pub mod image;
 pub mod layout;

@@ -5,8 +5,8 @@
 
 use std::arch::asm;
 use std::arch::x86_64::{
-    __cpuid, __cpuid_count, _mm256_loadu_si256, _mm256_stream_si256, _mm_clflush,
-    _mm_loadu_si128, _mm_sfence, _mm_stream_si128, _mm_stream_si64,
+    __cpuid, __cpuid_count, _mm256_loadu_si256, _mm256_stream_si256, _mm_clflush, _mm_loadu_si128,
+    _mm_sfence, _mm_stream_si128, _mm_stream_si64,
 };
 use std::sync::OnceLock;
 
@@ -142,12 +142,15 @@ pub unsafe fn nt_store_u64(dst: *mut u64, v: u64) {
 /// # Safety
 /// `dst..dst+len` must be inside a live writable mapping, `src..src+len` readable, no overlap.
 pub unsafe fn nt_copy(dst: *mut u8, src: *const u8, len: usize) {
-    assert!(dst as usize % 8 == 0 && len % 8 == 0, "nt_copy needs 8-byte alignment");
+    assert!(
+        (dst as usize).is_multiple_of(8) && len.is_multiple_of(8),
+        "nt_copy needs 8-byte alignment"
+    );
     let mut d = dst;
     let mut s = src;
     let mut n = len;
     // Head: 8-byte stores until dst is 32-byte aligned.
-    while n >= 8 && (d as usize) % 32 != 0 {
+    while n >= 8 && !(d as usize).is_multiple_of(32) {
         // SAFETY: inside the caller's ranges; d is 8-aligned.
         unsafe {
             nt_store_u64(d as *mut u64, (s as *const u64).read_unaligned());

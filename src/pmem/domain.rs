@@ -51,14 +51,21 @@ pub struct CommitDomain {
 impl CommitDomain {
     /// Register a domain over `ranges` (start, length in bytes).
     pub fn new(id: u32, ranges: &[(u64, u64)], latency: LatencyInjection) -> CommitDomain {
-        assert!(!ranges.is_empty() && ranges.len() <= DOMAIN_RANGES_MAX, "1 to 4 ranges");
+        assert!(
+            !ranges.is_empty() && ranges.len() <= DOMAIN_RANGES_MAX,
+            "1 to 4 ranges"
+        );
         let mut r = [(0, 0); DOMAIN_RANGES_MAX];
         r[..ranges.len()].copy_from_slice(ranges);
         CommitDomain {
             id,
             ranges: r,
             ranges_count: ranges.len(),
-            dirty: [Extent { off: 0, len: 0, kind: FlushKind::Clflush }; DIRTY_EXTENTS_MAX],
+            dirty: [Extent {
+                off: 0,
+                len: 0,
+                kind: FlushKind::Clflush,
+            }; DIRTY_EXTENTS_MAX],
             dirty_count: 0,
             pending_lines: 0,
             latency,
@@ -80,14 +87,21 @@ impl CommitDomain {
 
     /// Lines dirtied by cached stores and not yet flushed.
     pub fn dirty_lines(&self) -> u64 {
-        self.dirty[..self.dirty_count].iter().map(|e| lines_spanned(e.off, e.len)).sum()
+        self.dirty[..self.dirty_count]
+            .iter()
+            .map(|e| lines_spanned(e.off, e.len))
+            .sum()
     }
 
     fn assert_inside(&self, off: u64, len: u64) {
         let inside = self.ranges[..self.ranges_count]
             .iter()
             .any(|&(start, rlen)| off >= start && off + len <= start + rlen);
-        assert!(inside, "domain {} store [{off}, +{len}) outside its ranges", self.id);
+        assert!(
+            inside,
+            "domain {} store [{off}, +{len}) outside its ranges",
+            self.id
+        );
     }
 
     fn note_dirty<R: Region + ?Sized>(&mut self, r: &R, off: u64, len: u64, kind: FlushKind) {

@@ -46,8 +46,13 @@ pub struct LatencyInjection {
 impl LatencyInjection {
     /// `multiple` of DRAM latency `dram_ns`; 1.0 means no injection.
     pub fn new(multiple: f64, dram_ns: f64) -> LatencyInjection {
-        assert!((1.0..=3.0).contains(&multiple), "latency multiple {multiple} outside 1.0..=3.0");
-        LatencyInjection { extra_ns_per_line: (multiple - 1.0) * dram_ns }
+        assert!(
+            (1.0..=3.0).contains(&multiple),
+            "latency multiple {multiple} outside 1.0..=3.0"
+        );
+        LatencyInjection {
+            extra_ns_per_line: (multiple - 1.0) * dram_ns,
+        }
     }
 
     pub fn is_off(&self) -> bool {

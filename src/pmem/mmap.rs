@@ -63,7 +63,10 @@ fn is_tmpfs(file: &File) -> bool {
 impl MmapRegion {
     /// Anonymous, zeroed, pre-faulted memory of `len` bytes.
     pub fn anonymous(len: u64) -> Result<MmapRegion> {
-        assert!(len > 0 && len % 4096 == 0, "anonymous region length {len} not page-aligned");
+        assert!(
+            len > 0 && len.is_multiple_of(4096),
+            "anonymous region length {len} not page-aligned"
+        );
         // SAFETY: a fresh private anonymous mapping; no file, no aliasing.
         let p = unsafe {
             libc::mmap(
@@ -81,7 +84,12 @@ impl MmapRegion {
                 std::io::Error::last_os_error()
             )));
         }
-        let r = MmapRegion { base: p as *mut u8, len, backing: Backing::Anonymous, _file: None };
+        let r = MmapRegion {
+            base: p as *mut u8,
+            len,
+            backing: Backing::Anonymous,
+            _file: None,
+        };
         r.prefault();
         Ok(r)
     }
@@ -102,7 +110,10 @@ impl MmapRegion {
         let (flags, backing) = match access {
             Access::PrivateCopy => (libc::MAP_PRIVATE, Backing::PrivateCopy),
             Access::Shared if is_tmpfs(&file) => (libc::MAP_SHARED, Backing::EmulatedTmpfs),
-            Access::Shared => (libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC, Backing::DaxMapSync),
+            Access::Shared => (
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                Backing::DaxMapSync,
+            ),
         };
         // SAFETY: mapping a file we hold open; its length was read above and is the length we
         // map, so no access can fall past the end of the file (no SIGBUS).
@@ -128,7 +139,12 @@ impl MmapRegion {
             }
             return Err(Error::env(format!("{}: mmap failed: {e}", path.display())));
         }
-        let r = MmapRegion { base: p as *mut u8, len, backing, _file: Some(file) };
+        let r = MmapRegion {
+            base: p as *mut u8,
+            len,
+            backing,
+            _file: Some(file),
+        };
         r.prefault();
         Ok(r)
     }
@@ -162,7 +178,7 @@ impl MmapRegion {
 
     #[inline]
     fn word(&self, off: u64) -> &AtomicU64 {
-        assert!(off % 8 == 0, "unaligned 8-byte access at {off}");
+        assert!(off.is_multiple_of(8), "unaligned 8-byte access at {off}");
         // SAFETY: in bounds (checked by `at`), 8-aligned, and the mapping outlives &self.
         unsafe { &*(self.at(off, 8) as *const AtomicU64) }
     }

@@ -71,16 +71,46 @@ const CWB: Method = Method::Flush(FlushKind::Clwb);
 /// The presets, after Table 6 as far as user space can express it.
 pub const POLICIES: [OrderingPolicy; 5] = [
     // P4: MNT everywhere.
-    OrderingPolicy { name: "p4", id: 4, data: NT, map: NT, journal: NT },
+    OrderingPolicy {
+        name: "p4",
+        id: 4,
+        data: NT,
+        map: NT,
+        journal: NT,
+    },
     // P3 = MNT data, MWT map, MNT journal. MWT needs a write-through page attribute; its
     // user-space stand-in is an 8-byte non-temporal store to the map word, which writes only
     // that word, as write-through would. The instructions are therefore those of p4; the name
     // is kept so results line up with the paper's Table 6.
-    OrderingPolicy { name: "p3-nt", id: 3, data: NT, map: NT, journal: NT },
+    OrderingPolicy {
+        name: "p3-nt",
+        id: 3,
+        data: NT,
+        map: NT,
+        journal: NT,
+    },
     // P6: MCF everywhere, with the paper's clflush.
-    OrderingPolicy { name: "p6", id: 6, data: CF, map: CF, journal: CF },
-    OrderingPolicy { name: "p6-clflushopt", id: 7, data: CFO, map: CFO, journal: CFO },
-    OrderingPolicy { name: "p6-clwb", id: 8, data: CWB, map: CWB, journal: CWB },
+    OrderingPolicy {
+        name: "p6",
+        id: 6,
+        data: CF,
+        map: CF,
+        journal: CF,
+    },
+    OrderingPolicy {
+        name: "p6-clflushopt",
+        id: 7,
+        data: CFO,
+        map: CFO,
+        journal: CFO,
+    },
+    OrderingPolicy {
+        name: "p6-clwb",
+        id: 8,
+        data: CWB,
+        map: CWB,
+        journal: CWB,
+    },
 ];
 
 /// The default, and why: non-temporal stores are the fastest method for 4 KiB blocks (seed
@@ -94,13 +124,17 @@ pub fn policy_names() -> Vec<&'static str> {
 }
 
 pub fn policy_by_name(name: &str) -> Result<OrderingPolicy> {
-    let p = POLICIES.iter().find(|p| p.name == name).copied().ok_or_else(|| {
-        Error::bad(format!(
-            "unknown ordering '{name}': expected one of {} (write-through, uncachable and \
+    let p = POLICIES
+        .iter()
+        .find(|p| p.name == name)
+        .copied()
+        .ok_or_else(|| {
+            Error::bad(format!(
+                "unknown ordering '{name}': expected one of {} (write-through, uncachable and \
              write-combining need kernel page attributes and are not available in user space)",
-            policy_names().join(", ")
-        ))
-    })?;
+                policy_names().join(", ")
+            ))
+        })?;
     check_available(&p)?;
     Ok(p)
 }
