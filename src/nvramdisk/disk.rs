@@ -138,6 +138,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+type StripeGuards<'a> = [Option<MutexGuard<'a, ()>>; ATOMIC_BLOCKS_MAX];
+
 thread_local! {
     static LANE_HINT: Cell<usize> = const { Cell::new(usize::MAX) };
 }
@@ -504,18 +506,20 @@ impl<R: Region> NvramDisk<R> {
         }
     }
 
-    fn lock_stripes(&self, lbas: &[u64]) -> Vec<MutexGuard<'_, ()>> {
+    /// Lock the stripes of `lbas` in ascending order (no deadlock between multi-block
+    /// writers). A fixed array: no allocation on the data path.
+    fn lock_stripes(&self, lbas: &[u64]) -> StripeGuards<'_> {
         let mut idx: [u16; ATOMIC_BLOCKS_MAX] = [0; ATOMIC_BLOCKS_MAX];
         for (i, &l) in lbas.iter().enumerate() {
             idx[i] = ((l / 8) as usize % STRIPES) as u16;
         }
         let idx = &mut idx[..lbas.len()];
         idx.sort_unstable();
-        let mut guards = Vec::with_capacity(idx.len());
+        let mut guards: StripeGuards<'_> = std::array::from_fn(|_| None);
         let mut last = None;
-        for &s in idx.iter() {
+        for (slot, &s) in guards.iter_mut().zip(idx.iter()) {
             if last != Some(s) {
-                guards.push(lock(&self.stripes[s as usize]));
+                *slot = Some(lock(&self.stripes[s as usize]));
                 last = Some(s);
             }
         }
