@@ -27,6 +27,8 @@ pub struct DomainStats {
     pub fences: u64,
     /// Global commits this domain took part in.
     pub global_commits: u64,
+    /// Nanoseconds of NVRAM latency injected by this domain's commits.
+    pub injected_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -169,7 +171,7 @@ impl CommitDomain {
         self.flush_dirty(r);
         r.fence();
         self.stats.fences += 1;
-        self.latency.delay(self.pending_lines);
+        self.stats.injected_ns += self.latency.delay(self.pending_lines);
         self.pending_lines = 0;
     }
 
@@ -183,8 +185,8 @@ impl CommitDomain {
             d.pending_lines = 0;
         }
         r.fence();
-        if let Some(d) = domains.first() {
-            d.latency.delay(lines);
+        if let Some(d) = domains.first_mut() {
+            d.stats.injected_ns += d.latency.delay(lines);
         }
     }
 }

@@ -59,15 +59,74 @@ impl LatencyInjection {
         self.extra_ns_per_line <= 0.0
     }
 
-    /// Busy-wait for `lines` persisted lines (a sleep would be far too coarse).
-    pub fn delay(&self, lines: u64) {
-        if self.is_off() || lines == 0 {
-            return;
+    /// The extra time owed for `lines` persisted lines.
+    pub fn owed_ns(&self, lines: u64) -> u64 {
+        if self.is_off() {
+            return 0;
         }
-        let d = Duration::from_nanos((self.extra_ns_per_line * lines as f64) as u64);
+        (self.extra_ns_per_line * lines as f64) as u64
+    }
+
+    /// Busy-wait for `lines` persisted lines (a sleep would be far too coarse). Returns the
+    /// nanoseconds injected.
+    pub fn delay(&self, lines: u64) -> u64 {
+        let ns = self.owed_ns(lines);
+        if ns == 0 {
+            return 0;
+        }
+        let d = Duration::from_nanos(ns);
         let t = Instant::now();
         while t.elapsed() < d {
             std::hint::spin_loop();
         }
+        ns
+    }
+}
+
+/// Parse and validate a latency multiple from the command line (1.0 to 3.0, seed 7.6).
+pub fn parse_multiple(text: &str) -> crate::error::Result<f64> {
+    let m: f64 = text.trim().parse().map_err(|_| {
+        crate::error::Error::bad(format!(
+            "bad latency multiple '{text}': expected a number from 1.0 to 3.0"
+        ))
+    })?;
+    if !(1.0..=3.0).contains(&m) {
+        return Err(crate::error::Error::bad(format!(
+            "latency multiple {m} out of range: NVRAM latency is given as 1.0 to 3.0 times DRAM"
+        )));
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pmem::{CommitDomain, Method, MmapRegion};
+
+    #[test]
+    fn injection_is_m_minus_one_times_dram_per_line() {
+        assert!(LatencyInjection::new(1.0, 90.0).is_off());
+        let l = LatencyInjection::new(2.5, 100.0);
+        assert_eq!(l.extra_ns_per_line, 150.0);
+        assert!(parse_multiple("0.5").is_err());
+        assert!(parse_multiple("3.5").is_err());
+        assert!(parse_multiple("x").is_err());
+        assert_eq!(parse_multiple("2").unwrap(), 2.0);
+    }
+
+    #[test]
+    fn delay_covers_every_line_persisted_by_a_commit() {
+        let r = MmapRegion::anonymous(1 << 16).unwrap();
+        let mut d = CommitDomain::new(0, &[(0, 1 << 16)], LatencyInjection::new(2.0, 100.0));
+        d.store(&r, Method::Nt, 0, &[1u8; 256]); // 4 lines
+        d.store_u64(&r, Method::Nt, 4096, 9); // 1 line
+        d.commit(&r);
+        assert_eq!(d.stats().injected_ns, 500, "5 lines x (2.0 - 1) x 100 ns");
+        d.commit(&r); // nothing pending: nothing owed
+        assert_eq!(d.stats().injected_ns, 500);
+        let mut off = CommitDomain::new(1, &[(0, 1 << 16)], LatencyInjection::default());
+        off.store(&r, Method::Nt, 0, &[1u8; 64]);
+        off.commit(&r);
+        assert_eq!(off.stats().injected_ns, 0);
     }
 }
