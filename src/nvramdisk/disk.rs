@@ -2,7 +2,7 @@
 //! and recovery. The protocols and their recovery rules are specified in docs/format.md; the
 //! step names here match that document and [`Step`].
 
-use super::entry::{Entry, NEVER_WRITTEN};
+use super::entry::Entry;
 use super::hooks::{Action, Event, Hook, Phase, Step};
 use super::layout::{
     Geometry, Protocol, Superblock, ATOMIC_BLOCKS_MAX, SB_PAGE_BYTES, SB_USED_BYTES, SLOT_BYTES,
@@ -213,13 +213,23 @@ fn random_uuid() -> [u8; 16] {
 pub fn format_region<R: Region + ?Sized>(r: &R, fo: &FormatOptions) -> Result<Superblock> {
     ordering::check_available(&fo.ordering)?;
     let g = Geometry::compute(r.len(), fo.block_bytes, fo.lanes)?;
-    // Journal slots and the map must read as zeros: "no record" and "never written".
+    // Journal slots read as zeros ("no record"); every map entry says "never written".
     let zeros = vec![0u8; 1 << 20];
     let mut off = g.journal_off;
-    while off < g.data_off {
-        let n = (g.data_off - off).min(zeros.len() as u64);
+    while off < g.map_off {
+        let n = (g.map_off - off).min(zeros.len() as u64);
         r.write_nt(off, &zeros[..n as usize]);
         off += n;
+    }
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut lba = 0u64;
+    while lba < g.blocks {
+        let n = (g.blocks - lba).min(chunk.len() as u64 / 8);
+        for (i, w) in chunk[..n as usize * 8].chunks_exact_mut(8).enumerate() {
+            w.copy_from_slice(&Entry::NEVER_WRITTEN.encode(lba + i as u64).to_le_bytes());
+        }
+        r.write_nt(g.map_entry_off(lba), &chunk[..n as usize * 8]);
+        lba += n;
     }
     if fo.protocol == Protocol::Paper {
         // The paper's initial state S0: both LBA replicas NULL (LBA 0 is a real block).
@@ -276,6 +286,17 @@ fn fast_record_crc(rec: &[u8]) -> u32 {
     let c = crc32c::crc32c(&rec[..12]);
     let c = crc32c::crc32c_append(c, &[0u8; 4]);
     crc32c::crc32c_append(c, &rec[16..])
+}
+
+/// The paper protocol's redo rule: redo exactly when L1 = L2 = a valid LBA and the VPN field
+/// holds a valid journaled entry for it (generation >= 1, page in range). Shared by recovery
+/// and `check`.
+pub fn paper_redo_target(g: &Geometry, vpn: u64, l1: u64, l2: u64) -> Option<u64> {
+    let ok = l1 == l2
+        && l1 < g.blocks
+        && Entry::decode(l1, vpn)
+            .is_ok_and(|e| e.gen != 0 && e.vpn.is_none_or(|v| (v as u64) < g.pages));
+    ok.then_some(l1)
 }
 
 /// A fast record's entries: (lba, old entry, new entry).
@@ -681,10 +702,12 @@ impl<R: Region> NvramDisk<R> {
             8,
             lbas[0],
         )?;
-        // Retire the record. Not fenced: once the map is durable the record is redundant, and
-        // a stale record can never apply (its `old` values carry generations that are gone).
+        // Retire the record, durably, before the write returns: a valid record at recovery
+        // is then always one in flight, so recovery may repair torn map words from it.
         lane.domain.store_u64(r, o.journal, slot, 0);
-        self.ev(Step::RecordClear, Phase::Stored, slot, 8, lbas[0])
+        self.ev(Step::RecordClear, Phase::Stored, slot, 8, lbas[0])?;
+        lane.domain.commit(r);
+        self.ev(Step::RecordClear, Phase::Persisted, slot, 8, lbas[0])
     }
 
     /// Paper protocol (seed 000, Table 2): VPN; L1; L2; map; reset L1; reset L2, each
@@ -871,22 +894,28 @@ impl<R: Region> NvramDisk<R> {
                     let vpn = r.load_u64(slot + PAPER_VPN);
                     let l1 = r.load_u64(slot + PAPER_L1);
                     let l2 = r.load_u64(slot + PAPER_L2);
-                    let valid_entry = |lba: u64| match Entry::decode(lba, vpn) {
-                        Ok(e) => e.vpn.is_none_or(|v| (v as u64) < g.pages),
-                        Err(_) => false,
-                    };
-                    if l1 == l2 && l1 < g.blocks && vpn != NEVER_WRITTEN && valid_entry(l1) {
-                        let off = g.map_entry_off(l1);
+                    if let Some(lba) = paper_redo_target(&g, vpn, l1, l2) {
+                        // S6-S11 with both replicas intact: map[lba] := VPN (S7's torn entry
+                        // included).
+                        let off = g.map_entry_off(lba);
                         d.store_u64(r, self.ordering.map, off, vpn);
                         d.commit(r);
                         rep.redone += 1;
                         rep.actions
-                            .push(format!("lane {id}: redo, map[{l1}] := {vpn:#x}"));
+                            .push(format!("lane {id}: redo, map[{lba}] := {vpn:#x}"));
                     } else if l1 != LBA_NULL || l2 != LBA_NULL {
+                        let applied = [l1, l2]
+                            .into_iter()
+                            .find(|&l| l < g.blocks && r.load_u64(g.map_entry_off(l)) == vpn);
                         rep.undone += 1;
-                        rep.actions.push(format!(
-                            "lane {id}: undo (L1 {l1:#x}, L2 {l2:#x}), map left as it was"
-                        ));
+                        rep.actions.push(match applied {
+                            Some(l) => format!(
+                                "lane {id}: reset replicas (L1 {l1:#x}, L2 {l2:#x}); map[{l}] already holds the journaled entry (S9-S11)"
+                            ),
+                            None => format!(
+                                "lane {id}: undo (L1 {l1:#x}, L2 {l2:#x}): replicas reset, map left as it was (S1-S5)"
+                            ),
+                        });
                     }
                     if l1 != LBA_NULL {
                         d.store_u64(r, self.ordering.journal, slot + PAPER_L1, LBA_NULL);
@@ -945,7 +974,12 @@ impl<R: Region> NvramDisk<R> {
                                 let off = g.map_entry_off(lba);
                                 let ok = Entry::decode(lba, new)
                                     .is_ok_and(|e| e.vpn.is_none_or(|v| (v as u64) < g.pages));
-                                if ok && r.load_u64(off) == old {
+                                // Apply where the entry still holds its old value, or was
+                                // torn while being written back (a flushed map line). A
+                                // valid record is always one in flight: the record is
+                                // cleared, and fenced, before its write returns.
+                                let cur = r.load_u64(off);
+                                if ok && (cur == old || Entry::decode(lba, cur).is_err()) {
                                     d.store_u64(r, self.ordering.map, off, new);
                                     applied += 1;
                                 }
@@ -1096,10 +1130,13 @@ pub fn scan_map<R: Region + ?Sized>(r: &R, g: &Geometry) -> MapScan {
     let mut mapped = 0u64;
     let mut findings = Vec::new();
     for lba in 0..g.blocks {
-        let raw = r.load_u64(g.map_off + lba * 8);
-        if raw == NEVER_WRITTEN {
-            continue;
+        if findings.len() >= FINDINGS_MAX {
+            findings.push(format!(
+                "more than {FINDINGS_MAX} findings: stopped listing"
+            ));
+            break;
         }
+        let raw = r.load_u64(g.map_off + lba * 8);
         let Ok(e) = Entry::decode(lba, raw) else {
             findings.push(format!(
                 "map entry of LBA {lba} is corrupt ({raw:#018x} fails its check bits)"
@@ -1124,12 +1161,6 @@ pub fn scan_map<R: Region + ?Sized>(r: &R, g: &Geometry) -> MapScan {
                 Some(f) => format!("page {v} is mapped twice: by LBA {f} and LBA {lba}"),
                 None => format!("page {v} is mapped twice (LBA {lba} and an earlier one)"),
             });
-            if findings.len() >= FINDINGS_MAX {
-                findings.push(format!(
-                    "more than {FINDINGS_MAX} findings: stopped listing"
-                ));
-                break;
-            }
             continue;
         }
         used[w] |= bit;

@@ -29,7 +29,7 @@ pub enum Step {
     IntentClear,
     /// Fast: the checksummed redo record.
     Record,
-    /// Fast: the record's sequence word cleared (not fenced).
+    /// Fast: the record's sequence word cleared (fenced before the write returns).
     RecordClear,
     /// A reader between its map lookup and its copy of the page.
     ReadLookup,

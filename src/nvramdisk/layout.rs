@@ -242,6 +242,21 @@ impl Superblock {
         if crc != want {
             return Err(format!("bad checksum {crc:#010x} (computed {want:#010x})"));
         }
+        if get_u32(b, 12) as usize != SB_USED_BYTES {
+            return Err(format!(
+                "unsupported superblock size {} (expected {SB_USED_BYTES})",
+                get_u32(b, 12)
+            ));
+        }
+        if b[82] != 0 || b[83] != 0 {
+            return Err(format!(
+                "unsupported feature flags {:#06x}",
+                u16::from_le_bytes([b[82], b[83]])
+            ));
+        }
+        if b[112..124].iter().any(|&x| x != 0) {
+            return Err("reserved superblock bytes 112..124 are not zero".to_string());
+        }
         let region_bytes = get_u64(b, 16);
         let block_bytes = get_u32(b, 24);
         let lanes = get_u32(b, 28);
