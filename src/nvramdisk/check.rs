@@ -141,7 +141,9 @@ pub fn check_image(path: &Path) -> Result<CheckReport> {
         .metadata()
         .map_err(|e| Error::env(format!("{}: {e}", path.display())))?
         .len();
-    if len < 2 * SB_PAGE_BYTES || len % 4096 != 0 {
+    // A length that is not a multiple of 4096 is left to the superblock, which names it
+    // ("truncated", or "file has N bytes").
+    if len < 2 * SB_PAGE_BYTES {
         return Err(Error::bad(format!(
             "{}: file is {len} bytes: not an nvstack image",
             path.display()

@@ -467,6 +467,11 @@ impl<R: Region> NvramDisk<R> {
     #[inline]
     fn ev(&self, step: Step, phase: Phase, off: u64, len: u64, lba: u64) -> Result<()> {
         if let Some(h) = &self.hook {
+            // A stop is a power failure: it ends every thread's operation at its next step,
+            // not only the one that hit it, so nothing is acknowledged after the "crash".
+            if self.crashed.load(Ordering::Acquire) {
+                return Err(Error::Stopped(0));
+            }
             if h(&Event {
                 step,
                 phase,

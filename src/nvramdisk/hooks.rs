@@ -57,8 +57,9 @@ pub struct Event {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     Continue,
-    /// Abandon the write here, as if power failed: nothing after this point happens and the
-    /// device refuses further I/O until it is reopened (which recovers).
+    /// Abandon the write here, as if power failed: nothing after this point happens, every
+    /// other thread's operation in flight stops at its next step too, and the device refuses
+    /// further I/O until it is reopened (which recovers).
     Stop,
 }
 

@@ -37,30 +37,64 @@ fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
 }
 
 /// Create and format a new image of `size` bytes. An existing file is refused unless `force`.
+///
+/// The new image is built in a temporary file beside the target and renamed over it only once
+/// it is complete, so a format that fails (no space, say) leaves no half-made file and does not
+/// destroy the image it was asked to replace. An existing image is locked first: one in use by
+/// another process is never replaced.
 pub fn format_image(path: &Path, size: u64, fo: &FormatOptions, force: bool) -> Result<Superblock> {
     // Validate the arguments before touching the file system.
     super::layout::Geometry::compute(size, fo.block_bytes, fo.lanes)?;
     crate::pmem::ordering::check_available(&fo.ordering)?;
-    if path.exists() && !force {
-        return Err(Error::bad(format!(
-            "{}: file exists; pass --force to overwrite it",
-            path.display()
-        )));
+    let _old = if path.exists() {
+        if !force {
+            return Err(Error::bad(format!(
+                "{}: file exists; pass --force to overwrite it",
+                path.display()
+            )));
+        }
+        let f = open_file(path, false)?;
+        lock(&f, path, true)?;
+        Some(f) // held until the new image has replaced it
+    } else {
+        None
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::bad(format!("{}: not a file name", path.display())))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.nvstack-format-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    struct RemoveOnDrop<'a>(&'a Path, bool);
+    impl Drop for RemoveOnDrop<'_> {
+        fn drop(&mut self) {
+            if self.1 {
+                let _ = std::fs::remove_file(self.0);
+            }
+        }
     }
+    let mut guard = RemoveOnDrop(&tmp, true);
     let file = FsOpen::new()
         .read(true)
         .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| Error::env(format!("{}: cannot create: {e}", path.display())))?;
-    lock(&file, path, true)?;
-    // Only now, holding the lock, discard old contents: fallocate then yields zeros.
-    file.set_len(0)
-        .map_err(|e| Error::env(format!("{}: cannot truncate: {e}", path.display())))?;
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| Error::env(format!("{}: cannot create: {e}", tmp.display())))?;
+    lock(&file, &tmp, true)?;
     allocate_file(&file, path, size)?;
     let region = MmapRegion::map_file(file, path, Access::Shared)?;
-    format_region(&region, fo)
+    let sb = format_region(&region, fo)?;
+    drop(region);
+    std::fs::rename(&tmp, path).map_err(|e| {
+        Error::env(format!(
+            "{}: cannot move the new image into place: {e}",
+            path.display()
+        ))
+    })?;
+    guard.1 = false;
+    Ok(sb)
 }
 
 /// Read and validate both superblock copies of an open file, with plain reads.
