@@ -217,7 +217,11 @@ pub fn check_image(path: &Path) -> Result<CheckReport> {
     let rep = disk.recovery_report().clone();
     // The map is scanned after recovery: an entry torn mid-update that recovery redoes is
     // a crash state, not damage.
-    findings.extend(rep.map_findings.iter().cloned());
+    for d in &rep.damage {
+        if !findings.contains(d) {
+            findings.push(d.clone());
+        }
+    }
     assert_eq!(
         rep.mapped_blocks + rep.free_pages,
         g.pages,

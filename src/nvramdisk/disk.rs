@@ -88,8 +88,9 @@ pub struct RecoveryReport {
     pub undone: u64,
     pub mapped_blocks: u64,
     pub free_pages: u64,
-    /// Damage found in the map (only ever non-empty when opened with `allow_damaged`).
-    pub map_findings: Vec<String>,
+    /// Damage found in the journal or the map (only ever non-empty when opened with
+    /// `allow_damaged`; otherwise the open fails).
+    pub damage: Vec<String>,
 }
 
 impl RecoveryReport {
@@ -292,11 +293,16 @@ fn fast_record_crc(rec: &[u8]) -> u32 {
 /// holds a valid journaled entry for it (generation >= 1, page in range). Shared by recovery
 /// and `check`.
 pub fn paper_redo_target(g: &Geometry, vpn: u64, l1: u64, l2: u64) -> Option<u64> {
-    let ok = l1 == l2
-        && l1 < g.blocks
-        && Entry::decode(l1, vpn)
-            .is_ok_and(|e| e.gen != 0 && e.vpn.is_none_or(|v| (v as u64) < g.pages));
-    ok.then_some(l1)
+    (l1 == l2 && journaled_entry_ok(g, l1, vpn)).then_some(l1)
+}
+
+/// A value a journal may legitimately hold for `lba`'s map entry: the LBA is in range and the
+/// word decodes as an entry of it with generation >= 1 (every update moves the generation
+/// past 0, "never written") and a page in range.
+pub fn journaled_entry_ok(g: &Geometry, lba: u64, raw: u64) -> bool {
+    lba < g.blocks
+        && Entry::decode(lba, raw)
+            .is_ok_and(|e| e.gen != 0 && e.vpn.is_none_or(|v| (v as u64) < g.pages))
 }
 
 /// A fast record's entries: (lba, old entry, new entry).
@@ -646,10 +652,12 @@ impl<R: Region> NvramDisk<R> {
                 continue; // discarding a block that holds no page changes nothing
             }
             if let Some(old) = e.vpn {
-                assert!(
-                    (old as u64) < self.geo.pages,
-                    "map entry of LBA {lba} names page {old}"
-                );
+                if old as u64 >= self.geo.pages {
+                    if let Some(p) = pages {
+                        lock(&self.free[lane.id as usize]).extend_from_slice(p);
+                    }
+                    return Err(corrupt_entry(lba, raw));
+                }
                 freed[freed_n] = old;
                 freed_n += 1;
             }
@@ -900,8 +908,8 @@ impl<R: Region> NvramDisk<R> {
                     let l1 = r.load_u64(slot + PAPER_L1);
                     let l2 = r.load_u64(slot + PAPER_L2);
                     if let Some(lba) = paper_redo_target(&g, vpn, l1, l2) {
-                        // S6-S11 with both replicas intact: map[lba] := VPN (S7's torn entry
-                        // included).
+                        // S6-S8 (both replicas intact): map[lba] := VPN, which also repairs
+                        // S7's torn entry.
                         let off = g.map_entry_off(lba);
                         d.store_u64(r, self.ordering.map, off, vpn);
                         d.commit(r);
@@ -934,12 +942,7 @@ impl<R: Region> NvramDisk<R> {
                     if commit != 0 {
                         match read_paper_intent(r, slot) {
                             Some((_, entries))
-                                if entries.iter().all(|&(lba, new)| {
-                                    lba < g.blocks
-                                        && Entry::decode(lba, new).is_ok_and(|e| {
-                                            e.vpn.is_none_or(|v| (v as u64) < g.pages)
-                                        })
-                                }) =>
+                                if entries.iter().all(|&(lba, new)| journaled_entry_ok(&g, lba, new)) =>
                             {
                                 for &(lba, new) in &entries {
                                     d.store_u64(r, self.ordering.map, g.map_entry_off(lba), new);
@@ -950,17 +953,19 @@ impl<R: Region> NvramDisk<R> {
                                     "lane {id}: redo intent of {} blocks",
                                     entries.len()
                                 ));
+                                d.store_u64(r, self.ordering.journal, slot + PAPER_INTENT_COMMIT, 0);
+                                d.commit(r);
                             }
-                            _ => {
-                                rep.undone += 1;
-                                rep.actions.push(format!(
-                                    "lane {id}: intent commit word set but intent unreadable: \
-                                     cancelled"
-                                ));
-                            }
+                            // The intent is fenced before its commit word is set: a set commit
+                            // word over a bad intent is damage, not a crash state. It is left in
+                            // place as evidence and nothing of it is applied.
+                            Some(_) => rep.damage.push(format!(
+                                "intent of lane {id}: committed, but an entry names an LBA or page out of range"
+                            )),
+                            None => rep.damage.push(format!(
+                                "intent of lane {id}: commit word set but the intent fails its checksum"
+                            )),
                         }
-                        d.store_u64(r, self.ordering.journal, slot + PAPER_INTENT_COMMIT, 0);
-                        d.commit(r);
                     }
                 }
                 Protocol::Fast => {
@@ -968,23 +973,29 @@ impl<R: Region> NvramDisk<R> {
                         continue;
                     }
                     match read_fast_record(r, slot) {
+                        Some((seq, entries))
+                            if !entries
+                                .iter()
+                                .all(|&(lba, _, new)| journaled_entry_ok(&g, lba, new)) =>
+                        {
+                            // A checksum-valid record with an impossible entry is damage (no
+                            // crash writes one): applying part of it would break all or
+                            // nothing, so nothing is applied and the record stays as evidence.
+                            rep.damage.push(format!(
+                                "journal record of lane {id} (seq {seq}): checksum holds but an entry names an LBA or page out of range"
+                            ));
+                            continue;
+                        }
                         Some((seq, entries)) => {
                             lane.seq = seq;
                             let d = &mut lane.domain;
                             let mut applied = 0;
-                            for &(lba, old, new) in &entries {
-                                if lba >= g.blocks {
-                                    continue;
-                                }
+                            for &(lba, _old, new) in &entries {
+                                // A valid record is always one in flight (its clear is fenced
+                                // before the write returns), so each entry is old, new, or
+                                // torn by a line write-back: make every one new.
                                 let off = g.map_entry_off(lba);
-                                let ok = Entry::decode(lba, new)
-                                    .is_ok_and(|e| e.vpn.is_none_or(|v| (v as u64) < g.pages));
-                                // Apply where the entry still holds its old value, or was
-                                // torn while being written back (a flushed map line). A
-                                // valid record is always one in flight: the record is
-                                // cleared, and fenced, before its write returns.
-                                let cur = r.load_u64(off);
-                                if ok && (cur == old || Entry::decode(lba, cur).is_err()) {
+                                if r.load_u64(off) != new {
                                     d.store_u64(r, self.ordering.map, off, new);
                                     applied += 1;
                                 }
@@ -1010,18 +1021,18 @@ impl<R: Region> NvramDisk<R> {
                 }
             }
         }
-        // Free pages = pool - mapped pages; a damaged map stops the open (check lists it all).
+        // Free pages = pool - mapped pages; damage stops the open (check lists it all).
         let scan = scan_map(r, &g);
-        if !scan.findings.is_empty() && !self.allow_damaged {
+        rep.damage.extend(scan.findings);
+        if !rep.damage.is_empty() && !self.allow_damaged {
             return Err(Error::finding(format!(
                 "image damaged: {}{}: run `nvstack check`",
-                scan.findings[..scan.findings.len().min(3)].join("; "),
-                if scan.findings.len() > 3 { "; ..." } else { "" }
+                rep.damage[..rep.damage.len().min(3)].join("; "),
+                if rep.damage.len() > 3 { "; ..." } else { "" }
             )));
         }
         let used = &scan.used;
         let mapped = scan.mapped;
-        rep.map_findings = scan.findings;
         let lanes = self.free.len();
         let per_lane = (g.pages as usize).div_ceil(lanes);
         let mut lists: Vec<Vec<u32>> = (0..lanes)
@@ -1135,7 +1146,8 @@ pub fn scan_map<R: Region + ?Sized>(r: &R, g: &Geometry) -> MapScan {
     let mut mapped = 0u64;
     let mut findings = Vec::new();
     for lba in 0..g.blocks {
-        if findings.len() >= FINDINGS_MAX {
+        if findings.len() > FINDINGS_MAX {
+            findings.truncate(FINDINGS_MAX);
             findings.push(format!(
                 "more than {FINDINGS_MAX} findings: stopped listing"
             ));

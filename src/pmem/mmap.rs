@@ -242,6 +242,32 @@ impl Region for MmapRegion {
     }
 }
 
+/// Allocate the whole of `file` (`len` bytes) so that no later store can fail for lack of
+/// space (tmpfs would otherwise SIGBUS on a page it cannot allocate). The file must be empty.
+pub fn allocate_file(file: &File, path: &Path, len: u64) -> Result<()> {
+    // SAFETY: fallocate on a file descriptor we own; no memory is touched.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::env(format!(
+            "{}: cannot allocate {len} bytes: {e}",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The system page size in bytes.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as u64
+    } else {
+        4096
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,31 +300,5 @@ mod tests {
         let r = MmapRegion::anonymous(4096).unwrap();
         let mut b = [0u8; 16];
         r.read(4090, &mut b);
-    }
-}
-
-/// Allocate the whole of `file` (`len` bytes) so that no later store can fail for lack of
-/// space (tmpfs would otherwise SIGBUS on a page it cannot allocate). The file must be empty.
-pub fn allocate_file(file: &File, path: &Path, len: u64) -> Result<()> {
-    // SAFETY: fallocate on a file descriptor we own; no memory is touched.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(Error::env(format!(
-            "{}: cannot allocate {len} bytes: {e}",
-            path.display()
-        )));
-    }
-    Ok(())
-}
-
-/// The system page size in bytes.
-pub fn page_size() -> u64 {
-    // SAFETY: sysconf has no memory effects.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if n > 0 {
-        n as u64
-    } else {
-        4096
     }
 }
