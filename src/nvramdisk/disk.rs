@@ -111,6 +111,13 @@ pub struct DiskStats {
 
 struct Lane {
     id: u32,
+    /// This lane's free pages (shadow candidates). Other lanes steal from it with try_lock
+    /// only, so no thread ever waits on a second lane while holding its own.
+    free: Vec<u32>,
+    // Counters live in the lane (already locked): no shared cache line on the write path.
+    writes: u64,
+    blocks_written: u64,
+    discards: u64,
     domain: CommitDomain,
     seq: u64,
 }
@@ -121,22 +128,36 @@ pub struct NvramDisk<R: Region> {
     geo: Geometry,
     ordering: OrderingPolicy,
     lanes: Box<[Mutex<Lane>]>,
-    free: Box<[Mutex<Vec<u32>>]>,
     stripes: Box<[Mutex<()>]>,
     hook: Option<Hook>,
     read_protection: bool,
     allow_damaged: bool,
     crashed: AtomicBool,
     recovery: RecoveryReport,
-    writes: AtomicU64,
-    blocks_written: AtomicU64,
-    reads: AtomicU64,
-    read_retries: AtomicU64,
-    discards: AtomicU64,
+
+    reads: StripedCounter,
+    read_retries: StripedCounter,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A counter readers bump without sharing a cache line: one padded slot per thread hint.
+#[derive(Default)]
+struct StripedCounter([PaddedU64; 16]);
+
+#[derive(Default)]
+#[repr(align(64))]
+struct PaddedU64(AtomicU64);
+
+impl StripedCounter {
+    fn add(&self, n: u64) {
+        self.0[lane_hint() % 16].0.fetch_add(n, Ordering::Relaxed);
+    }
+    fn sum(&self) -> u64 {
+        self.0.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
+    }
 }
 
 type StripeGuards<'a> = [Option<MutexGuard<'a, ()>>; ATOMIC_BLOCKS_MAX];
@@ -387,12 +408,15 @@ impl<R: Region> NvramDisk<R> {
                 ];
                 Mutex::new(Lane {
                     id: i,
+                    free: Vec::new(),
+                    writes: 0,
+                    blocks_written: 0,
+                    discards: 0,
                     domain: CommitDomain::new(i, &ranges, oo.latency),
                     seq: 0,
                 })
             })
             .collect();
-        let free = (0..geo.lanes).map(|_| Mutex::new(Vec::new())).collect();
         let stripes = (0..STRIPES).map(|_| Mutex::new(())).collect();
         let mut d = NvramDisk {
             region,
@@ -400,18 +424,15 @@ impl<R: Region> NvramDisk<R> {
             geo,
             ordering,
             lanes,
-            free,
             stripes,
             hook: oo.hook,
             read_protection: oo.read_protection,
             allow_damaged: oo.allow_damaged,
             crashed: AtomicBool::new(false),
             recovery: RecoveryReport::default(),
-            writes: AtomicU64::new(0),
-            blocks_written: AtomicU64::new(0),
-            reads: AtomicU64::new(0),
-            read_retries: AtomicU64::new(0),
-            discards: AtomicU64::new(0),
+
+            reads: StripedCounter::default(),
+            read_retries: StripedCounter::default(),
         };
         d.recovery = d.recover()?;
         Ok(d)
@@ -438,8 +459,13 @@ impl<R: Region> NvramDisk<R> {
 
     pub fn stats(&self) -> DiskStats {
         let mut persist = DomainStats::default();
+        let (mut writes, mut blocks_written, mut discards) = (0, 0, 0);
         for l in self.lanes.iter() {
-            let s = lock(l).domain.stats();
+            let l = lock(l);
+            writes += l.writes;
+            blocks_written += l.blocks_written;
+            discards += l.discards;
+            let s = l.domain.stats();
             persist.stores += s.stores;
             persist.nt_lines += s.nt_lines;
             persist.lines_flushed += s.lines_flushed;
@@ -447,11 +473,11 @@ impl<R: Region> NvramDisk<R> {
             persist.global_commits += s.global_commits;
         }
         DiskStats {
-            writes: self.writes.load(Ordering::Relaxed),
-            blocks_written: self.blocks_written.load(Ordering::Relaxed),
-            reads: self.reads.load(Ordering::Relaxed),
-            read_retries: self.read_retries.load(Ordering::Relaxed),
-            discards: self.discards.load(Ordering::Relaxed),
+            writes,
+            blocks_written,
+            reads: self.reads.sum(),
+            read_retries: self.read_retries.sum(),
+            discards,
             persist,
         }
     }
@@ -504,26 +530,25 @@ impl<R: Region> NvramDisk<R> {
         lock(&self.lanes[h])
     }
 
-    /// Take `n` free pages for lane `li`, stealing from other lanes if its own list is short.
+    /// Take `n` free pages for `lane`, stealing from other lanes if its own list is short.
     /// Enough pages always exist: pages = blocks + lanes x ATOMIC_BLOCKS_MAX, and each lane
-    /// holds at most ATOMIC_BLOCKS_MAX in flight.
-    fn take_pages(&self, li: usize, n: usize, out: &mut [u32; ATOMIC_BLOCKS_MAX]) {
-        let lanes = self.free.len();
-        let mut got = 0;
+    /// holds at most ATOMIC_BLOCKS_MAX in flight; a busy lane is skipped and retried.
+    fn take_pages(&self, lane: &mut Lane, n: usize, out: &mut [u32; ATOMIC_BLOCKS_MAX]) {
+        let lanes = self.lanes.len();
         let mut rounds = 0u64;
-        while got < n {
-            for k in 0..lanes {
-                let mut f = lock(&self.free[(li + k) % lanes]);
-                while got < n {
-                    match f.pop() {
-                        Some(p) => {
-                            out[got] = p;
-                            got += 1;
-                        }
-                        None => break,
-                    }
+        while lane.free.len() < n {
+            for k in 1..lanes {
+                let other = (lane.id as usize + k) % lanes;
+                if let Ok(mut o) = self.lanes[other].try_lock() {
+                    // Take what is missing plus half the rest, so stealing stays rare.
+                    let want = (n - lane.free.len())
+                        .max(o.free.len() / 2)
+                        .min(o.free.len());
+                    let at = o.free.len() - want;
+                    lane.free.extend_from_slice(&o.free[at..]);
+                    o.free.truncate(at);
                 }
-                if got == n {
+                if lane.free.len() >= n {
                     break;
                 }
             }
@@ -532,10 +557,13 @@ impl<R: Region> NvramDisk<R> {
                 rounds < 10_000_000,
                 "free pages exhausted: shadow pool invariant broken"
             );
-            if got < n {
+            if lane.free.len() < n {
                 std::thread::yield_now();
             }
         }
+        let at = lane.free.len() - n;
+        out[..n].copy_from_slice(&lane.free[at..]);
+        lane.free.truncate(at);
     }
 
     /// Lock the stripes of `lbas` in ascending order (no deadlock between multi-block
@@ -599,9 +627,12 @@ impl<R: Region> NvramDisk<R> {
         let n = lbas.len();
         let r = &*self.region;
         let mut lane = self.acquire_lane();
-        let li = lane.id as usize;
+        // Lock order: lane, then stripes (sorted). Taken before the data step so that no
+        // locked instruction, which would wait for the data's write-combining buffers to
+        // drain, sits between the protocol's fences.
+        let _stripes = self.lock_stripes(lbas);
         let mut pages = [0u32; ATOMIC_BLOCKS_MAX];
-        self.take_pages(li, n, &mut pages);
+        self.take_pages(&mut lane, n, &mut pages);
         // Step Data: the new contents go to shadow pages nobody references.
         for i in 0..n {
             let off = self.geo.page_off(pages[i]);
@@ -618,17 +649,17 @@ impl<R: Region> NvramDisk<R> {
             lbas[0],
         )?;
         self.commit_entries(&mut lane, lbas, Some(&pages[..n]))?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.blocks_written.fetch_add(n as u64, Ordering::Relaxed);
+        lane.writes += 1;
+        lane.blocks_written += n as u64;
         Ok(())
     }
 
     /// Point `lbas` at `pages` (or unmap them when `pages` is None) with the image's protocol,
-    /// then hand the pages they used to point at to this lane's free list.
+    /// then hand the pages they used to point at to this lane's free list. The caller holds
+    /// the lane and the stripes of `lbas`.
     fn commit_entries(&self, lane: &mut Lane, lbas: &[u64], pages: Option<&[u32]>) -> Result<()> {
         let n = lbas.len();
         let r = &*self.region;
-        let guards = self.lock_stripes(lbas);
         let mut olds = [0u64; ATOMIC_BLOCKS_MAX];
         let mut news = [0u64; ATOMIC_BLOCKS_MAX];
         let mut lba_v = [0u64; ATOMIC_BLOCKS_MAX];
@@ -642,7 +673,7 @@ impl<R: Region> NvramDisk<R> {
                 Ok(e) => e,
                 Err(_) => {
                     if let Some(p) = pages {
-                        lock(&self.free[lane.id as usize]).extend_from_slice(p);
+                        lane.free.extend_from_slice(p);
                     }
                     return Err(corrupt_entry(lba, raw));
                 }
@@ -654,7 +685,7 @@ impl<R: Region> NvramDisk<R> {
             if let Some(old) = e.vpn {
                 if old as u64 >= self.geo.pages {
                     if let Some(p) = pages {
-                        lock(&self.free[lane.id as usize]).extend_from_slice(p);
+                        lane.free.extend_from_slice(p);
                     }
                     return Err(corrupt_entry(lba, raw));
                 }
@@ -672,12 +703,9 @@ impl<R: Region> NvramDisk<R> {
                 Protocol::Paper => self.paper_commit(lane, &lba_v[..k], &news[..k])?,
             }
         }
-        drop(guards);
         // The old pages are unreferenced on media now (the map is persisted), so they may be
         // reused; readers still copying one will see the map entry changed and retry.
-        if freed_n > 0 {
-            lock(&self.free[lane.id as usize]).extend_from_slice(&freed[..freed_n]);
-        }
+        lane.free.extend_from_slice(&freed[..freed_n]);
         Ok(())
     }
 
@@ -846,11 +874,11 @@ impl<R: Region> NvramDisk<R> {
                 if r.load_u64(off) == raw {
                     break;
                 }
-                self.read_retries.fetch_add(1, Ordering::Relaxed);
+                self.read_retries.add(1);
                 std::hint::spin_loop();
             }
         }
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.reads.add(1);
         Ok(())
     }
 
@@ -877,10 +905,13 @@ impl<R: Region> NvramDisk<R> {
                 *l = at + i as u64;
             }
             let mut lane = self.acquire_lane();
+            let _stripes = self.lock_stripes(&lbas[..n]);
             self.commit_entries(&mut lane, &lbas[..n], None)?;
+            if at + n as u64 >= end {
+                lane.discards += 1;
+            }
             at += n as u64;
         }
-        self.discards.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1033,7 +1064,7 @@ impl<R: Region> NvramDisk<R> {
         }
         let used = &scan.used;
         let mapped = scan.mapped;
-        let lanes = self.free.len();
+        let lanes = self.lanes.len();
         let per_lane = (g.pages as usize).div_ceil(lanes);
         let mut lists: Vec<Vec<u32>> = (0..lanes)
             .map(|_| Vec::with_capacity(per_lane * 2))
@@ -1046,9 +1077,9 @@ impl<R: Region> NvramDisk<R> {
             }
         }
         // Pop from the end: start with low page numbers (better locality for small images).
-        for (slot, mut list) in self.free.iter().zip(lists) {
+        for (lane, mut list) in self.lanes.iter().zip(lists) {
             list.reverse();
-            *lock(slot) = list;
+            lock(lane).free = list;
         }
         rep.mapped_blocks = mapped;
         rep.free_pages = free_count;
