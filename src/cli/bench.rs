@@ -19,8 +19,16 @@ pub struct BenchArgs {
     ops: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Emulated NVRAM latency for the nvramdisk rows, as a multiple of the DRAM store latency
+    /// measured at start (1.0 to 3.0; each persisted line costs (m - 1) x L more).
+    #[arg(long, default_value = "1.0", value_parser = latency_arg)]
+    latency: f64,
     #[arg(long)]
     json: bool,
+}
+
+fn latency_arg(s: &str) -> std::result::Result<f64, String> {
+    nvstack::pmem::latency::parse_multiple(s).map_err(|e| e.to_string())
 }
 
 pub fn run(a: BenchArgs) -> Result<i32> {
@@ -31,6 +39,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         seed: a.seed,
         progress: true,
         quick_test: false,
+        latency_multiple: a.latency,
     };
     let r = bench::run(&o)?;
     if a.json {
