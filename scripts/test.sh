@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
 # Every test: formatting, lints (warnings denied), then the whole test suite, optimised
 # (crash and stop-point sweeps are compute-heavy). Run as root on a fresh machine: it installs
-# what it needs itself.
+# what it needs itself. Ends with one line: "tests: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 cargo fmt --all -- --check
 cargo clippy --release --locked --all-targets -- -D warnings
 cargo build --release --locked
-cargo test --release --locked -- --test-threads=2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --release --locked --all-targets -- --test-threads=2 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+echo
+echo "tests: $passed passed, $failed failed"
+if [ "$passed" -eq 0 ]; then
+  echo "no test ran" >&2
+  exit 1
+fi
+exit "$status"
