@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test: formatting, lints (warnings denied), then the whole test suite, optimised
-# (crash and stop-point sweeps are compute-heavy). Run as root on a fresh machine: it installs
+# Every test: formatting, lints (warnings denied), then the whole suite in the test profile:
+# optimised (the crash and stop-point sweeps are compute-heavy) with debug assertions and
+# overflow checks on, so the pair assertions run. Run as root on a fresh machine: it installs
 # what it needs itself. Ends with one line: "tests: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ cargo build --release --locked
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --release --locked --all-targets -- --test-threads=2 2>&1 | tee "$log"
+cargo test --locked --all-targets -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')

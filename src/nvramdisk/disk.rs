@@ -278,6 +278,14 @@ pub fn format_region<R: Region + ?Sized>(r: &R, fo: &FormatOptions) -> Result<Su
     r.fence();
     r.write_nt(0, &bytes);
     r.fence();
+    // Pair assertion: what was written reads back as the same valid image.
+    let (c1, c2) = read_superblocks_from(r);
+    let back =
+        validate_superblocks(&c1, &c2, r.len()).expect("freshly formatted image must validate");
+    assert_eq!(
+        back, sb,
+        "superblock read back differs from the one written"
+    );
     Ok(sb)
 }
 
@@ -564,6 +572,10 @@ impl<R: Region> NvramDisk<R> {
         let at = lane.free.len() - n;
         out[..n].copy_from_slice(&lane.free[at..]);
         lane.free.truncate(at);
+        debug_assert!(
+            out[..n].iter().all(|&p| (p as u64) < self.geo.pages),
+            "free page out of range"
+        );
     }
 
     /// Lock the stripes of `lbas` in ascending order (no deadlock between multi-block
@@ -720,6 +732,12 @@ impl<R: Region> NvramDisk<R> {
             lane.domain.store_u64(r, o.map, off, news[0]);
             self.ev(Step::Map, Phase::Stored, off, 8, lbas[0])?;
             lane.domain.commit(r);
+            debug_assert_eq!(
+                r.load_u64(off),
+                news[0],
+                "map entry of LBA {} after persist",
+                lbas[0]
+            );
             return self.ev(Step::Map, Phase::Persisted, off, 8, lbas[0]);
         }
         lane.seq += 1;
@@ -773,6 +791,7 @@ impl<R: Region> NvramDisk<R> {
                 d.store_u64(r, method, off, v);
                 self.ev(step, Phase::Stored, off, 8, lba)?;
                 d.commit(r);
+                debug_assert_eq!(r.load_u64(off), v, "{step:?} after persist");
                 self.ev(step, Phase::Persisted, off, 8, lba)?;
             }
             return Ok(());

@@ -185,6 +185,9 @@ pub unsafe fn nt_copy(dst: *mut u8, src: *const u8, len: usize) {
     debug_assert_eq!(n, 0);
 }
 
+/// # Safety
+/// `d` is 32-byte aligned; `d..d+len` writable and `s..s+len` readable; `len` a multiple of 32;
+/// the CPU has AVX2.
 #[target_feature(enable = "avx2")]
 unsafe fn nt_body_avx2(d: *mut u8, s: *const u8, len: usize) {
     let mut i = 0;
@@ -198,6 +201,8 @@ unsafe fn nt_body_avx2(d: *mut u8, s: *const u8, len: usize) {
     }
 }
 
+/// # Safety
+/// `d` is 16-byte aligned; `d..d+len` writable and `s..s+len` readable; `len` a multiple of 16.
 unsafe fn nt_body_sse2(d: *mut u8, s: *const u8, len: usize) {
     let mut i = 0;
     while i < len {
