@@ -16,7 +16,7 @@ use nvstack::blockdev::BlockDevice;
 use nvstack::nvramdisk::entry::Entry;
 use nvstack::nvramdisk::{
     format_region, Action, Event, FormatOptions, Geometry, Hook, NvramDisk, OpenOptions, Protocol,
-    Step, ATOMIC_BLOCKS_MAX,
+    Step,
 };
 use nvstack::pmem::ordering::policy_by_name;
 use nvstack::pmem::{MmapRegion, Region};
@@ -102,14 +102,9 @@ fn xorshift(s: &mut u64) -> u64 {
     *s
 }
 
-/// A region length that gives about `target` blocks.
+/// The smallest region that gives at least `target` blocks.
 fn region_len(block_bytes: u32, lanes: u32, target: u64) -> u64 {
-    let b = block_bytes as u64;
-    let align = b.max(4096);
-    let up = |x: u64, to: u64| x.div_ceil(to) * to;
-    let meta = up(4096 + lanes as u64 * 4096 + up(target * 8, 4096), align);
-    let pages = target + lanes as u64 * ATOMIC_BLOCKS_MAX as u64;
-    up(meta + pages * b + 4096, align) + align
+    Geometry::region_bytes_for(target, block_bytes, lanes).expect("valid geometry")
 }
 
 /// A freshly formatted device, or None when this CPU lacks the ordering's flush instruction.

@@ -139,14 +139,9 @@ fn fill_bytes(fill: &Fill, len: usize) -> Vec<u8> {
     }
 }
 
-/// A region length that gives about `target` blocks.
+/// The smallest region that gives at least `target` blocks.
 fn region_len(block_bytes: u32, lanes: u32, target: u64) -> u64 {
-    let b = block_bytes as u64;
-    let align = b.max(4096);
-    let up = |x: u64, to: u64| x.div_ceil(to) * to;
-    let meta = up(4096 + lanes as u64 * 4096 + up(target * 8, 4096), align);
-    let pages = target + lanes as u64 * ATOMIC_BLOCKS_MAX as u64;
-    up(meta + pages * b + 4096, align) + align
+    Geometry::region_bytes_for(target, block_bytes, lanes).expect("valid geometry")
 }
 
 fn fill_strategy() -> impl Strategy<Value = Fill> {

@@ -748,25 +748,27 @@ impl<R: Region> NvramDisk<R> {
         self.ev(Step::Record, Phase::Stored, slot, len as u64, lbas[0])?;
         lane.domain.commit(r);
         self.ev(Step::Record, Phase::Persisted, slot, len as u64, lbas[0])?;
-        for i in 0..n {
-            let off = self.geo.map_entry_off(lbas[i]);
-            lane.domain.store_u64(r, o.map, off, news[i]);
-            self.ev(Step::Map, Phase::Stored, off, 8, lbas[i])?;
-        }
-        lane.domain.commit(r);
-        self.ev(
-            Step::Map,
-            Phase::Persisted,
-            self.geo.map_entry_off(lbas[0]),
-            8,
-            lbas[0],
-        )?;
+        self.store_map_entries(&mut lane.domain, lbas, news)?;
         // Retire the record, durably, before the write returns: a valid record at recovery
         // is then always one in flight, so recovery may repair torn map words from it.
         lane.domain.store_u64(r, o.journal, slot, 0);
         self.ev(Step::RecordClear, Phase::Stored, slot, 8, lbas[0])?;
         lane.domain.commit(r);
         self.ev(Step::RecordClear, Phase::Persisted, slot, 8, lbas[0])
+    }
+
+    /// The Map step of a multi-entry update: store every entry with the map method, then one
+    /// commit. Both protocols' journaled paths use it.
+    fn store_map_entries(&self, d: &mut CommitDomain, lbas: &[u64], news: &[u64]) -> Result<()> {
+        let r = &*self.region;
+        for (&lba, &new) in lbas.iter().zip(news) {
+            let off = self.geo.map_entry_off(lba);
+            d.store_u64(r, self.ordering.map, off, new);
+            self.ev(Step::Map, Phase::Stored, off, 8, lba)?;
+        }
+        d.commit(r);
+        let off = self.geo.map_entry_off(lbas[0]);
+        self.ev(Step::Map, Phase::Persisted, off, 8, lbas[0])
     }
 
     /// Paper protocol (seed 000, Table 2): VPN; L1; L2; map; reset L1; reset L2, each
@@ -823,19 +825,7 @@ impl<R: Region> NvramDisk<R> {
         self.ev(Step::IntentCommit, Phase::Stored, coff, 8, lbas[0])?;
         d.commit(r);
         self.ev(Step::IntentCommit, Phase::Persisted, coff, 8, lbas[0])?;
-        for i in 0..n {
-            let off = self.geo.map_entry_off(lbas[i]);
-            d.store_u64(r, o.map, off, news[i]);
-            self.ev(Step::Map, Phase::Stored, off, 8, lbas[i])?;
-        }
-        d.commit(r);
-        self.ev(
-            Step::Map,
-            Phase::Persisted,
-            self.geo.map_entry_off(lbas[0]),
-            8,
-            lbas[0],
-        )?;
+        self.store_map_entries(d, lbas, news)?;
         d.store_u64(r, o.journal, coff, 0);
         self.ev(Step::IntentClear, Phase::Stored, coff, 8, lbas[0])?;
         d.commit(r);

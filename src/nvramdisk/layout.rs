@@ -142,6 +142,29 @@ impl Geometry {
         )))
     }
 
+    /// The smallest region (a multiple of the alignment) whose geometry exports at least
+    /// `blocks` blocks: what to pass to format for a device of a given capacity.
+    pub fn region_bytes_for(blocks: u64, block_bytes: u32, lanes: u32) -> Result<u64> {
+        let align = (block_bytes as u64).max(4096);
+        let b = block_bytes as u64;
+        let meta = SB_PAGE_BYTES + lanes as u64 * SLOT_BYTES + round_up(blocks * 8, 4096);
+        let pages = blocks + lanes as u64 * ATOMIC_BLOCKS_MAX as u64;
+        // An upper bound first, then shrink while the geometry still holds `blocks`.
+        let mut hi = round_up(meta + pages * b + SB_PAGE_BYTES, align) + 2 * align;
+        let g = Geometry::compute(hi, block_bytes, lanes)?;
+        assert!(
+            g.blocks >= blocks,
+            "upper bound {hi} too small for {blocks} blocks"
+        );
+        while hi > align {
+            match Geometry::compute(hi - align, block_bytes, lanes) {
+                Ok(g) if g.blocks >= blocks => hi -= align,
+                _ => break,
+            }
+        }
+        Ok(hi)
+    }
+
     pub fn slot_off(&self, lane: u32) -> u64 {
         assert!(lane < self.lanes);
         self.journal_off + lane as u64 * SLOT_BYTES
@@ -321,6 +344,23 @@ mod tests {
         );
         assert!(g.data_off + g.pages * 4096 <= g.sb2_off);
         assert!(g.map_off + g.blocks * 8 <= g.data_off);
+    }
+
+    #[test]
+    fn region_bytes_for_is_the_smallest_that_fits() {
+        for (blocks, bs, lanes) in [
+            (1, 4096, 1),
+            (64, 512, 2),
+            (200, 4096, 4),
+            (10_000, 8192, 8),
+        ] {
+            let len = Geometry::region_bytes_for(blocks, bs, lanes).unwrap();
+            let g = Geometry::compute(len, bs, lanes).unwrap();
+            assert!(g.blocks >= blocks);
+            let align = (bs as u64).max(4096);
+            let smaller = Geometry::compute(len - align, bs, lanes);
+            assert!(smaller.is_err() || smaller.unwrap().blocks < blocks);
+        }
     }
 
     #[test]
