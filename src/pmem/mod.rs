@@ -10,6 +10,7 @@ pub mod domain;
 pub mod latency;
 pub mod mmap;
 pub mod ordering;
+pub mod sim;
 
 pub use cpu::{FlushKind, LINE_BYTES};
 pub use domain::{CommitDomain, DomainStats};

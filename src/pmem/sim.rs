@@ -1,0 +1,795 @@
+//! A simulated persistent-memory region for crash checking.
+//!
+//! `SimRegion` implements [`Region`] over plain memory and, while recording, logs every 8-byte
+//! store (cached or non-temporal), every line flush and every fence. [`CrashState`] replays
+//! that log up to any crash point and knows, per word and per line, what may or may not have
+//! reached media; [`ImageSpace`] turns that into the set of possible post-crash images under a
+//! fault model. Images are copy-on-write overlays on a shared base, never full copies.
+//!
+//! Fault models (docs/crashtest.md):
+//! - **M0** x86 strict: the cached stores to one line reach media in program order (any
+//!   prefix); lines are independent; a flush + fence makes a line durable; non-temporal stores
+//!   are independent per word.
+//! - **M1** relaxed: every word not yet flushed-and-fenced holds its last durable value or any
+//!   value written to it since, with no ordering at all.
+//! - **M2** write disturbance: M1, plus any subset of the eight words of a line whose flush was
+//!   issued and not yet fenced may be garbage, words never written included.
+//!
+//! Garbage is a set of values tried in turn: 0, all ones, the old and the new value with one
+//! bit flipped, a copy of another pending word of the same line, and a seeded random value.
+
+use super::{FlushKind, Region, LINE_BYTES};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub const WORDS_PER_PAGE: usize = 512;
+const WORDS_PER_LINE: u64 = LINE_BYTES / 8;
+
+/// Words of a region: a shared base plus private copies of the 4 KiB pages written since.
+#[derive(Clone)]
+pub struct CowMem {
+    base: Arc<Vec<u64>>,
+    pages: Vec<Option<Box<[u64]>>>,
+}
+
+impl CowMem {
+    pub fn new(base: Arc<Vec<u64>>) -> CowMem {
+        assert!(
+            base.len() % WORDS_PER_PAGE == 0,
+            "region must be whole 4 KiB pages"
+        );
+        let n = base.len() / WORDS_PER_PAGE;
+        CowMem {
+            base,
+            pages: vec![None; n],
+        }
+    }
+    #[inline]
+    pub fn get(&self, w: usize) -> u64 {
+        match &self.pages[w / WORDS_PER_PAGE] {
+            Some(p) => p[w % WORDS_PER_PAGE],
+            None => self.base[w],
+        }
+    }
+    #[inline]
+    pub fn set(&mut self, w: usize, v: u64) {
+        let pi = w / WORDS_PER_PAGE;
+        let page = self.pages[pi].get_or_insert_with(|| {
+            self.base[pi * WORDS_PER_PAGE..(pi + 1) * WORDS_PER_PAGE]
+                .to_vec()
+                .into_boxed_slice()
+        });
+        page[w % WORDS_PER_PAGE] = v;
+    }
+    pub fn words(&self) -> usize {
+        self.base.len()
+    }
+    /// Materialise the current contents as a new shared base.
+    pub fn flatten(&self) -> Arc<Vec<u64>> {
+        let mut v = (*self.base).clone();
+        for (pi, p) in self.pages.iter().enumerate() {
+            if let Some(p) = p {
+                v[pi * WORDS_PER_PAGE..(pi + 1) * WORDS_PER_PAGE].copy_from_slice(p);
+            }
+        }
+        Arc::new(v)
+    }
+}
+
+/// One recorded persistence event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SimEvent {
+    /// An 8-byte store of `value` to word `word` (byte offset / 8).
+    Store {
+        word: u64,
+        value: u64,
+        nt: bool,
+    },
+    /// A line flush (line = byte offset / 64).
+    Flush {
+        line: u64,
+    },
+    Fence,
+}
+
+struct SimState {
+    mem: CowMem,
+    recording: bool,
+    events: Vec<SimEvent>,
+}
+
+/// A simulated region. Single-threaded use is the norm (crash checking); a mutex makes it
+/// `Sync` so that several lanes in several threads can still share it deterministically.
+pub struct SimRegion {
+    len: u64,
+    st: Mutex<SimState>,
+}
+
+impl SimRegion {
+    /// A zeroed region of `len` bytes (a multiple of 4096).
+    pub fn zeroed(len: u64) -> SimRegion {
+        assert!(
+            len > 0 && len % 4096 == 0,
+            "sim region length {len} not whole pages"
+        );
+        SimRegion::from_base(Arc::new(vec![0u64; (len / 8) as usize]))
+    }
+
+    /// A region whose contents are `base` (shared, copied on write).
+    pub fn from_base(base: Arc<Vec<u64>>) -> SimRegion {
+        let len = base.len() as u64 * 8;
+        SimRegion {
+            len,
+            st: Mutex::new(SimState {
+                mem: CowMem::new(base),
+                recording: false,
+                events: Vec::new(),
+            }),
+        }
+    }
+
+    fn st(&self) -> MutexGuard<'_, SimState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current contents (what loads see) as a shared base.
+    pub fn snapshot(&self) -> Arc<Vec<u64>> {
+        self.st().mem.flatten()
+    }
+
+    /// Start logging events (clearing any earlier log).
+    pub fn start_recording(&self) {
+        let mut s = self.st();
+        s.recording = true;
+        s.events.clear();
+    }
+
+    /// Stop logging and return the log.
+    pub fn take_events(&self) -> Vec<SimEvent> {
+        let mut s = self.st();
+        s.recording = false;
+        std::mem::take(&mut s.events)
+    }
+
+    /// Events logged so far (without stopping).
+    pub fn event_count(&self) -> usize {
+        self.st().events.len()
+    }
+
+    /// Set a word directly, outside the persistence model (image construction, fault
+    /// injection).
+    pub fn poke(&self, word: u64, v: u64) {
+        self.st().mem.set(word as usize, v);
+    }
+
+    pub fn peek(&self, word: u64) -> u64 {
+        self.st().mem.get(word as usize)
+    }
+
+    fn check(&self, off: u64, len: u64) {
+        assert!(
+            off.checked_add(len).is_some_and(|e| e <= self.len),
+            "sim access [{off}, +{len}) past end {}",
+            self.len
+        );
+    }
+
+    fn store_words(&self, off: u64, src: &[u8], nt: bool) {
+        assert!(
+            off % 8 == 0 && src.len() % 8 == 0,
+            "sim stores must be 8-byte aligned: {off} +{}",
+            src.len()
+        );
+        self.check(off, src.len() as u64);
+        let mut s = self.st();
+        for (i, c) in src.chunks_exact(8).enumerate() {
+            let w = off / 8 + i as u64;
+            let v = u64::from_le_bytes(c.try_into().unwrap());
+            s.mem.set(w as usize, v);
+            if s.recording {
+                s.events.push(SimEvent::Store {
+                    word: w,
+                    value: v,
+                    nt,
+                });
+            }
+        }
+    }
+}
+
+impl Region for SimRegion {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        self.check(off, dst.len() as u64);
+        let s = self.st();
+        if off % 8 == 0 && dst.len() % 8 == 0 {
+            for (i, c) in dst.chunks_exact_mut(8).enumerate() {
+                c.copy_from_slice(&s.mem.get((off / 8) as usize + i).to_le_bytes());
+            }
+            return;
+        }
+        for (i, b) in dst.iter_mut().enumerate() {
+            let a = off + i as u64;
+            *b = s.mem.get((a / 8) as usize).to_le_bytes()[(a % 8) as usize];
+        }
+    }
+
+    fn load_u64(&self, off: u64) -> u64 {
+        assert!(off % 8 == 0, "unaligned load at {off}");
+        self.check(off, 8);
+        self.st().mem.get((off / 8) as usize)
+    }
+
+    fn write(&self, off: u64, src: &[u8]) {
+        self.store_words(off, src, false)
+    }
+
+    fn store_u64(&self, off: u64, v: u64) {
+        self.store_words(off, &v.to_le_bytes(), false)
+    }
+
+    fn write_nt(&self, off: u64, src: &[u8]) {
+        self.store_words(off, src, true)
+    }
+
+    fn store_u64_nt(&self, off: u64, v: u64) {
+        self.store_words(off, &v.to_le_bytes(), true)
+    }
+
+    fn flush(&self, off: u64, len: u64, _kind: FlushKind) {
+        if len == 0 {
+            return;
+        }
+        self.check(off, len);
+        let mut s = self.st();
+        if s.recording {
+            let first = off / LINE_BYTES;
+            let last = (off + len - 1) / LINE_BYTES;
+            for line in first..=last {
+                s.events.push(SimEvent::Flush { line });
+            }
+        }
+    }
+
+    fn fence(&self) {
+        let mut s = self.st();
+        if s.recording {
+            s.events.push(SimEvent::Fence);
+        }
+    }
+}
+
+/// The fault model a crash image is drawn from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum FaultModel {
+    M0,
+    M1,
+    M2,
+    /// M2 for every dirty line plus media faults (random runs only; see the checker).
+    M3,
+}
+
+impl FaultModel {
+    pub fn parse(s: &str) -> Option<FaultModel> {
+        match s {
+            "M0" | "m0" => Some(FaultModel::M0),
+            "M1" | "m1" => Some(FaultModel::M1),
+            "M2" | "m2" => Some(FaultModel::M2),
+            "M3" | "m3" => Some(FaultModel::M3),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultModel::M0 => "M0",
+            FaultModel::M1 => "M1",
+            FaultModel::M2 => "M2",
+            FaultModel::M3 => "M3",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct LineState {
+    /// Cached stores since the line was last durable, in program order.
+    stores: Vec<(u64, u64)>,
+    /// Number of `stores` covered by a flush issued since the last fence.
+    flushed_upto: Option<usize>,
+}
+
+/// What may have reached media at one crash point: a replay of the event log.
+#[derive(Clone)]
+pub struct CrashState {
+    /// Words made durable since the log started whose value differs from the base.
+    durable: BTreeMap<u64, u64>,
+    base: Arc<Vec<u64>>,
+    /// Per word: the values written since it was last durable, in order, and whether by
+    /// non-temporal stores.
+    pending: BTreeMap<u64, (Vec<u64>, bool)>,
+    lines: BTreeMap<u64, LineState>,
+    /// Events applied so far.
+    pub applied: usize,
+}
+
+impl CrashState {
+    /// The state before the first event: `base` is the durable image when recording began
+    /// (recording must start right after a fence, with nothing pending).
+    pub fn new(base: Arc<Vec<u64>>) -> CrashState {
+        CrashState {
+            durable: BTreeMap::new(),
+            base,
+            pending: BTreeMap::new(),
+            lines: BTreeMap::new(),
+            applied: 0,
+        }
+    }
+
+    pub fn durable_word(&self, w: u64) -> u64 {
+        self.durable
+            .get(&w)
+            .copied()
+            .unwrap_or(self.base[w as usize])
+    }
+
+    fn make_durable(&mut self, w: u64, v: u64) {
+        if self.base[w as usize] == v {
+            self.durable.remove(&w);
+        } else {
+            self.durable.insert(w, v);
+        }
+    }
+
+    /// Apply the next event of the log.
+    pub fn apply(&mut self, ev: &SimEvent) {
+        self.applied += 1;
+        match *ev {
+            SimEvent::Store { word, value, nt } => {
+                let p = self.pending.entry(word).or_insert_with(|| (Vec::new(), nt));
+                assert!(
+                    p.1 == nt || p.0.is_empty(),
+                    "word {word}: cached and non-temporal stores mixed before a fence"
+                );
+                p.1 = nt;
+                p.0.push(value);
+                if !nt {
+                    self.lines
+                        .entry(word / WORDS_PER_LINE)
+                        .or_default()
+                        .stores
+                        .push((word, value));
+                }
+            }
+            SimEvent::Flush { line } => {
+                let l = self.lines.entry(line).or_default();
+                l.flushed_upto = Some(l.stores.len());
+            }
+            SimEvent::Fence => {
+                // Non-temporal words: durable with their last value.
+                let nt_words: Vec<u64> = self
+                    .pending
+                    .iter()
+                    .filter(|(_, p)| p.1)
+                    .map(|(&w, _)| w)
+                    .collect();
+                for w in nt_words {
+                    let (vals, _) = self.pending.remove(&w).expect("listed");
+                    self.make_durable(w, *vals.last().expect("a pending word has a value"));
+                }
+                // Flushed lines: the stores the flush covered are durable; later ones stay.
+                let flushed: Vec<u64> = self
+                    .lines
+                    .iter()
+                    .filter(|(_, l)| l.flushed_upto.is_some())
+                    .map(|(&k, _)| k)
+                    .collect();
+                for line in flushed {
+                    let l = self.lines.get_mut(&line).expect("listed");
+                    let k = l.flushed_upto.take().expect("flushed");
+                    let done: Vec<(u64, u64)> = l.stores.drain(..k).collect();
+                    if l.stores.is_empty() {
+                        self.lines.remove(&line);
+                    }
+                    for (w, v) in done {
+                        let p = self.pending.get_mut(&w).expect("a line store is pending");
+                        let i = p.0.iter().position(|&x| x == v).expect("value pending");
+                        p.0.remove(i);
+                        if p.0.is_empty() {
+                            self.pending.remove(&w);
+                        }
+                        self.make_durable(w, v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// True when nothing is pending (every store so far is durable).
+    pub fn quiescent(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub fn pending_words(&self) -> impl Iterator<Item = u64> + '_ {
+        self.pending.keys().copied()
+    }
+
+    /// Lines whose flush was issued and not yet fenced (M2 may disturb any of their words).
+    pub fn flushed_lines(&self) -> impl Iterator<Item = u64> + '_ {
+        self.lines
+            .iter()
+            .filter(|(_, l)| l.flushed_upto.is_some())
+            .map(|(&k, _)| k)
+    }
+
+    /// Durable image: the base with every word made durable so far.
+    pub fn durable_image(&self) -> Arc<Vec<u64>> {
+        if self.durable.is_empty() {
+            return self.base.clone();
+        }
+        let mut v = (*self.base).clone();
+        for (&w, &x) in &self.durable {
+            v[w as usize] = x;
+        }
+        Arc::new(v)
+    }
+}
+
+/// One choice point of an image: which assignment a word (or a line, under M0) takes.
+#[derive(Clone, Debug)]
+pub struct Slot {
+    /// Options, each a set of (word, value) assignments; option 0 is "nothing reached media".
+    pub options: Vec<Vec<(u64, u64)>>,
+    /// A label per option for reports (e.g. "durable", "new", "garbage:ones").
+    pub labels: Vec<&'static str>,
+}
+
+/// The possible images of one crash point under one model.
+pub struct ImageSpace {
+    pub slots: Vec<Slot>,
+    /// Durable base of the crash point.
+    pub base: Arc<Vec<u64>>,
+}
+
+/// Limits on enumeration.
+pub const EAGER_IMAGES_MAX: u128 = 1 << 16;
+
+fn garbage_values(old: u64, new: u64, line_pending: &[u64], seed: u64) -> Vec<(u64, &'static str)> {
+    let bit = 1u64 << (seed % 64);
+    let mut r = seed ^ 0x9e37_79b9_7f4a_7c15;
+    r ^= r >> 31;
+    r = r.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    r ^= r >> 29;
+    let mut g = vec![
+        (0, "garbage:zero"),
+        (!0, "garbage:ones"),
+        (old ^ bit, "garbage:old-bitflip"),
+        (new ^ bit, "garbage:new-bitflip"),
+    ];
+    for &p in line_pending {
+        g.push((p, "garbage:copy-of-line-word"));
+    }
+    g.push((r, "garbage:random"));
+    g
+}
+
+impl ImageSpace {
+    /// The images of `cs` under `model`. `seed` picks the garbage bit and random values.
+    pub fn new(cs: &CrashState, model: FaultModel, seed: u64) -> ImageSpace {
+        let base = cs.durable_image();
+        let mut slots = Vec::new();
+        match model {
+            FaultModel::M0 => {
+                // Lines: a prefix of their cached stores.
+                for l in cs.lines.values() {
+                    if l.stores.is_empty() {
+                        continue;
+                    }
+                    let mut options = vec![Vec::new()];
+                    let mut labels = vec!["durable"];
+                    let mut acc: Vec<(u64, u64)> = Vec::new();
+                    for &(w, v) in &l.stores {
+                        acc.retain(|&(x, _)| x != w);
+                        acc.push((w, v));
+                        options.push(acc.clone());
+                        labels.push("prefix");
+                    }
+                    slots.push(Slot { options, labels });
+                }
+                // Non-temporal words: independent.
+                for (&w, (vals, nt)) in &cs.pending {
+                    if *nt {
+                        slots.push(word_slot(w, vals, &[]));
+                    }
+                }
+            }
+            FaultModel::M1 | FaultModel::M2 | FaultModel::M3 => {
+                let disturbed: std::collections::BTreeSet<u64> = if model == FaultModel::M1 {
+                    Default::default()
+                } else if model == FaultModel::M2 {
+                    cs.flushed_lines().collect()
+                } else {
+                    // M3: every dirty line, flushed or not.
+                    cs.lines.keys().copied().chain(cs.flushed_lines()).collect()
+                };
+                let mut words: std::collections::BTreeSet<u64> =
+                    cs.pending.keys().copied().collect();
+                for &line in &disturbed {
+                    for w in line * WORDS_PER_LINE..(line + 1) * WORDS_PER_LINE {
+                        words.insert(w);
+                    }
+                }
+                for w in words {
+                    let vals: &[u64] = cs.pending.get(&w).map(|p| p.0.as_slice()).unwrap_or(&[]);
+                    let garbage = if disturbed.contains(&(w / WORDS_PER_LINE)) {
+                        let line = w / WORDS_PER_LINE;
+                        let others: Vec<u64> = (line * WORDS_PER_LINE..(line + 1) * WORDS_PER_LINE)
+                            .filter(|&x| x != w)
+                            .filter_map(|x| cs.pending.get(&x).and_then(|p| p.0.last().copied()))
+                            .collect();
+                        let old = base[w as usize];
+                        let new = vals.last().copied().unwrap_or(old);
+                        garbage_values(
+                            old,
+                            new,
+                            &others,
+                            seed ^ w.wrapping_mul(0x2545_f491_4f6c_dd1d),
+                        )
+                    } else {
+                        Vec::new()
+                    };
+                    slots.push(word_slot(w, vals, &garbage));
+                }
+            }
+        }
+        ImageSpace { slots, base }
+    }
+
+    /// Number of images (saturating at u128::MAX).
+    pub fn size(&self) -> u128 {
+        self.slots
+            .iter()
+            .fold(1u128, |a, s| a.saturating_mul(s.options.len() as u128))
+    }
+
+    /// The image choices to check: all of them when there are at most `EAGER_IMAGES_MAX`;
+    /// otherwise the two extremes (nothing / everything latest), every single-slot deviation
+    /// from each extreme, and `samples` seeded random choices. Returns (choices, exhaustive).
+    pub fn choices(&self, samples: usize, seed: u64) -> (Vec<Vec<u16>>, bool) {
+        let n = self.slots.len();
+        let size = self.size();
+        if size <= EAGER_IMAGES_MAX {
+            let mut out = Vec::with_capacity(size as usize);
+            let mut c = vec![0u16; n];
+            loop {
+                out.push(c.clone());
+                let mut i = 0;
+                loop {
+                    if i == n {
+                        return (out, true);
+                    }
+                    c[i] += 1;
+                    if (c[i] as usize) < self.slots[i].options.len() {
+                        break;
+                    }
+                    c[i] = 0;
+                    i += 1;
+                }
+            }
+        }
+        let none = vec![0u16; n];
+        let latest: Vec<u16> = self
+            .slots
+            .iter()
+            .map(|s| (s.options.len() - 1) as u16)
+            .collect();
+        let mut out = vec![none.clone(), latest.clone()];
+        for (i, s) in self.slots.iter().enumerate() {
+            for o in 0..s.options.len() as u16 {
+                if o != 0 {
+                    let mut c = none.clone();
+                    c[i] = o;
+                    out.push(c);
+                }
+                if o != latest[i] {
+                    let mut c = latest.clone();
+                    c[i] = o;
+                    out.push(c);
+                }
+            }
+        }
+        let mut x = seed | 1;
+        for _ in 0..samples {
+            let c: Vec<u16> = self
+                .slots
+                .iter()
+                .map(|s| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x % s.options.len() as u64) as u16
+                })
+                .collect();
+            out.push(c);
+        }
+        (out, false)
+    }
+
+    /// Build the image for `choice`: a copy-on-write region over the crash point's base.
+    pub fn image(&self, choice: &[u16]) -> SimRegion {
+        let r = SimRegion::from_base(self.base.clone());
+        {
+            let mut s = r.st();
+            for (slot, &o) in self.slots.iter().zip(choice) {
+                for &(w, v) in &slot.options[o as usize] {
+                    s.mem.set(w as usize, v);
+                }
+            }
+        }
+        r
+    }
+
+    /// Describe a choice for a violation report: the non-durable options taken.
+    pub fn describe(&self, choice: &[u16]) -> String {
+        let mut parts = Vec::new();
+        for (slot, &o) in self.slots.iter().zip(choice) {
+            if o == 0 {
+                continue;
+            }
+            let words: Vec<String> = slot.options[o as usize]
+                .iter()
+                .map(|(w, v)| format!("@{:#x}={v:#x}", w * 8))
+                .collect();
+            parts.push(format!("{} {}", slot.labels[o as usize], words.join(",")));
+        }
+        if parts.is_empty() {
+            "nothing pending reached media".into()
+        } else {
+            parts.join("; ")
+        }
+    }
+}
+
+fn word_slot(w: u64, vals: &[u64], garbage: &[(u64, &'static str)]) -> Slot {
+    let mut options = vec![Vec::new()];
+    let mut labels = vec!["durable"];
+    let mut seen: Vec<u64> = Vec::new();
+    for (i, &v) in vals.iter().enumerate() {
+        if seen.contains(&v) {
+            continue;
+        }
+        seen.push(v);
+        options.push(vec![(w, v)]);
+        labels.push(if i + 1 == vals.len() {
+            "new"
+        } else {
+            "intermediate"
+        });
+    }
+    for &(g, label) in garbage {
+        if seen.contains(&g) {
+            continue;
+        }
+        seen.push(g);
+        options.push(vec![(w, g)]);
+        labels.push(label);
+    }
+    // Keep "latest" (the last written value) as the last option, so choices() can name the
+    // all-latest extreme; garbage sits between.
+    if !garbage.is_empty() && vals.last().is_some() {
+        let latest = vals.last().copied().expect("checked");
+        if let Some(i) = options.iter().position(|o| o == &vec![(w, latest)]) {
+            let o = options.remove(i);
+            let l = labels.remove(i);
+            options.push(o);
+            labels.push(l);
+        }
+    }
+    Slot { options, labels }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec() -> SimRegion {
+        let r = SimRegion::zeroed(8192);
+        r.start_recording();
+        r
+    }
+
+    #[test]
+    fn fence_makes_nt_durable_and_flush_fence_makes_cached_durable() {
+        let r = rec();
+        r.store_u64_nt(0, 7);
+        r.store_u64(64, 9);
+        let ev = r.take_events();
+        let mut cs = CrashState::new(Arc::new(vec![0; 1024]));
+        for e in &ev {
+            cs.apply(e);
+        }
+        assert_eq!(cs.pending_words().count(), 2);
+        cs.apply(&SimEvent::Fence);
+        assert_eq!(
+            cs.pending_words().collect::<Vec<_>>(),
+            vec![8],
+            "cached word stays pending without a flush"
+        );
+        assert_eq!(cs.durable_word(0), 7);
+        cs.apply(&SimEvent::Flush { line: 1 });
+        cs.apply(&SimEvent::Fence);
+        assert!(cs.quiescent());
+        assert_eq!(cs.durable_word(8), 9);
+    }
+
+    #[test]
+    fn store_after_flush_stays_pending() {
+        let mut cs = CrashState::new(Arc::new(vec![0; 1024]));
+        cs.apply(&SimEvent::Store {
+            word: 8,
+            value: 1,
+            nt: false,
+        });
+        cs.apply(&SimEvent::Flush { line: 1 });
+        cs.apply(&SimEvent::Store {
+            word: 9,
+            value: 2,
+            nt: false,
+        });
+        cs.apply(&SimEvent::Fence);
+        assert_eq!(cs.durable_word(8), 1);
+        assert_eq!(cs.durable_word(9), 0);
+        assert_eq!(cs.pending_words().collect::<Vec<_>>(), vec![9]);
+    }
+
+    #[test]
+    fn image_counts_per_model() {
+        let mut cs = CrashState::new(Arc::new(vec![0; 1024]));
+        // Line 1: two cached stores to different words; one NT word elsewhere.
+        cs.apply(&SimEvent::Store {
+            word: 8,
+            value: 1,
+            nt: false,
+        });
+        cs.apply(&SimEvent::Store {
+            word: 9,
+            value: 2,
+            nt: false,
+        });
+        cs.apply(&SimEvent::Store {
+            word: 40,
+            value: 3,
+            nt: true,
+        });
+        // M0: line prefixes (3) x NT word (2) = 6.
+        assert_eq!(ImageSpace::new(&cs, FaultModel::M0, 1).size(), 6);
+        // M1: each word independent: 2 x 2 x 2 = 8 (M0's order constraint is gone).
+        assert_eq!(ImageSpace::new(&cs, FaultModel::M1, 1).size(), 8);
+        // No flush issued: M2 adds nothing.
+        assert_eq!(ImageSpace::new(&cs, FaultModel::M2, 1).size(), 8);
+        cs.apply(&SimEvent::Flush { line: 1 });
+        let m2 = ImageSpace::new(&cs, FaultModel::M2, 1);
+        assert!(
+            m2.size() > 8 * 1000,
+            "a flushed line's 8 words may each be garbage"
+        );
+        let (choices, exhaustive) = m2.choices(100, 3);
+        assert!(!exhaustive || m2.size() <= EAGER_IMAGES_MAX);
+        assert!(!choices.is_empty());
+        // Every enumerated M1 image is distinct.
+        let m1 = ImageSpace::new(&cs, FaultModel::M1, 1);
+        let (all, ex) = m1.choices(0, 0);
+        assert!(ex);
+        let mut imgs: Vec<Vec<u64>> = all
+            .iter()
+            .map(|c| {
+                let r = m1.image(c);
+                vec![r.peek(8), r.peek(9), r.peek(40)]
+            })
+            .collect();
+        imgs.sort();
+        imgs.dedup();
+        assert_eq!(imgs.len(), 8);
+    }
+}
