@@ -35,7 +35,7 @@ pub struct CowMem {
 impl CowMem {
     pub fn new(base: Arc<Vec<u64>>) -> CowMem {
         assert!(
-            base.len() % WORDS_PER_PAGE == 0,
+            base.len().is_multiple_of(WORDS_PER_PAGE),
             "region must be whole 4 KiB pages"
         );
         let n = base.len() / WORDS_PER_PAGE;
@@ -109,7 +109,7 @@ impl SimRegion {
     /// A zeroed region of `len` bytes (a multiple of 4096).
     pub fn zeroed(len: u64) -> SimRegion {
         assert!(
-            len > 0 && len % 4096 == 0,
+            len > 0 && len.is_multiple_of(4096),
             "sim region length {len} not whole pages"
         );
         SimRegion::from_base(Arc::new(vec![0u64; (len / 8) as usize]))
@@ -176,7 +176,7 @@ impl SimRegion {
 
     fn store_words(&self, off: u64, src: &[u8], nt: bool) {
         assert!(
-            off % 8 == 0 && src.len() % 8 == 0,
+            off.is_multiple_of(8) && src.len().is_multiple_of(8),
             "sim stores must be 8-byte aligned: {off} +{}",
             src.len()
         );
@@ -205,7 +205,7 @@ impl Region for SimRegion {
     fn read(&self, off: u64, dst: &mut [u8]) {
         self.check(off, dst.len() as u64);
         let s = self.st();
-        if off % 8 == 0 && dst.len() % 8 == 0 {
+        if off.is_multiple_of(8) && dst.len().is_multiple_of(8) {
             for (i, c) in dst.chunks_exact_mut(8).enumerate() {
                 c.copy_from_slice(&s.mem.get((off / 8) as usize + i).to_le_bytes());
             }
@@ -218,7 +218,7 @@ impl Region for SimRegion {
     }
 
     fn load_u64(&self, off: u64) -> u64 {
-        assert!(off % 8 == 0, "unaligned load at {off}");
+        assert!(off.is_multiple_of(8), "unaligned load at {off}");
         self.check(off, 8);
         self.st().mem.get((off / 8) as usize)
     }
