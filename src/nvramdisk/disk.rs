@@ -2,6 +2,7 @@
 //! and recovery. The protocols and their recovery rules are specified in docs/format.md; the
 //! step names here match that document and [`Step`].
 
+use super::bugs::SeededBug;
 use super::entry::Entry;
 use super::hooks::{Action, Event, Hook, Phase, Step};
 use super::layout::{
@@ -65,6 +66,8 @@ pub struct OpenOptions {
     /// Open even when the map is damaged, recording the damage in the recovery report
     /// (`nvstack check` only; the device must not be written then).
     pub allow_damaged: bool,
+    /// A deliberate protocol mistake, set only by the crash checker (bugs.rs).
+    pub seeded_bug: Option<SeededBug>,
 }
 
 impl Default for OpenOptions {
@@ -75,6 +78,7 @@ impl Default for OpenOptions {
             hook: None,
             read_protection: true,
             allow_damaged: false,
+            seeded_bug: None,
         }
     }
 }
@@ -132,6 +136,8 @@ pub struct NvramDisk<R: Region> {
     hook: Option<Hook>,
     read_protection: bool,
     allow_damaged: bool,
+    #[allow(dead_code)] // read by the seeded-bug deviations
+    bug: Option<SeededBug>,
     crashed: AtomicBool,
     recovery: RecoveryReport,
 
@@ -436,6 +442,7 @@ impl<R: Region> NvramDisk<R> {
             hook: oo.hook,
             read_protection: oo.read_protection,
             allow_damaged: oo.allow_damaged,
+            bug: oo.seeded_bug,
             crashed: AtomicBool::new(false),
             recovery: RecoveryReport::default(),
 
