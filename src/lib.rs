@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod blockdev;
+pub mod crashtest;
 pub mod error;
 pub mod nvramdisk;
 pub mod pmem;

@@ -94,6 +94,9 @@ enum Cmd {
     /// Recover an image in place: finish or cancel interrupted writes, repair a damaged
     /// superblock copy from the intact one.
     Recover { image: PathBuf },
+    /// Crash-check the device: simulated persistent memory, fault models M0-M3, every crash
+    /// point (--exhaustive, the default) or random crash-recover-verify cycles.
+    Crashtest(cli::crashtest::CrashArgs),
     /// Measure 4 KiB random writes and reads against the raw floors (one run, ratios).
     Bench(cli::bench::BenchArgs),
     /// The main job: format an emulated NVRAM region under /dev/shm, write and read blocks,
@@ -153,6 +156,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Check { image, json } => cli::blocks::check(&image, json),
         Cmd::Recover { image } => cli::blocks::recover(&image),
         Cmd::Bench(args) => cli::bench::run(args),
+        Cmd::Crashtest(args) => cli::crashtest::run(args),
         Cmd::Demo { image, size, json } => cli::demo::run(image, size, json),
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod blocks;
+pub mod crashtest;
 pub mod demo;
 pub mod info;
 

@@ -136,7 +136,8 @@ pub struct NvramDisk<R: Region> {
     hook: Option<Hook>,
     read_protection: bool,
     allow_damaged: bool,
-    #[allow(dead_code)] // read by the seeded-bug deviations
+    /// The seeded bug selected (bugs.rs); None in every real use. Each deviation below is
+    /// marked `// Seeded bug NAME:` and costs one branch on this when it is None.
     bug: Option<SeededBug>,
     crashed: AtomicBool,
     recovery: RecoveryReport,
@@ -345,6 +346,23 @@ pub type RecordEntries = Vec<(u64, u64, u64)>;
 
 /// A decoded fast-protocol record (seq, entries), if its slot holds a complete one.
 pub fn read_fast_record<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, RecordEntries)> {
+    read_fast_record_with(r, slot, true)
+}
+
+/// Seeded bug fast-record-crc-unchecked: a record is taken when its seq is non-zero and its
+/// count in range, whatever its checksum says.
+fn read_fast_record_unchecked<R: Region + ?Sized>(
+    r: &R,
+    slot: u64,
+) -> Option<(u64, RecordEntries)> {
+    read_fast_record_with(r, slot, false)
+}
+
+fn read_fast_record_with<R: Region + ?Sized>(
+    r: &R,
+    slot: u64,
+    check_crc: bool,
+) -> Option<(u64, RecordEntries)> {
     let seq = r.load_u64(slot);
     if seq == 0 {
         return None;
@@ -359,7 +377,7 @@ pub fn read_fast_record<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, Re
     let mut rec = vec![0u8; len];
     r.read(slot, &mut rec);
     let crc = u32::from_le_bytes(rec[12..16].try_into().unwrap());
-    if crc != fast_record_crc(&rec) {
+    if check_crc && crc != fast_record_crc(&rec) {
         return None;
     }
     let entries = (0..n)
@@ -500,6 +518,12 @@ impl<R: Region> NvramDisk<R> {
     /// Per-lane persist counters (each lane commits through its own domain).
     pub fn lane_stats(&self) -> Vec<DomainStats> {
         self.lanes.iter().map(|l| lock(l).domain.stats()).collect()
+    }
+
+    /// True when seeded bug `b` is selected.
+    #[inline(always)]
+    fn seeded(&self, b: SeededBug) -> bool {
+        self.bug == Some(b)
     }
 
     fn alive(&self) -> Result<()> {
@@ -653,24 +677,97 @@ impl<R: Region> NvramDisk<R> {
         let mut pages = [0u32; ATOMIC_BLOCKS_MAX];
         self.take_pages(&mut lane, n, &mut pages);
         // Step Data: the new contents go to shadow pages nobody references.
-        for i in 0..n {
-            let off = self.geo.page_off(pages[i]);
-            lane.domain
-                .store(r, self.ordering.data, off, &data[i * b..(i + 1) * b]);
-            self.ev(Step::Data, Phase::Stored, off, b as u64, lbas[i])?;
+        if self.bug.is_none() || !self.seeded_data_step(&mut lane, lbas, data, &mut pages[..n])? {
+            for i in 0..n {
+                let off = self.geo.page_off(pages[i]);
+                lane.domain
+                    .store(r, self.ordering.data, off, &data[i * b..(i + 1) * b]);
+                self.ev(Step::Data, Phase::Stored, off, b as u64, lbas[i])?;
+            }
+            lane.domain.commit(r);
+            self.ev(
+                Step::Data,
+                Phase::Persisted,
+                self.geo.page_off(pages[0]),
+                b as u64,
+                lbas[0],
+            )?;
         }
-        lane.domain.commit(r);
-        self.ev(
-            Step::Data,
-            Phase::Persisted,
-            self.geo.page_off(pages[0]),
-            b as u64,
-            lbas[0],
-        )?;
         self.commit_entries(&mut lane, lbas, Some(&pages[..n]))?;
         lane.writes += 1;
         lane.blocks_written += n as u64;
         Ok(())
+    }
+
+    /// The Data step of the seeded bugs that change it. Ok(true): done here, without the
+    /// step's commit (so without its Persisted event); Ok(false): the normal step runs (on
+    /// `pages`, which a bug may have changed).
+    fn seeded_data_step(
+        &self,
+        lane: &mut Lane,
+        lbas: &[u64],
+        data: &[u8],
+        pages: &mut [u32],
+    ) -> Result<bool> {
+        let r = &*self.region;
+        let b = self.geo.block_bytes as usize;
+        let fast = self.sb.protocol == Protocol::Fast;
+        if self.seeded(SeededBug::FastWriteInPlace) && fast {
+            // Seeded bug fast-write-in-place: a mapped block gets its current page as its
+            // "shadow" page (the one taken for it goes back to the free list unused), so the
+            // Data step overwrites the only copy of the old contents; the map entry is still
+            // updated (generation + 1, same page). Unmapped blocks keep their shadow page.
+            for (p, &lba) in pages.iter_mut().zip(lbas) {
+                let raw = r.load_u64(self.geo.map_entry_off(lba));
+                if let Ok(Entry { vpn: Some(v), .. }) = Entry::decode(lba, raw) {
+                    if (v as u64) < self.geo.pages {
+                        lane.free.push(*p);
+                        *p = v;
+                    }
+                }
+            }
+            return Ok(false);
+        }
+        let unflushed = match self.bug {
+            Some(SeededBug::FastNoDataFence) if fast => false,
+            Some(SeededBug::PaperNoDataFence) if !fast => true,
+            _ => return Ok(false),
+        };
+        for (i, &lba) in lbas.iter().enumerate() {
+            let off = self.geo.page_off(pages[i]);
+            let src = &data[i * b..(i + 1) * b];
+            if unflushed {
+                // Seeded bug paper-no-data-fence: plain cached stores that the lane's domain
+                // never hears of, so no commit ever flushes them: the shadow page is not
+                // persisted before the journal (nor after). Dropping only the data commit
+                // would be harmless: the VPN step's commit, which comes before anything
+                // names the page, would persist the data.
+                r.write(off, src);
+            } else {
+                // Seeded bug fast-no-data-fence: stored as usual but not committed, so the
+                // data is still pending when the map store is issued.
+                lane.domain.store(r, self.ordering.data, off, src);
+            }
+            self.ev(Step::Data, Phase::Stored, off, b as u64, lba)?;
+        }
+        Ok(true)
+    }
+
+    /// Return the shadow pages of a write that failed before its metadata step.
+    fn give_back(&self, lane: &mut Lane, lbas: &[u64], pages: &[u32]) {
+        if self.bug.is_none() {
+            lane.free.extend_from_slice(pages);
+            return;
+        }
+        // Seeded bug fast-write-in-place: a page written in place is still mapped.
+        let r = &*self.region;
+        for (&p, &lba) in pages.iter().zip(lbas) {
+            let mapped = Entry::decode(lba, r.load_u64(self.geo.map_entry_off(lba)))
+                .is_ok_and(|e| e.vpn == Some(p));
+            if !mapped {
+                lane.free.push(p);
+            }
+        }
     }
 
     /// Point `lbas` at `pages` (or unmap them when `pages` is None) with the image's protocol,
@@ -692,7 +789,7 @@ impl<R: Region> NvramDisk<R> {
                 Ok(e) => e,
                 Err(_) => {
                     if let Some(p) = pages {
-                        lane.free.extend_from_slice(p);
+                        self.give_back(lane, lbas, p);
                     }
                     return Err(corrupt_entry(lba, raw));
                 }
@@ -704,12 +801,15 @@ impl<R: Region> NvramDisk<R> {
             if let Some(old) = e.vpn {
                 if old as u64 >= self.geo.pages {
                     if let Some(p) = pages {
-                        lane.free.extend_from_slice(p);
+                        self.give_back(lane, lbas, p);
                     }
                     return Err(corrupt_entry(lba, raw));
                 }
-                freed[freed_n] = old;
-                freed_n += 1;
+                // Seeded bug fast-write-in-place: the page written in place stays mapped.
+                if self.bug.is_none() || vpn != Some(old) {
+                    freed[freed_n] = old;
+                    freed_n += 1;
+                }
             }
             lba_v[k] = lba;
             olds[k] = raw;
@@ -718,7 +818,9 @@ impl<R: Region> NvramDisk<R> {
         }
         if k > 0 {
             match self.sb.protocol {
-                Protocol::Fast => self.fast_commit(lane, &lba_v[..k], &olds[..k], &news[..k])?,
+                Protocol::Fast => {
+                    self.fast_commit(lane, &lba_v[..k], &olds[..k], &news[..k], pages.is_none())?
+                }
                 Protocol::Paper => self.paper_commit(lane, &lba_v[..k], &news[..k])?,
             }
         }
@@ -730,14 +832,31 @@ impl<R: Region> NvramDisk<R> {
 
     /// Fast protocol (docs/format.md, "fast"): one 8-byte map store when it is word-atomic
     /// and the write is one block; otherwise a checksummed redo record first.
-    fn fast_commit(&self, lane: &mut Lane, lbas: &[u64], olds: &[u64], news: &[u64]) -> Result<()> {
+    fn fast_commit(
+        &self,
+        lane: &mut Lane,
+        lbas: &[u64],
+        olds: &[u64],
+        news: &[u64],
+        discard: bool,
+    ) -> Result<()> {
         let r = &*self.region;
         let o = self.ordering;
         let n = lbas.len();
-        if n == 1 && o.map.word_atomic() {
+        // Seeded bug fast-word-path-under-flush: the word path even when a map store is not
+        // word-atomic (a line write-back may tear it, and no record can repair it).
+        if n == 1 && (o.map.word_atomic() || self.seeded(SeededBug::FastWordPathUnderFlush)) {
             let off = self.geo.map_entry_off(lbas[0]);
             lane.domain.store_u64(r, o.map, off, news[0]);
             self.ev(Step::Map, Phase::Stored, off, 8, lbas[0])?;
+            if self.bug.is_some()
+                && (self.seeded(SeededBug::FastNoMapFence)
+                    || (discard && self.seeded(SeededBug::DiscardNoFence)))
+            {
+                // Seeded bugs fast-no-map-fence, discard-no-fence: return with the map store
+                // not committed.
+                return Ok(());
+            }
             lane.domain.commit(r);
             debug_assert_eq!(
                 r.load_u64(off),
@@ -747,14 +866,28 @@ impl<R: Region> NvramDisk<R> {
             );
             return self.ev(Step::Map, Phase::Persisted, off, 8, lbas[0]);
         }
+        if n > 1 && self.seeded(SeededBug::FastNoRecordMulti) {
+            // Seeded bug fast-no-record-multi: the map entries with one commit, no record.
+            return self.store_map_entries(&mut lane.domain, lbas, news);
+        }
         lane.seq += 1;
         let slot = self.geo.slot_off(lane.id);
         let mut rec = [0u8; FAST_RECORD_MAX];
         let len = encode_fast_record(lane.seq, lbas, olds, news, &mut rec);
         lane.domain.store(r, o.journal, slot, &rec[..len]);
         self.ev(Step::Record, Phase::Stored, slot, len as u64, lbas[0])?;
-        lane.domain.commit(r);
-        self.ev(Step::Record, Phase::Persisted, slot, len as u64, lbas[0])?;
+        // Seeded bug fast-record-no-fence: no commit between the record and the map stores.
+        if !self.seeded(SeededBug::FastRecordNoFence) {
+            lane.domain.commit(r);
+            self.ev(Step::Record, Phase::Persisted, slot, len as u64, lbas[0])?;
+        }
+        if discard && self.seeded(SeededBug::DiscardNoFence) {
+            // Seeded bug discard-no-fence: the map stores and the record clear are issued,
+            // neither committed, and the discard returns.
+            self.store_map_words(&mut lane.domain, lbas, news)?;
+            lane.domain.store_u64(r, o.journal, slot, 0);
+            return self.ev(Step::RecordClear, Phase::Stored, slot, 8, lbas[0]);
+        }
         self.store_map_entries(&mut lane.domain, lbas, news)?;
         // Retire the record, durably, before the write returns: a valid record at recovery
         // is then always one in flight, so recovery may repair torn map words from it.
@@ -767,15 +900,21 @@ impl<R: Region> NvramDisk<R> {
     /// The Map step of a multi-entry update: store every entry with the map method, then one
     /// commit. Both protocols' journaled paths use it.
     fn store_map_entries(&self, d: &mut CommitDomain, lbas: &[u64], news: &[u64]) -> Result<()> {
+        self.store_map_words(d, lbas, news)?;
+        d.commit(&*self.region);
+        let off = self.geo.map_entry_off(lbas[0]);
+        self.ev(Step::Map, Phase::Persisted, off, 8, lbas[0])
+    }
+
+    /// The stores of the Map step, without its commit.
+    fn store_map_words(&self, d: &mut CommitDomain, lbas: &[u64], news: &[u64]) -> Result<()> {
         let r = &*self.region;
         for (&lba, &new) in lbas.iter().zip(news) {
             let off = self.geo.map_entry_off(lba);
             d.store_u64(r, self.ordering.map, off, new);
             self.ev(Step::Map, Phase::Stored, off, 8, lba)?;
         }
-        d.commit(r);
-        let off = self.geo.map_entry_off(lbas[0]);
-        self.ev(Step::Map, Phase::Persisted, off, 8, lbas[0])
+        Ok(())
     }
 
     /// Paper protocol (seed 000, Table 2): VPN; L1; L2; map; reset L1; reset L2, each
@@ -796,6 +935,9 @@ impl<R: Region> NvramDisk<R> {
                 (Step::ResetL1, o.journal, slot + PAPER_L1, LBA_NULL),
                 (Step::ResetL2, o.journal, slot + PAPER_L2, LBA_NULL),
             ];
+            if self.bug.is_some() {
+                return self.paper_steps_seeded(d, lba, &steps);
+            }
             for (step, method, off, v) in steps {
                 d.store_u64(r, method, off, v);
                 self.ev(step, Phase::Stored, off, 8, lba)?;
@@ -819,24 +961,75 @@ impl<R: Region> NvramDisk<R> {
         let ioff = slot + PAPER_INTENT;
         d.store(r, o.journal, ioff, &intent[..len]);
         self.ev(Step::IntentRecord, Phase::Stored, ioff, len as u64, lbas[0])?;
-        d.commit(r);
-        self.ev(
-            Step::IntentRecord,
-            Phase::Persisted,
-            ioff,
-            len as u64,
-            lbas[0],
-        )?;
+        // Seeded bug paper-intent-commit-first: no commit between the intent and its commit
+        // word; the commit word's commit is the only one.
+        if !self.seeded(SeededBug::PaperIntentCommitFirst) {
+            d.commit(r);
+            self.ev(
+                Step::IntentRecord,
+                Phase::Persisted,
+                ioff,
+                len as u64,
+                lbas[0],
+            )?;
+        }
         let coff = slot + PAPER_INTENT_COMMIT;
         d.store_u64(r, o.journal, coff, lane.seq);
         self.ev(Step::IntentCommit, Phase::Stored, coff, 8, lbas[0])?;
         d.commit(r);
         self.ev(Step::IntentCommit, Phase::Persisted, coff, 8, lbas[0])?;
+        if self.seeded(SeededBug::PaperIntentClearBeforeMap) {
+            // Seeded bug paper-intent-clear-before-map: the commit word is cleared, durably,
+            // before the map stores are even issued.
+            d.store_u64(r, o.journal, coff, 0);
+            self.ev(Step::IntentClear, Phase::Stored, coff, 8, lbas[0])?;
+            d.commit(r);
+            self.ev(Step::IntentClear, Phase::Persisted, coff, 8, lbas[0])?;
+            return self.store_map_entries(d, lbas, news);
+        }
         self.store_map_entries(d, lbas, news)?;
         d.store_u64(r, o.journal, coff, 0);
         self.ev(Step::IntentClear, Phase::Stored, coff, 8, lbas[0])?;
         d.commit(r);
         self.ev(Step::IntentClear, Phase::Persisted, coff, 8, lbas[0])
+    }
+
+    /// The paper single-block steps under a seeded bug: `steps` is the correct sequence
+    /// (VPN, L1, L2, Map, ResetL1, ResetL2); the bug reorders it or drops commits. A
+    /// Persisted event fires only where a commit ran, named after the step it follows.
+    fn paper_steps_seeded(
+        &self,
+        d: &mut CommitDomain,
+        lba: u64,
+        steps: &[(Step, crate::pmem::Method, u64, u64); 6],
+    ) -> Result<()> {
+        let r = &*self.region;
+        const ALL: [bool; 6] = [true; 6];
+        let (order, commit): ([usize; 6], [bool; 6]) = match self.bug {
+            // Seeded bug paper-replicas-one-step: L1, L2 and the map entry stored with no
+            // commit between them, one commit after all three.
+            Some(SeededBug::PaperReplicasOneStep) => {
+                ([0, 1, 2, 3, 4, 5], [true, false, false, true, true, true])
+            }
+            // Seeded bug paper-map-before-journal: the map entry first (persisted), then VPN,
+            // L1, L2 (each persisted), then the resets.
+            Some(SeededBug::PaperMapBeforeJournal) => ([3, 0, 1, 2, 4, 5], ALL),
+            // Seeded bug paper-no-reset-fence: the resets are stored, never committed.
+            Some(SeededBug::PaperNoResetFence) => {
+                ([0, 1, 2, 3, 4, 5], [true, true, true, true, false, false])
+            }
+            _ => ([0, 1, 2, 3, 4, 5], ALL),
+        };
+        for i in order {
+            let (step, method, off, v) = steps[i];
+            d.store_u64(r, method, off, v);
+            self.ev(step, Phase::Stored, off, 8, lba)?;
+            if commit[i] {
+                d.commit(r);
+                self.ev(step, Phase::Persisted, off, 8, lba)?;
+            }
+        }
+        Ok(())
     }
 
     /// Read whole blocks. A reader never writes anything; it copies the page its map entry
@@ -954,7 +1147,13 @@ impl<R: Region> NvramDisk<R> {
                     let vpn = r.load_u64(slot + PAPER_VPN);
                     let l1 = r.load_u64(slot + PAPER_L1);
                     let l2 = r.load_u64(slot + PAPER_L2);
-                    if let Some(lba) = paper_redo_target(&g, vpn, l1, l2) {
+                    let target = if self.seeded(SeededBug::PaperTrustOneReplica) {
+                        // Seeded bug paper-trust-one-replica: redo on L1 alone, L2 ignored.
+                        journaled_entry_ok(&g, l1, vpn).then_some(l1)
+                    } else {
+                        paper_redo_target(&g, vpn, l1, l2)
+                    };
+                    if let Some(lba) = target {
                         // S6-S8 (both replicas intact): map[lba] := VPN, which also repairs
                         // S7's torn entry.
                         let off = g.map_entry_off(lba);
@@ -1019,7 +1218,14 @@ impl<R: Region> NvramDisk<R> {
                     if r.load_u64(slot) == 0 {
                         continue;
                     }
-                    match read_fast_record(r, slot) {
+                    let record = if self.seeded(SeededBug::FastRecordCrcUnchecked) {
+                        // Seeded bug fast-record-crc-unchecked: the checksum is not checked.
+                        read_fast_record_unchecked(r, slot)
+                    } else {
+                        read_fast_record(r, slot)
+                    };
+                    let mut cleared = false;
+                    match record {
                         Some((seq, entries))
                             if !entries
                                 .iter()
@@ -1036,13 +1242,25 @@ impl<R: Region> NvramDisk<R> {
                         Some((seq, entries)) => {
                             lane.seq = seq;
                             let d = &mut lane.domain;
+                            if self.seeded(SeededBug::RecoveryClearsBeforeMap) {
+                                // Seeded bug recovery-clears-before-map: the record is
+                                // retired, durably, before its map stores are issued.
+                                d.store_u64(r, self.ordering.journal, slot, 0);
+                                d.commit(r);
+                                cleared = true;
+                            }
+                            let old_only = self.seeded(SeededBug::FastRecoveryOldOnly);
                             let mut applied = 0;
-                            for &(lba, _old, new) in &entries {
+                            for &(lba, old, new) in &entries {
                                 // A valid record is always one in flight (its clear is fenced
                                 // before the write returns), so each entry is old, new, or
                                 // torn by a line write-back: make every one new.
                                 let off = g.map_entry_off(lba);
-                                if r.load_u64(off) != new {
+                                let cur = r.load_u64(off);
+                                // Seeded bug fast-recovery-old-only: apply only where the map
+                                // still holds `old`, so a torn word stays torn.
+                                let apply = if old_only { cur == old } else { cur != new };
+                                if apply {
                                     d.store_u64(r, self.ordering.map, off, new);
                                     applied += 1;
                                 }
@@ -1062,9 +1280,11 @@ impl<R: Region> NvramDisk<R> {
                                 .push(format!("lane {id}: torn record discarded"));
                         }
                     }
-                    let d = &mut lane.domain;
-                    d.store_u64(r, self.ordering.journal, slot, 0);
-                    d.commit(r);
+                    if !cleared {
+                        let d = &mut lane.domain;
+                        d.store_u64(r, self.ordering.journal, slot, 0);
+                        d.commit(r);
+                    }
                 }
             }
         }

@@ -96,6 +96,19 @@ struct SimState {
     mem: CowMem,
     recording: bool,
     events: Vec<SimEvent>,
+    /// When tracking, a bitmap of the words loaded (lazy image enumeration).
+    reads: Option<Vec<u64>>,
+}
+
+impl SimState {
+    #[inline]
+    fn note_read(&mut self, w: usize, n: usize) {
+        if let Some(bm) = &mut self.reads {
+            for x in w..w + n {
+                bm[x / 64] |= 1 << (x % 64);
+            }
+        }
+    }
 }
 
 /// A simulated region. Single-threaded use is the norm (crash checking); a mutex makes it
@@ -124,6 +137,7 @@ impl SimRegion {
                 mem: CowMem::new(base),
                 recording: false,
                 events: Vec::new(),
+                reads: None,
             }),
         }
     }
@@ -154,6 +168,31 @@ impl SimRegion {
     /// Events logged so far (without stopping).
     pub fn event_count(&self) -> usize {
         self.st().events.len()
+    }
+
+    /// Start noting every word loaded (reads, 8-byte loads).
+    pub fn track_reads(&self) {
+        let mut s = self.st();
+        let n = s.mem.words().div_ceil(64);
+        s.reads = Some(vec![0u64; n]);
+    }
+
+    /// The words loaded since `track_reads`, ascending.
+    pub fn words_read(&self) -> Vec<u64> {
+        let s = self.st();
+        let Some(bm) = &s.reads else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, &b) in bm.iter().enumerate() {
+            let mut b = b;
+            while b != 0 {
+                let t = b.trailing_zeros() as u64;
+                out.push(i as u64 * 64 + t);
+                b &= b - 1;
+            }
+        }
+        out
     }
 
     /// Set a word directly, outside the persistence model (image construction, fault
@@ -204,7 +243,10 @@ impl Region for SimRegion {
 
     fn read(&self, off: u64, dst: &mut [u8]) {
         self.check(off, dst.len() as u64);
-        let s = self.st();
+        let mut s = self.st();
+        let first = (off / 8) as usize;
+        let last = ((off + dst.len() as u64).div_ceil(8)) as usize;
+        s.note_read(first, last - first);
         if off.is_multiple_of(8) && dst.len().is_multiple_of(8) {
             for (i, c) in dst.chunks_exact_mut(8).enumerate() {
                 c.copy_from_slice(&s.mem.get((off / 8) as usize + i).to_le_bytes());
@@ -220,7 +262,9 @@ impl Region for SimRegion {
     fn load_u64(&self, off: u64) -> u64 {
         assert!(off.is_multiple_of(8), "unaligned load at {off}");
         self.check(off, 8);
-        self.st().mem.get((off / 8) as usize)
+        let mut s = self.st();
+        s.note_read((off / 8) as usize, 1);
+        s.mem.get((off / 8) as usize)
     }
 
     fn write(&self, off: u64, src: &[u8]) {
@@ -544,6 +588,27 @@ impl ImageSpace {
             }
         }
         ImageSpace { slots, base }
+    }
+
+    /// The sub-space of the slots `keep` (the others stay at "nothing reached media").
+    pub fn restrict(&self, keep: &[usize]) -> ImageSpace {
+        ImageSpace {
+            slots: keep.iter().map(|&i| self.slots[i].clone()).collect(),
+            base: self.base.clone(),
+        }
+    }
+
+    /// Slot index of every word the space can change.
+    pub fn slot_of_word(&self) -> std::collections::HashMap<u64, usize> {
+        let mut m = std::collections::HashMap::new();
+        for (i, s) in self.slots.iter().enumerate() {
+            for o in &s.options {
+                for &(w, _) in o {
+                    m.insert(w, i);
+                }
+            }
+        }
+        m
     }
 
     /// Number of images (saturating at u128::MAX).

@@ -1,0 +1,299 @@
+//! The randomized tier: chains of cycles on an image of 1,024 blocks and 4 lanes. A cycle runs
+//! 8 to 16 random operations (single and multi-block writes, discards, verified reads) on a
+//! recording region, crashes at a random event with a random image of the fault model, runs
+//! recovery, verifies every touched block, recovers again (recovery must be idempotent) and
+//! carries the recovered image to the next cycle. One seed reproduces everything.
+
+use super::oracle::{block, decode_block, Expect, OpRecord};
+use super::{Counters, Violation};
+use crate::blockdev::BlockDevice;
+use crate::nvramdisk::bugs::SeededBug;
+use crate::nvramdisk::{format_region, FormatOptions, Geometry, NvramDisk, OpenOptions, Protocol};
+use crate::pmem::ordering::OrderingPolicy;
+use crate::pmem::sim::{CrashState, FaultModel, ImageSpace, SimRegion};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const BLOCKS: u64 = 1024;
+pub const LANES: u32 = 4;
+pub const BLOCK_BYTES: u32 = 512;
+/// Cycles per chain (one image carried from cycle to cycle).
+pub const CHAIN_CYCLES: u64 = 64;
+pub const OPS_MIN: usize = 8;
+pub const OPS_MAX: usize = 16;
+
+#[derive(Clone, Copy)]
+pub struct RandomJob {
+    pub protocol: Protocol,
+    pub ordering: OrderingPolicy,
+    pub model: FaultModel,
+    pub bug: Option<SeededBug>,
+    pub seed: u64,
+}
+
+fn mix(a: u64, b: u64) -> u64 {
+    let mut x = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Run the cycles of one chain, `chain` numbering it within the run. `upto` limits the
+/// cycles (replay). Returns the first violation, if any.
+pub fn run_chain(
+    job: &RandomJob,
+    chain: u64,
+    cycles: u64,
+    counters: &Counters,
+) -> Result<(), Violation> {
+    let len = Geometry::region_bytes_for(BLOCKS, BLOCK_BYTES, LANES).expect("valid geometry");
+    let region = SimRegion::zeroed(len);
+    let fo = FormatOptions {
+        block_bytes: BLOCK_BYTES,
+        lanes: LANES,
+        protocol: job.protocol,
+        ordering: job.ordering,
+    };
+    format_region(&region, &fo).expect("format a fresh sim region");
+    let mut base = region.snapshot();
+    // What each block durably holds, as far as the oracle knows (absent: never written).
+    let mut known: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+    let mut version = 0u64;
+    for c in 0..cycles {
+        let cycle = chain * CHAIN_CYCLES + c;
+        let seed = mix(job.seed, cycle);
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let viol = |what: String, lba: Option<u64>, image: String, step: usize| Violation {
+            fault: job.model,
+            protocol: job.protocol,
+            ordering: job.ordering.name,
+            scenario: "random",
+            seed: job.seed,
+            step: cycle as usize,
+            depth: 1,
+            lba,
+            what: format!("{what} (crash at event {step})"),
+            image,
+        };
+        // 1. The workload, recorded.
+        let region = Arc::new(SimRegion::from_base(base.clone()));
+        region.start_recording();
+        let oo = OpenOptions {
+            ordering: Some(job.ordering),
+            seeded_bug: job.bug,
+            ..Default::default()
+        };
+        let dev = NvramDisk::open(region.clone(), oo).map_err(|e| {
+            viol(
+                format!("open before the workload failed: {e}"),
+                None,
+                String::new(),
+                0,
+            )
+        })?;
+        let mut exp = Expect::default();
+        let n_ops = rng.gen_range(OPS_MIN..=OPS_MAX);
+        let bs = BLOCK_BYTES as usize;
+        // Work on a window of blocks so that operations overlap.
+        let window = rng.gen_range(0..BLOCKS - 64);
+        let mut buf = vec![0u8; bs * 8];
+        for _ in 0..n_ops {
+            let kind = rng.gen_range(0..100);
+            let start = region.event_count();
+            if kind < 40 {
+                let l = window + rng.gen_range(0..64);
+                version += 1;
+                exp.initial
+                    .entry(l)
+                    .or_insert_with(|| known.get(&l).copied().flatten());
+                dev.write(l, &block(l, version, bs)).map_err(|e| {
+                    viol(format!("write failed: {e}"), Some(l), String::new(), start)
+                })?;
+                exp.ops.push(OpRecord {
+                    blocks: vec![(l, Some(version))],
+                    atomic: false,
+                    start,
+                    ack: region.event_count(),
+                });
+            } else if kind < 60 {
+                let n = rng.gen_range(2..=8);
+                let mut lbas: Vec<u64> = Vec::new();
+                while lbas.len() < n {
+                    let l = window + rng.gen_range(0..64);
+                    if !lbas.contains(&l) {
+                        lbas.push(l);
+                    }
+                }
+                version += 1;
+                let mut data = Vec::with_capacity(n * bs);
+                for &l in &lbas {
+                    exp.initial
+                        .entry(l)
+                        .or_insert_with(|| known.get(&l).copied().flatten());
+                    data.extend_from_slice(&block(l, version, bs));
+                }
+                dev.write_atomic(&lbas, &data).map_err(|e| {
+                    viol(
+                        format!("atomic write failed: {e}"),
+                        Some(lbas[0]),
+                        String::new(),
+                        start,
+                    )
+                })?;
+                exp.ops.push(OpRecord {
+                    blocks: lbas.iter().map(|&l| (l, Some(version))).collect(),
+                    atomic: true,
+                    start,
+                    ack: region.event_count(),
+                });
+            } else if kind < 70 {
+                let l = window + rng.gen_range(0..60);
+                let n = rng.gen_range(1..=4u64);
+                for x in l..l + n {
+                    exp.initial
+                        .entry(x)
+                        .or_insert_with(|| known.get(&x).copied().flatten());
+                }
+                dev.discard(l, n).map_err(|e| {
+                    viol(
+                        format!("discard failed: {e}"),
+                        Some(l),
+                        String::new(),
+                        start,
+                    )
+                })?;
+                exp.ops.push(OpRecord {
+                    blocks: (l..l + n).map(|x| (x, None)).collect(),
+                    atomic: n > 1,
+                    start,
+                    ack: region.event_count(),
+                });
+            } else {
+                // A read while nothing is in flight must return the latest acknowledged value.
+                let l = window + rng.gen_range(0..60);
+                let n = rng.gen_range(1..=4usize);
+                dev.read(l, &mut buf[..n * bs]).map_err(|e| {
+                    viol(format!("read failed: {e}"), Some(l), String::new(), start)
+                })?;
+                for i in 0..n {
+                    let x = l + i as u64;
+                    let want = exp
+                        .ops
+                        .iter()
+                        .rev()
+                        .find_map(|o| o.blocks.iter().find(|b| b.0 == x).map(|b| b.1))
+                        .unwrap_or_else(|| known.get(&x).copied().flatten());
+                    let got = decode_block(x, &buf[i * bs..(i + 1) * bs]).map_err(|w| {
+                        viol(
+                            format!("read while running: {w}"),
+                            Some(x),
+                            String::new(),
+                            start,
+                        )
+                    })?;
+                    if got != want {
+                        return Err(viol(
+                            format!("read while running returned {got:?}, expected {want:?}"),
+                            Some(x),
+                            String::new(),
+                            start,
+                        ));
+                    }
+                }
+            }
+        }
+        drop(dev);
+        let events = region.take_events();
+        // 2. The crash: a random event, a random image of the model.
+        let k = rng.gen_range(0..=events.len());
+        let mut cs = CrashState::new(base.clone());
+        for e in &events[..k] {
+            cs.apply(e);
+        }
+        let space = ImageSpace::new(&cs, job.model, seed);
+        let choice: Vec<u16> = space
+            .slots
+            .iter()
+            .map(|s| rng.gen_range(0..s.options.len()) as u16)
+            .collect();
+        counters.image();
+        let img = Arc::new(space.image(&choice));
+        // 3. Recovery and the oracle; then recovery again on the recovered image, which must
+        // change nothing a reader sees (recovery is idempotent).
+        let first = recover_and_read(&img, &exp, k, job, &space, &choice, &viol)?;
+        let again = Arc::new(SimRegion::from_base(img.snapshot()));
+        let second = recover_and_read(&again, &exp, k, job, &space, &choice, &viol)?;
+        if first != second {
+            return Err(viol(
+                "recovery is not idempotent: a second recovery reads differently".into(),
+                None,
+                space.describe(&choice),
+                k,
+            ));
+        }
+        for (l, v) in first {
+            known.insert(l, v);
+        }
+        // Carry the recovered image (everything durable) forward.
+        base = again.snapshot();
+        counters.cycle();
+    }
+    Ok(())
+}
+
+/// Recover `img` in place (recovery's stores land in it) and judge every touched block.
+fn recover_and_read(
+    img: &Arc<SimRegion>,
+    exp: &Expect,
+    k: usize,
+    job: &RandomJob,
+    space: &ImageSpace,
+    choice: &[u16],
+    viol: &dyn Fn(String, Option<u64>, String, usize) -> Violation,
+) -> Result<BTreeMap<u64, Option<u64>>, Violation> {
+    let oo = OpenOptions {
+        ordering: Some(job.ordering),
+        seeded_bug: job.bug.filter(|b| is_recovery_bug(*b)),
+        ..Default::default()
+    };
+    let dev = NvramDisk::open(img.clone(), oo).map_err(|e| {
+        viol(
+            format!("recovery refused the image: {e}"),
+            None,
+            space.describe(choice),
+            k,
+        )
+    })?;
+    let bs = dev.block_bytes() as usize;
+    let mut buf = vec![0u8; bs];
+    let mut got = BTreeMap::new();
+    for l in exp.touched() {
+        dev.read(l, &mut buf).map_err(|e| {
+            viol(
+                format!("read failed: {e}"),
+                Some(l),
+                space.describe(choice),
+                k,
+            )
+        })?;
+        let v = decode_block(l, &buf).map_err(|w| viol(w, Some(l), space.describe(choice), k))?;
+        got.insert(l, v);
+    }
+    exp.judge(&got, k)
+        .map_err(|f| viol(f.what, f.lba, space.describe(choice), k))?;
+    Ok(got)
+}
+
+fn is_recovery_bug(b: SeededBug) -> bool {
+    matches!(
+        b,
+        SeededBug::FastRecordCrcUnchecked
+            | SeededBug::FastRecoveryOldOnly
+            | SeededBug::PaperTrustOneReplica
+            | SeededBug::RecoveryClearsBeforeMap
+    )
+}
