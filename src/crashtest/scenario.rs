@@ -27,9 +27,10 @@ pub enum Kind {
     OverwriteJustWritten,
     TwoLanes,
     Neighbours,
+    RecordReuse,
 }
 
-pub const SCENARIOS: [(Kind, &str); 8] = [
+pub const SCENARIOS: [(Kind, &str); 9] = [
     (Kind::Write1, "write-1"),
     (Kind::Atomic2, "atomic-2"),
     (Kind::Atomic64, "atomic-64"),
@@ -38,6 +39,7 @@ pub const SCENARIOS: [(Kind, &str); 8] = [
     (Kind::OverwriteJustWritten, "overwrite-just-written"),
     (Kind::TwoLanes, "two-lanes"),
     (Kind::Neighbours, "neighbours"),
+    (Kind::RecordReuse, "record-reuse"),
 ];
 
 /// A workload run once on a recording region.
@@ -68,7 +70,8 @@ pub struct Probe {
 }
 
 struct Ctx<'a> {
-    dev: &'a NvramDisk<SimRegion>,
+    dev: NvramDisk<SimRegion>,
+    oo: OpenOptions,
     region: &'a SimRegion,
     exp: Expect,
     version: u64,
@@ -78,6 +81,13 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Close and reopen the device (recovery runs; volatile state starts afresh).
+    fn reopen(&mut self) -> Result<()> {
+        let r = self.dev.region().clone();
+        self.dev = NvramDisk::open(r, self.oo.clone())?;
+        Ok(())
+    }
+
     fn write(&mut self, lbas: &[u64]) -> Result<()> {
         self.version += 1;
         let v = self.version;
@@ -211,17 +221,16 @@ pub fn record(
             Action::Continue
         })
     };
-    let dev = NvramDisk::open(
-        region.clone(),
-        OpenOptions {
-            ordering: Some(ordering),
-            hook: Some(hook),
-            seeded_bug: bug,
-            ..Default::default()
-        },
-    )?;
+    let oo = OpenOptions {
+        ordering: Some(ordering),
+        hook: Some(hook),
+        seeded_bug: bug,
+        ..Default::default()
+    };
+    let dev = NvramDisk::open(region.clone(), oo.clone())?;
     let mut cx = Ctx {
-        dev: &dev,
+        dev,
+        oo,
         region: &region,
         exp: Expect::default(),
         version: 0,
@@ -273,6 +282,19 @@ pub fn record(
             cx.write(&[16])?;
             cx.write(&[17])?; // same map line as 16
         }
+        Kind::RecordReuse => {
+            // A multi-block record, then overwrites that move its blocks to other pages (the
+            // record's pages are freed and reused), then a reopen (sequence numbers start
+            // again) and a new multi-block write on the same lane: at no crash point may the
+            // retired record come back to life.
+            cx.write(&[48, 49])?;
+            cx.write(&[48])?;
+            cx.write(&[49])?;
+            cx.write(&[50])?;
+            cx.reopen()?;
+            start = begin(&mut cx);
+            cx.write(&[56, 57])?;
+        }
         Kind::TwoLanes => {
             cx.write(&[20])?;
             cx.write(&[29])?;
@@ -282,7 +304,7 @@ pub fn record(
     }
     let expect = std::mem::take(&mut cx.exp);
     let probes = std::mem::take(&mut cx.probes);
-    drop(dev);
+    drop(cx);
     let events = region.take_events();
     let marks = std::mem::take(&mut *marks.lock().unwrap());
     Ok(Recorded {
@@ -309,7 +331,7 @@ fn two_lanes(cx: &mut Ctx<'_>, gate: &TwoLaneGate) -> Result<()> {
     cx.version += 1;
     let vb = cx.version;
     let bs = cx.g.block_bytes as usize;
-    let dev = cx.dev;
+    let dev = &cx.dev;
     let region = cx.region;
     let a_start = region.event_count();
     let (a_res, a_ack, b_start, b_ack) = std::thread::scope(|s| {

@@ -28,6 +28,8 @@ pub const PAPER_L2: u64 = 16;
 pub const PAPER_INTENT_COMMIT: u64 = 64;
 pub const PAPER_INTENT: u64 = 128;
 /// Fast protocol record: seq u64, count u32, crc u32, then (lba, old, new) per block.
+/// A retired record has its first 16 bytes (seq, count and crc) zeroed.
+const RECORD_RETIRED: [u8; 16] = [0; 16];
 pub const FAST_RECORD_HEADER: usize = 16;
 pub const FAST_RECORD_ENTRY: usize = 24;
 const FAST_RECORD_MAX: usize = FAST_RECORD_HEADER + FAST_RECORD_ENTRY * ATOMIC_BLOCKS_MAX;
@@ -885,16 +887,19 @@ impl<R: Region> NvramDisk<R> {
             // Seeded bug discard-no-fence: the map stores and the record clear are issued,
             // neither committed, and the discard returns.
             self.store_map_words(&mut lane.domain, lbas, news)?;
-            lane.domain.store_u64(r, o.journal, slot, 0);
-            return self.ev(Step::RecordClear, Phase::Stored, slot, 8, lbas[0]);
+            lane.domain.store(r, o.journal, slot, &RECORD_RETIRED);
+            return self.ev(Step::RecordClear, Phase::Stored, slot, 16, lbas[0]);
         }
         self.store_map_entries(&mut lane.domain, lbas, news)?;
         // Retire the record, durably, before the write returns: a valid record at recovery
-        // is then always one in flight, so recovery may repair torn map words from it.
-        lane.domain.store_u64(r, o.journal, slot, 0);
-        self.ev(Step::RecordClear, Phase::Stored, slot, 8, lbas[0])?;
+        // is then always one in flight, so recovery may repair torn map words from it. Both
+        // the sequence word and the count/CRC word are cleared: the body stays behind, and a
+        // later record reusing the sequence number must never revive it if only its first
+        // word reaches media.
+        lane.domain.store(r, o.journal, slot, &RECORD_RETIRED);
+        self.ev(Step::RecordClear, Phase::Stored, slot, 16, lbas[0])?;
         lane.domain.commit(r);
-        self.ev(Step::RecordClear, Phase::Persisted, slot, 8, lbas[0])
+        self.ev(Step::RecordClear, Phase::Persisted, slot, 16, lbas[0])
     }
 
     /// The Map step of a multi-entry update: store every entry with the map method, then one
@@ -1245,7 +1250,7 @@ impl<R: Region> NvramDisk<R> {
                             if self.seeded(SeededBug::RecoveryClearsBeforeMap) {
                                 // Seeded bug recovery-clears-before-map: the record is
                                 // retired, durably, before its map stores are issued.
-                                d.store_u64(r, self.ordering.journal, slot, 0);
+                                d.store(r, self.ordering.journal, slot, &RECORD_RETIRED);
                                 d.commit(r);
                                 cleared = true;
                             }
@@ -1282,7 +1287,7 @@ impl<R: Region> NvramDisk<R> {
                     }
                     if !cleared {
                         let d = &mut lane.domain;
-                        d.store_u64(r, self.ordering.journal, slot, 0);
+                        d.store(r, self.ordering.journal, slot, &RECORD_RETIRED);
                         d.commit(r);
                     }
                 }
