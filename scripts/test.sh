@@ -12,7 +12,7 @@ cargo build --release --locked
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --locked --all-targets -- --test-threads=2 2>&1 | tee "$log"
+NVSTACK_BIN="$PWD/target/release/nvstack" cargo test --locked --all-targets -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')

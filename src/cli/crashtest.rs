@@ -103,6 +103,11 @@ struct Report {
     seconds: f64,
     rows: Vec<Row>,
     seeded_bug: Option<BugResult>,
+    /// M3 only: media faults injected and how nvstack handled them.
+    media_faults: u64,
+    media_detected_at_open: u64,
+    media_detected_on_read: u64,
+    media_no_effect: u64,
 }
 
 pub fn run(a: CrashArgs) -> Result<i32> {
@@ -330,6 +335,10 @@ fn run_in_pool(a: CrashArgs, threads: usize) -> Result<i32> {
         seconds,
         rows,
         seeded_bug: bug_result,
+        media_faults: total.media_faults.load(Ordering::Relaxed),
+        media_detected_at_open: total.media_detected_at_open.load(Ordering::Relaxed),
+        media_detected_on_read: total.media_detected_on_read.load(Ordering::Relaxed),
+        media_no_effect: total.media_no_effect.load(Ordering::Relaxed),
     };
     if a.json {
         print_json(&report)?;
@@ -372,6 +381,10 @@ fn merge(total: &Counters, c: &Counters) {
         (&total.depth2_images, &c.depth2_images),
         (&total.cycles, &c.cycles),
         (&total.points_exhaustive, &c.points_exhaustive),
+        (&total.media_faults, &c.media_faults),
+        (&total.media_detected_at_open, &c.media_detected_at_open),
+        (&total.media_detected_on_read, &c.media_detected_on_read),
+        (&total.media_no_effect, &c.media_no_effect),
     ] {
         t.fetch_add(x.load(Ordering::Relaxed), Ordering::Relaxed);
     }
@@ -505,6 +518,12 @@ fn print_report(r: &Report) -> Result<()> {
         } else {
             say!("seeded bug {} NOT CAUGHT", b.name)?;
         }
+    }
+    if r.media_faults > 0 {
+        say!(
+            "media faults (M3): {} injected: {} detected at open, {} detected on read, {} without effect on any read",
+            r.media_faults, r.media_detected_at_open, r.media_detected_on_read, r.media_no_effect
+        )?;
     }
     say!("violations: {}", r.violations)?;
     Ok(())

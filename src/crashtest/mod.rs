@@ -53,6 +53,11 @@ pub struct Counters {
     kept: Mutex<Vec<Violation>>,
     states: Mutex<BTreeSet<(String, String)>>,
     pub images_possible: Mutex<u128>,
+    /// M3: media faults injected, and how they came out.
+    pub media_faults: AtomicU64,
+    pub media_detected_at_open: AtomicU64,
+    pub media_detected_on_read: AtomicU64,
+    pub media_no_effect: AtomicU64,
 }
 
 impl Counters {
@@ -68,6 +73,15 @@ impl Counters {
             let f = (checked as f64 / possible as f64 * 1e9) as u64;
             self.sampled_fraction_nano.fetch_add(f, Ordering::Relaxed);
         }
+    }
+    pub fn media_fault(&self, o: random::MediaOutcome) {
+        self.media_faults.fetch_add(1, Ordering::Relaxed);
+        let c = match o {
+            random::MediaOutcome::DetectedAtOpen => &self.media_detected_at_open,
+            random::MediaOutcome::DetectedOnRead => &self.media_detected_on_read,
+            random::MediaOutcome::NoEffect => &self.media_no_effect,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
     }
     pub fn image(&self) {
         self.images_checked.fetch_add(1, Ordering::Relaxed);

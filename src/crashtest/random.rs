@@ -58,7 +58,9 @@ pub fn run_chain(
         protocol: job.protocol,
         ordering: job.ordering,
     };
-    format_region(&region, &fo).expect("format a fresh sim region");
+    let g = format_region(&region, &fo)
+        .expect("format a fresh sim region")
+        .geometry;
     let mut base = region.snapshot();
     // What each block durably holds, as far as the oracle knows (absent: never written).
     let mut known: BTreeMap<u64, Option<u64>> = BTreeMap::new();
@@ -221,6 +223,22 @@ pub fn run_chain(
             .map(|s| rng.gen_range(0..s.options.len()) as u16)
             .collect();
         counters.image();
+        if job.model == FaultModel::M3 {
+            // A media fault on top of the crash: nvstack must detect it, never return it.
+            let faulty = space.image(&choice);
+            let what = media_fault(&faulty, &g, &exp, &cs, &mut rng);
+            match judge_media_fault(Arc::new(faulty), &exp, k, job) {
+                Ok(outcome) => counters.media_fault(outcome),
+                Err(w) => {
+                    return Err(viol(
+                        format!("media fault ({what}) not detected: {w}"),
+                        None,
+                        space.describe(&choice),
+                        k,
+                    ))
+                }
+            }
+        }
         let img = Arc::new(space.image(&choice));
         // 3. Recovery and the oracle; then recovery again on the recovered image, which must
         // change nothing a reader sees (recovery is idempotent).
@@ -286,6 +304,144 @@ fn recover_and_read(
     exp.judge(&got, k)
         .map_err(|f| viol(f.what, f.lba, space.describe(choice), k))?;
     Ok(got)
+}
+
+/// Inject one media fault into metadata at rest in `img`: a bit flip in a touched block's map
+/// entry, another entry's word written into one (a misdirected write), a bit flip in a
+/// superblock copy, or in an idle journal slot. Words still pending at the crash, and the
+/// journal slot of a lane whose update was in flight (its redo state: a crash and a media
+/// fault in the same record is a double fault, see docs/crashtest.md), are not targets.
+/// Returns a description.
+fn media_fault(
+    img: &SimRegion,
+    g: &Geometry,
+    exp: &Expect,
+    cs: &CrashState,
+    rng: &mut SmallRng,
+) -> String {
+    let pending: std::collections::BTreeSet<u64> = cs.pending_words().collect();
+    let touched = exp.touched();
+    for _ in 0..64 {
+        let bit = 1u64 << rng.gen_range(0..64);
+        let (word, value, what) = match rng.gen_range(0..4) {
+            0 if !touched.is_empty() => {
+                let l = touched[rng.gen_range(0..touched.len())];
+                let w = g.map_entry_off(l) / 8;
+                (
+                    w,
+                    img.peek(w) ^ bit,
+                    format!("bit flip in the map entry of LBA {l}"),
+                )
+            }
+            1 if touched.len() > 1 => {
+                let a = touched[rng.gen_range(0..touched.len())];
+                let b = touched[rng.gen_range(0..touched.len())];
+                if a == b {
+                    continue;
+                }
+                let w = g.map_entry_off(a) / 8;
+                (
+                    w,
+                    img.peek(g.map_entry_off(b) / 8),
+                    format!("misdirected write: LBA {b}'s map entry written into LBA {a}'s"),
+                )
+            }
+            2 => {
+                let copy = rng.gen_range(0..2u64);
+                let w = copy * (g.sb2_off / 8) + rng.gen_range(0..16);
+                (
+                    w,
+                    img.peek(w) ^ bit,
+                    format!("bit flip in superblock copy {} word {}", copy + 1, w % 512),
+                )
+            }
+            _ => {
+                let lane = rng.gen_range(0..g.lanes);
+                if !slot_idle(img, g, lane) {
+                    continue;
+                }
+                let w = g.slot_off(lane) / 8 + [0u64, 1, 2, 8][rng.gen_range(0..4)];
+                (
+                    w,
+                    img.peek(w) ^ bit,
+                    format!(
+                        "bit flip in the journal slot of lane {lane}, word {}",
+                        w - g.slot_off(lane) / 8
+                    ),
+                )
+            }
+        };
+        if pending.contains(&word) || img.peek(word) == value {
+            continue;
+        }
+        img.poke(word, value);
+        return what;
+    }
+    "none (no durable target)".into()
+}
+
+/// A journal slot holds no redo state: fast, its sequence word is 0; paper, both replicas
+/// are NULL and the intent's commit word is 0.
+fn slot_idle(img: &SimRegion, g: &Geometry, lane: u32) -> bool {
+    let s = g.slot_off(lane) / 8;
+    let null = crate::nvramdisk::disk::LBA_NULL;
+    let fast_idle = img.peek(s) == 0;
+    let paper_idle = img.peek(s + 1) == null && img.peek(s + 2) == null && img.peek(s + 8) == 0;
+    fast_idle || paper_idle
+}
+
+/// How a media fault came out.
+#[derive(Clone, Copy, Debug)]
+pub enum MediaOutcome {
+    /// Recovery refused the image, naming the damage.
+    DetectedAtOpen,
+    /// A read of an affected block failed, naming the damage.
+    DetectedOnRead,
+    /// Every block read back is one the oracle allows (the fault hit nothing in use, or
+    /// recovery repaired it).
+    NoEffect,
+}
+
+/// Recover an image carrying a media fault: the damage must be reported, or have no effect
+/// on what reads return. Err names data returned in its place.
+fn judge_media_fault(
+    img: Arc<SimRegion>,
+    exp: &Expect,
+    k: usize,
+    job: &RandomJob,
+) -> Result<MediaOutcome, String> {
+    let oo = OpenOptions {
+        ordering: Some(job.ordering),
+        ..Default::default()
+    };
+    let dev = match NvramDisk::open(img, oo) {
+        Ok(d) => d,
+        Err(crate::error::Error::Finding(_)) | Err(crate::error::Error::BadInput(_)) => {
+            return Ok(MediaOutcome::DetectedAtOpen)
+        }
+        Err(e) => return Err(format!("recovery failed without naming damage: {e}")),
+    };
+    let bs = dev.block_bytes() as usize;
+    let mut buf = vec![0u8; bs];
+    let mut got = BTreeMap::new();
+    let mut detected = false;
+    for l in exp.touched() {
+        match dev.read(l, &mut buf) {
+            Err(crate::error::Error::Finding(_)) => detected = true,
+            Err(e) => return Err(format!("read of LBA {l} failed without naming damage: {e}")),
+            Ok(()) => {
+                let v = decode_block(l, &buf).map_err(|w| format!("LBA {l} {w}"))?;
+                got.insert(l, v);
+            }
+        }
+    }
+    exp.judge(&got, k)
+        .map_err(|f| format!("LBA {:?} {}", f.lba, f.what))?;
+    Ok(if detected {
+        MediaOutcome::DetectedOnRead
+    } else {
+        MediaOutcome::NoEffect
+    })
 }
 
 fn is_recovery_bug(b: SeededBug) -> bool {

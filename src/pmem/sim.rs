@@ -708,10 +708,11 @@ impl ImageSpace {
                 .collect();
             parts.push(format!("{} {}", slot.labels[o as usize], words.join(",")));
         }
-        if parts.is_empty() {
-            "nothing pending reached media".into()
-        } else {
-            parts.join("; ")
+        const SHOWN: usize = 8;
+        match parts.len() {
+            0 => "nothing pending reached media".into(),
+            n if n <= SHOWN => parts.join("; "),
+            n => format!("{}; ... ({} more)", parts[..SHOWN].join("; "), n - SHOWN),
         }
     }
 }
