@@ -18,7 +18,10 @@ use std::sync::Arc;
 pub const SAMPLES: usize = 64;
 /// Depth-2 expansions per crash point (the first image whose recovery wrote something).
 pub const DEPTH2_PER_POINT: usize = 1;
-/// Images per depth-2 crash point when its line's space is larger than this.
+/// Crash points per parallel chunk of the exhaustive tier.
+pub const CHUNK_POINTS: usize = 32;
+/// Random images per depth-2 crash point whose line's space exceeds EAGER_IMAGES_MAX (below
+/// that, every image of the line is checked).
 pub const DEPTH2_SAMPLES: usize = 8;
 
 pub struct Job {
@@ -157,8 +160,11 @@ fn paper_state(g: &crate::nvramdisk::Geometry, p: &Probe, img: &SimRegion) -> St
     name.to_string()
 }
 
-/// Run one job: every crash point of one scenario under one model.
-pub fn run(job: &Job, counters: &Counters) -> Result<(), String> {
+/// Run one job: every crash point of one scenario under one model. Returns true when the
+/// recording holds no cached store and no flush: every store was non-temporal, so M0, M1 and
+/// M2 allow exactly the same images (M0's line order and M2's disturbance only concern
+/// cached lines), and the job's result stands for all three.
+pub fn run(job: &Job, counters: &Counters) -> Result<bool, String> {
     let rec = scenario::record(job.kind, job.protocol, job.ordering, job.bug).map_err(|e| {
         format!(
             "{} ({} {}): the workload itself failed: {e}",
@@ -167,27 +173,54 @@ pub fn run(job: &Job, counters: &Counters) -> Result<(), String> {
             job.ordering.name
         )
     })?;
-    // Crash states for every point, by one replay.
-    let mut states: Vec<(usize, CrashState)> = Vec::with_capacity(rec.events.len() - rec.start + 1);
+    // Crash points are checked in contiguous chunks, in parallel: each chunk starts from a
+    // checkpoint of the replay and applies the events one by one (no per-point copies).
+    let points = rec.events.len() - rec.start + 1;
+    // Small chunks: the costly crash points (records, map stores) cluster, so many small
+    // chunks balance the threads; one replay clone per chunk stays cheap.
+    let chunk_len = CHUNK_POINTS.min(points);
+    let mut checkpoints: Vec<(usize, CrashState)> = Vec::with_capacity(points.div_ceil(chunk_len));
     let mut cs = CrashState::new(rec.base.clone());
     for (i, e) in rec.events.iter().enumerate() {
-        if i >= rec.start {
-            states.push((i, cs.clone()));
+        if i >= rec.start && (i - rec.start) % chunk_len == 0 {
+            checkpoints.push((i, cs.clone()));
         }
         cs.apply(e);
     }
-    states.push((rec.events.len(), cs));
+    if (rec.events.len() - rec.start) % chunk_len == 0 {
+        checkpoints.push((rec.events.len(), cs));
+    }
     let found = std::sync::atomic::AtomicBool::new(false);
     let expanded: std::sync::Mutex<BTreeSet<String>> = Default::default();
-    states.par_iter().for_each(|(k, cs)| {
-        if job.first_only && found.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        if check_point(job, &rec, *k, cs, counters, &expanded) {
-            found.store(true, std::sync::atomic::Ordering::Relaxed);
+    checkpoints.par_iter().for_each(|(first, cs0)| {
+        let mut cs = cs0.clone();
+        let mut durable: Option<(u64, Arc<Vec<u64>>)> = None;
+        let last = (*first + chunk_len - 1).min(rec.events.len());
+        for k in *first..=last {
+            if k > *first {
+                cs.apply(&rec.events[k - 1]);
+            }
+            if job.first_only && found.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            let base = match &durable {
+                Some((g, b)) if *g == cs.durable_gen => b.clone(),
+                _ => {
+                    let b = cs.durable_image();
+                    durable = Some((cs.durable_gen, b.clone()));
+                    b
+                }
+            };
+            if check_point(job, &rec, k, &cs, base, counters, &expanded) {
+                found.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     });
-    Ok(())
+    let model_invariant = rec
+        .events
+        .iter()
+        .all(|e| matches!(e, SimEvent::Store { nt: true, .. } | SimEvent::Fence));
+    Ok(model_invariant)
 }
 
 /// Check every image of one crash point that can matter. Lazily: only the pending words that
@@ -201,11 +234,12 @@ fn check_point(
     rec: &Recorded,
     k: usize,
     cs: &CrashState,
+    base: Arc<Vec<u64>>,
     counters: &Counters,
     expanded: &std::sync::Mutex<BTreeSet<String>>,
 ) -> bool {
     let seed = job.seed ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let space = ImageSpace::new(cs, job.model, seed);
+    let space = ImageSpace::with_base(cs, job.model, seed, base);
     let slot_of = space.slot_of_word();
     let mut relevant: BTreeSet<usize> = BTreeSet::new();
     let mut depth2_left = DEPTH2_PER_POINT;
@@ -225,9 +259,18 @@ fn check_point(
             let img = Arc::new(img);
             counters.image();
             let verdict = check_image(img.clone(), &rec.expect, k, job.ordering, job.bug);
-            for w in img.words_read() {
-                if let Some(&i) = slot_of.get(&w) {
-                    grew |= relevant.insert(i);
+            // Both lists are sorted by word: merge them.
+            let read = img.words_read();
+            let (mut a, mut b) = (0, 0);
+            while a < read.len() && b < slot_of.len() {
+                match read[a].cmp(&slot_of[b].0) {
+                    std::cmp::Ordering::Less => a += 1,
+                    std::cmp::Ordering::Greater => b += 1,
+                    std::cmp::Ordering::Equal => {
+                        grew |= relevant.insert(slot_of[b].1);
+                        a += 1;
+                        b += 1;
+                    }
                 }
             }
             match verdict {

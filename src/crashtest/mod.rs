@@ -40,7 +40,10 @@ pub struct Violation {
 #[derive(Default)]
 pub struct Counters {
     pub crash_points: AtomicU64,
+    /// Images judged, per model (an image shared by M0, M1 and M2 counts under each).
     pub images_checked: AtomicU64,
+    /// Recoveries actually run and judged (each shared image once): the work done.
+    pub images_run: AtomicU64,
     pub depth2_images: AtomicU64,
     pub cycles: AtomicU64,
     pub points_exhaustive: AtomicU64,
@@ -50,6 +53,8 @@ pub struct Counters {
     pub violations: AtomicU64,
     pub first_violation_images: AtomicU64,
     pub first_violation_points: AtomicU64,
+    /// When the first violation was found.
+    pub first_violation_at: Mutex<Option<std::time::Instant>>,
     kept: Mutex<Vec<Violation>>,
     states: Mutex<BTreeSet<(String, String)>>,
     pub images_possible: Mutex<u128>,
@@ -85,6 +90,7 @@ impl Counters {
     }
     pub fn image(&self) {
         self.images_checked.fetch_add(1, Ordering::Relaxed);
+        self.images_run.fetch_add(1, Ordering::Relaxed);
     }
     pub fn depth2_image(&self) {
         self.depth2_images.fetch_add(1, Ordering::Relaxed);
@@ -101,6 +107,7 @@ impl Counters {
     }
     pub fn violation(&self, v: Violation) {
         if self.violations.fetch_add(1, Ordering::Relaxed) == 0 {
+            *self.first_violation_at.lock().unwrap() = Some(std::time::Instant::now());
             self.first_violation_images.store(
                 self.images_checked.load(Ordering::Relaxed),
                 Ordering::Relaxed,

@@ -226,7 +226,7 @@ pub fn run_chain(
         if job.model == FaultModel::M3 {
             // A media fault on top of the crash: nvstack must detect it, never return it.
             let faulty = space.image(&choice);
-            let what = media_fault(&faulty, &g, &exp, &cs, &mut rng);
+            let what = media_fault(&faulty, &g, job.protocol, &exp, &cs, &mut rng);
             match judge_media_fault(Arc::new(faulty), &exp, k, job) {
                 Ok(outcome) => counters.media_fault(outcome),
                 Err(w) => {
@@ -315,6 +315,7 @@ fn recover_and_read(
 fn media_fault(
     img: &SimRegion,
     g: &Geometry,
+    protocol: Protocol,
     exp: &Expect,
     cs: &CrashState,
     rng: &mut SmallRng,
@@ -357,7 +358,7 @@ fn media_fault(
             }
             _ => {
                 let lane = rng.gen_range(0..g.lanes);
-                if !slot_idle(img, g, lane) {
+                if !slot_idle(img, g, lane, protocol) {
                     continue;
                 }
                 let w = g.slot_off(lane) / 8 + [0u64, 1, 2, 8][rng.gen_range(0..4)];
@@ -382,12 +383,15 @@ fn media_fault(
 
 /// A journal slot holds no redo state: fast, its sequence word is 0; paper, both replicas
 /// are NULL and the intent's commit word is 0.
-fn slot_idle(img: &SimRegion, g: &Geometry, lane: u32) -> bool {
+fn slot_idle(img: &SimRegion, g: &Geometry, lane: u32, protocol: Protocol) -> bool {
     let s = g.slot_off(lane) / 8;
     let null = crate::nvramdisk::disk::LBA_NULL;
-    let fast_idle = img.peek(s) == 0;
-    let paper_idle = img.peek(s + 1) == null && img.peek(s + 2) == null && img.peek(s + 8) == 0;
-    fast_idle || paper_idle
+    match protocol {
+        Protocol::Fast => img.peek(s) == 0,
+        Protocol::Paper => {
+            img.peek(s + 1) == null && img.peek(s + 2) == null && img.peek(s + 8) == 0
+        }
+    }
 }
 
 /// How a media fault came out.

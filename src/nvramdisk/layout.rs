@@ -20,6 +20,7 @@ pub const BLOCK_BYTES_DEFAULT: u32 = 4096;
 pub const PAGES_MAX: u64 = u32::MAX as u64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Protocol {
     /// nvstack's own protocol (the default): two fences per single-block write.
     Fast,

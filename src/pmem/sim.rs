@@ -356,6 +356,8 @@ pub struct CrashState {
     lines: BTreeMap<u64, LineState>,
     /// Events applied so far.
     pub applied: usize,
+    /// Bumped whenever a word becomes durable (so callers can reuse a durable image).
+    pub durable_gen: u64,
 }
 
 impl CrashState {
@@ -368,6 +370,7 @@ impl CrashState {
             pending: BTreeMap::new(),
             lines: BTreeMap::new(),
             applied: 0,
+            durable_gen: 0,
         }
     }
 
@@ -379,6 +382,7 @@ impl CrashState {
     }
 
     fn make_durable(&mut self, w: u64, v: u64) {
+        self.durable_gen += 1;
         if self.base[w as usize] == v {
             self.durable.remove(&w);
         } else {
@@ -521,7 +525,17 @@ fn garbage_values(old: u64, new: u64, line_pending: &[u64], seed: u64) -> Vec<(u
 impl ImageSpace {
     /// The images of `cs` under `model`. `seed` picks the garbage bit and random values.
     pub fn new(cs: &CrashState, model: FaultModel, seed: u64) -> ImageSpace {
-        let base = cs.durable_image();
+        ImageSpace::with_base(cs, model, seed, cs.durable_image())
+    }
+
+    /// As `new`, with the crash point's durable image supplied (`cs.durable_image()`, reused
+    /// by the caller while `cs.durable_gen` is unchanged).
+    pub fn with_base(
+        cs: &CrashState,
+        model: FaultModel,
+        seed: u64,
+        base: Arc<Vec<u64>>,
+    ) -> ImageSpace {
         let mut slots = Vec::new();
         match model {
             FaultModel::M0 => {
@@ -598,16 +612,18 @@ impl ImageSpace {
         }
     }
 
-    /// Slot index of every word the space can change.
-    pub fn slot_of_word(&self) -> std::collections::HashMap<u64, usize> {
-        let mut m = std::collections::HashMap::new();
+    /// (word, slot index) for every word the space can change, sorted by word.
+    pub fn slot_of_word(&self) -> Vec<(u64, usize)> {
+        let mut m: Vec<(u64, usize)> = Vec::new();
         for (i, s) in self.slots.iter().enumerate() {
             for o in &s.options {
                 for &(w, _) in o {
-                    m.insert(w, i);
+                    m.push((w, i));
                 }
             }
         }
+        m.sort_unstable();
+        m.dedup_by_key(|x| x.0);
         m
     }
 
