@@ -6,7 +6,9 @@
 //! Offsets inside an image come from `nvstack info IMAGE --json` (superblock.geometry) and the
 //! library's public constants, never from hard-coded numbers.
 
-use nvstack::nvramdisk::disk::{LBA_NULL, PAPER_L1, PAPER_L2, PAPER_VPN};
+use nvstack::nvramdisk::disk::{
+    LBA_NULL, PAPER_INTENT, PAPER_INTENT_COMMIT, PAPER_L1, PAPER_L2, PAPER_VPN,
+};
 use nvstack::nvramdisk::entry::Entry;
 use nvstack::nvramdisk::layout::{SB_PAGE_BYTES, SB_USED_BYTES, SLOT_BYTES};
 use std::io::Write;
@@ -1422,4 +1424,121 @@ fn odd_paper_state_with_flushed_journal_is_pending() {
     expect_ok(&r);
     assert!(!r.out().contains("pending"), "{}", r.out());
     assert!(read_blocks(&img, 1, 2) == data);
+}
+
+/// A media fault (fault model M3) in a paper slot whose intent was cleared: one bit of the
+/// zero commit word flipped, the previous intent still in the slot with a valid CRC. The
+/// commit word matches no intent (its low half would be the intent's CRC), so nothing of the
+/// stale intent is applied: check reports it as pending (exit 0), recover cancels it and
+/// every block keeps its current contents, whether the intent's blocks were all rewritten
+/// since or none was. When some were and some were not, no crash explains the state (a
+/// committed update's map is all old or all new while its commit word can tear): damage.
+#[test]
+fn flipped_clear_intent_commit_word_is_cancelled() {
+    let (img, g) = format("stale-intent", "paper");
+    write_blocks(&img, 0, &pattern(50, 4)); // one atomic write of LBAs 0..4: an intent
+    let lane = (0..g.lanes)
+        .find(|&l| load_u64(&img, g.slot(l) + PAPER_INTENT) != 0)
+        .expect("a slot holds the intent");
+    let slot = g.slot(lane);
+    assert_eq!(
+        load_u64(&img, slot + PAPER_INTENT_COMMIT),
+        0,
+        "intent cleared"
+    );
+    let head = load_u64(&img, slot + PAPER_INTENT);
+    assert_eq!(head as u32, 4, "intent count");
+    let crc = (head >> 32) as u32;
+    // The intent's entries are the map's now.
+    for (i, l) in (0..4).enumerate() {
+        let at = slot + PAPER_INTENT + 8 + 16 * i as u64;
+        assert_eq!(load_u64(&img, at), l);
+        assert_eq!(load_u64(&img, at + 8), load_u64(&img, g.entry_off(l)));
+    }
+    let base = img.bytes();
+    for (tag, rewrite) in [
+        ("all", &[0u64, 1, 2, 3][..]),
+        ("none", &[][..]),
+        ("part", &[0, 2][..]),
+    ] {
+        let img = TempFile::with(&format!("stale-intent-{tag}"), &base);
+        // Single-block writes (the replicas path) leave the intent area alone.
+        for &l in rewrite {
+            write_blocks(&img, l, &pattern(60 + l, 1));
+        }
+        assert_eq!(
+            load_u64(&img, slot + PAPER_INTENT),
+            head,
+            "intent area unchanged"
+        );
+        let current = read_blocks(&img, 0, 4);
+        let written = img.bytes();
+        for bit in [0u32, 19, 31, 32, 63] {
+            let flipped = 1u64 << bit;
+            assert_ne!(
+                flipped as u32, crc,
+                "the flipped word must not match by chance"
+            );
+            let img = TempFile::with(&format!("stale-intent-{tag}-{bit}"), &written);
+            store_u64(&img, slot + PAPER_INTENT_COMMIT, flipped);
+            if rewrite.len() == 2 {
+                expect_damage(
+                    &img,
+                    &[&format!(
+                        "intent of lane {lane}: commit word {flipped:#x} matches no valid intent, but the map holds 2 of the 4 entries"
+                    )],
+                );
+                let before = img.bytes();
+                expect_fail(
+                    &run(&["recover", img.s()]),
+                    1,
+                    &["image damaged", "intent of lane"],
+                );
+                assert!(img.bytes() == before, "recover changed a damaged image");
+                continue;
+            }
+            let before = img.bytes();
+            let r = run(&["check", img.s()]);
+            expect_ok(&r);
+            let out = r.out();
+            assert!(
+                out.contains(&format!(
+                    "pending   lane {lane}: intent commit word {flipped:#x} matches no valid intent"
+                )) && out.contains("recovery will cancel it"),
+                "{out}"
+            );
+            assert!(!out.contains("DAMAGE"), "{out}");
+            let r = run(&["check", img.s(), "--json"]);
+            expect_ok(&r);
+            let v = r.json();
+            assert_eq!(v["consistent"], true, "{v}");
+            assert_eq!(
+                v["pending_recovery"].as_array().map(|a| a.len()),
+                Some(1),
+                "{v}"
+            );
+            assert!(img.bytes() == before, "check changed the image");
+            let r = run(&["recover", img.s()]);
+            expect_ok(&r);
+            assert!(
+                r.out().contains(&format!(
+                    "lane {lane}: intent commit word {flipped:#x} matches no valid intent: cancelled"
+                )),
+                "{}",
+                r.out()
+            );
+            assert_eq!(
+                load_u64(&img, slot + PAPER_INTENT_COMMIT),
+                0,
+                "commit word reset"
+            );
+            assert!(
+                read_blocks(&img, 0, 4) == current,
+                "{tag}, bit {bit}: the stale intent was applied"
+            );
+            let r = run(&["check", img.s()]);
+            expect_ok(&r);
+            assert!(!r.out().contains("pending"), "{}", r.out());
+        }
+    }
 }

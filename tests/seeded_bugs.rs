@@ -403,15 +403,10 @@ fn scenario(bug: SeededBug, active: Option<SeededBug>) -> Run {
         // first one freed.
         FastNoMapFence => standard(bug, active, &eight, &[w(&[2], 2), w(&[2], 3)]),
         // A 4-block atomic write.
-        FastRecordNoFence | FastNoRecordMulti | PaperIntentClearBeforeMap => {
-            standard(bug, active, &eight, &[w(four, 2)])
-        }
-        // A 4-block atomic write over the lane's previous intent (of LBAs 0..8, v1), after a
-        // single-block write superseded its entry for LBA 0 (v2): a commit word that lands
-        // before any of the new intent replays the previous one.
-        PaperIntentCommitFirst => {
-            standard(bug, active, &[eight[0].clone(), w(&[0], 2)], &[w(four, 3)])
-        }
+        FastRecordNoFence
+        | FastNoRecordMulti
+        | PaperIntentCommitNoFence
+        | PaperIntentClearBeforeMap => standard(bug, active, &eight, &[w(four, 2)]),
         // A 4-block atomic write over the lane's previous record of the same blocks, so a
         // torn record holds the previous write's entries where its own did not land.
         FastRecordCrcUnchecked => {
@@ -861,7 +856,7 @@ bug_tests! {
     PaperMapBeforeJournal: events_paper_map_before_journal, harm_paper_map_before_journal;
     PaperTrustOneReplica: events_paper_trust_one_replica, harm_paper_trust_one_replica;
     PaperNoResetFence: events_paper_no_reset_fence, harm_paper_no_reset_fence;
-    PaperIntentCommitFirst: events_paper_intent_commit_first, harm_paper_intent_commit_first;
+    PaperIntentCommitNoFence: events_paper_intent_commit_no_fence, harm_paper_intent_commit_no_fence;
     PaperIntentClearBeforeMap: events_paper_intent_clear_before_map, harm_paper_intent_clear_before_map;
     RecoveryClearsBeforeMap: events_recovery_clears_before_map, harm_recovery_clears_before_map;
 }

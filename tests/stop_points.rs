@@ -23,8 +23,8 @@
 //! also for the data step of the record path), R1..R5 for the fast record path.
 
 use nvstack::nvramdisk::disk::{
-    read_fast_record, read_paper_intent, LBA_NULL, PAPER_INTENT_COMMIT, PAPER_L1, PAPER_L2,
-    PAPER_VPN,
+    paper_intent_state, read_fast_record, read_paper_intent, IntentState, LBA_NULL,
+    PAPER_INTENT_COMMIT, PAPER_L1, PAPER_L2, PAPER_VPN,
 };
 use nvstack::nvramdisk::entry::Entry;
 use nvstack::nvramdisk::{
@@ -427,7 +427,7 @@ fn classify_paper_single(
 }
 
 /// Whether the paper intent area holds a complete intent (count and checksum), whatever the
-/// commit word says (`read_paper_intent` only reads a committed one).
+/// commit word says (`read_paper_intent` only reads one its commit word matches).
 fn intent_complete(r: &MmapRegion, slot: u64) -> bool {
     let base = slot + nvstack::nvramdisk::disk::PAPER_INTENT;
     let mut head = [0u8; 8];
@@ -621,7 +621,10 @@ impl Snapshot<'_> {
             }
             Path::PaperIntent => {
                 let commit = r.load_u64(slot + PAPER_INTENT_COMMIT);
+                // Committed: the commit word matches the intent (its low half is the intent's
+                // CRC); None for 0 or any other value.
                 let intent = read_paper_intent(r, slot);
+                let intent_state = || paper_intent_state(r, &self.geo, slot);
                 let intent_ok = |what: &str| {
                     let (_, entries) = intent.clone().unwrap_or_else(|| {
                         panic!("{}: intent unreadable in state {what}", self.ctx)
@@ -656,16 +659,40 @@ impl Snapshot<'_> {
                         }
                     }
                     Step::IntentCommit => {
-                        if commit != 0 {
+                        assert!(
+                            intent_complete(r, slot),
+                            "{}: intent not complete at its commit",
+                            self.ctx
+                        );
+                        assert!(
+                            torn || intent.is_some(),
+                            "{}: the commit word {commit:#x} stored does not match its intent",
+                            self.ctx
+                        );
+                        if intent.is_some() {
                             intent_ok("I3/I4");
+                        } else if commit != 0 {
+                            // Torn to a value that matches no intent: the intent in the slot
+                            // is this write's, none of it applied, and recovery cancels it.
+                            assert_eq!(
+                                intent_state(),
+                                IntentState::Cancel {
+                                    commit,
+                                    applied: 0,
+                                    n: self.known.changed.len()
+                                },
+                                "{}: torn commit word",
+                                self.ctx
+                            );
                         }
                         self.map_unchanged();
-                        // A commit word torn to 0 is not committed; torn to anything else it
-                        // commits a complete, durable intent.
-                        let expect = if commit == 0 {
-                            Expect::Old
-                        } else {
+                        // Only a commit word that matches the intent (its low half is the
+                        // intent's CRC) commits it: torn to 0 or to any other value, the
+                        // write is cancelled.
+                        let expect = if intent.is_some() {
                             Expect::New
+                        } else {
+                            Expect::Old
                         };
                         (if stored || torn { "I3" } else { "I4" }, expect)
                     }
@@ -688,12 +715,26 @@ impl Snapshot<'_> {
                                 "{}: map of LBA {l} not new at the clear",
                                 self.ctx
                             );
-                            if commit != 0 {
+                            if intent.is_some() {
                                 assert_eq!(new, Some(self.map(l)), "{}: intent entry", self.ctx);
                             }
                         }
-                        if commit != 0 {
+                        if intent.is_some() {
                             intent_ok("I7");
+                            ("I7", Expect::New)
+                        } else if commit != 0 {
+                            // The clear torn to a value that matches no intent: the map
+                            // already holds all of it, and recovery cancels (resets the word).
+                            assert_eq!(
+                                intent_state(),
+                                IntentState::Cancel {
+                                    commit,
+                                    applied: self.known.changed.len(),
+                                    n: self.known.changed.len()
+                                },
+                                "{}: torn clear",
+                                self.ctx
+                            );
                             ("I7", Expect::New)
                         } else if stored {
                             ("I7", Expect::New)

@@ -22,7 +22,7 @@ pub enum SeededBug {
     PaperMapBeforeJournal,
     PaperTrustOneReplica,
     PaperNoResetFence,
-    PaperIntentCommitFirst,
+    PaperIntentCommitNoFence,
     PaperIntentClearBeforeMap,
     RecoveryClearsBeforeMap,
 }
@@ -86,7 +86,7 @@ pub const BUGS: [BugInfo; 17] = [
     b(PaperMapBeforeJournal, "paper-map-before-journal", "paper: the map entry is updated before the journal", Paper, "p6-clwb", M2, false),
     b(PaperTrustOneReplica, "paper-trust-one-replica", "paper: recovery redoes from L1 alone, without comparing L2", Paper, "p6-clwb", M2, false),
     b(PaperNoResetFence, "paper-no-reset-fence", "paper: the replica resets are not persisted before the write returns (harm needs another lane to rewrite the block meanwhile)", Paper, "p6-clwb", M0, false),
-    b(PaperIntentCommitFirst, "paper-intent-commit-first", "paper: the intent's commit word is persisted together with the intent", Paper, "p4", M0, false),
+    b(PaperIntentCommitNoFence, "paper-intent-commit-no-fence", "paper: no fence between the intent's commit word and the map stores (one fence persists both)", Paper, "p4", M0, false),
     b(PaperIntentClearBeforeMap, "paper-intent-clear-before-map", "paper: the intent's commit word is cleared before the map entries are persisted", Paper, "p4", M0, false),
     b(RecoveryClearsBeforeMap, "recovery-clears-before-map", "fast: recovery clears the record before its map stores are persisted", Fast, "p4", M0, true),
 ];

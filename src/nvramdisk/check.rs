@@ -4,8 +4,8 @@
 //! (consistent, exit 0).
 
 use super::disk::{
-    paper_redo_target, read_fast_record, read_paper_intent, NvramDisk, OpenOptions, LBA_NULL,
-    PAPER_INTENT_COMMIT, PAPER_L1, PAPER_L2, PAPER_VPN,
+    paper_intent_state, paper_redo_target, read_fast_record, IntentState, NvramDisk, OpenOptions,
+    LBA_NULL, PAPER_L1, PAPER_L2, PAPER_VPN,
 };
 use super::entry::Entry;
 use super::layout::{Geometry, Protocol, Superblock, SB_PAGE_BYTES, SB_USED_BYTES};
@@ -76,18 +76,25 @@ fn check_slot<R: Region + ?Sized>(
                     "lane {lane}: interrupted journal update (L1 {l1:#x}, L2 {l2:#x}): recovery will reset it"
                 ));
             }
-            if r.load_u64(slot + PAPER_INTENT_COMMIT) != 0 {
-                match read_paper_intent(r, slot) {
-                    Some((_, e)) if e.iter().all(|&(lba, new)| entry_valid(g, lba, new)) => pending.push(
-                        format!("lane {lane}: committed intent of {} blocks: recovery will redo it", e.len()),
-                    ),
-                    Some(_) => findings.push(format!(
-                        "intent of lane {lane}: committed, but an entry names an LBA or page out of range"
-                    )),
-                    None => findings.push(format!(
-                        "intent of lane {lane}: commit word set but the intent fails its checksum"
-                    )),
-                }
+            // The same classification as recovery's (docs/format.md 6.2).
+            match paper_intent_state(r, g, slot) {
+                IntentState::Idle => {}
+                IntentState::Redo { entries, .. } => pending.push(format!(
+                    "lane {lane}: committed intent of {} blocks: recovery will redo it",
+                    entries.len()
+                )),
+                IntentState::Cancel { commit, .. } => pending.push(format!(
+                    "lane {lane}: intent commit word {commit:#x} matches no valid intent (a torn or flipped commit word): recovery will cancel it"
+                )),
+                IntentState::BadEntries { .. } => findings.push(format!(
+                    "intent of lane {lane}: committed, but an entry names an LBA or page out of range"
+                )),
+                IntentState::PartlyApplied { commit, applied, n } => findings.push(format!(
+                    "intent of lane {lane}: commit word {commit:#x} matches no valid intent, but the map holds {applied} of the {n} entries of the intent in the slot"
+                )),
+                IntentState::BadIntent { commit } => findings.push(format!(
+                    "intent of lane {lane}: commit word {commit:#x} set but the intent fails its checksum"
+                )),
             }
         }
         Protocol::Fast => {

@@ -392,12 +392,19 @@ fn read_fast_record_with<R: Region + ?Sized>(
     Some((seq, entries))
 }
 
-/// A decoded paper-protocol intent, if its commit word is set and its checksum holds.
-pub fn read_paper_intent<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, Vec<(u64, u64)>)> {
-    let commit = r.load_u64(slot + PAPER_INTENT_COMMIT);
-    if commit == 0 {
-        return None;
-    }
+/// The paper intent's commit word for sequence number `seq` and the intent's CRC32C `crc`:
+/// the sequence number's low 32 bits (1 if they are 0, so the word is never 0) in the high
+/// half, the CRC in the low half. The CRC binds the word to the one intent it commits.
+pub fn paper_commit_word(seq: u64, crc: u32) -> u64 {
+    (u64::from((seq as u32).max(1)) << 32) | u64::from(crc)
+}
+
+/// The intent area of a paper slot (slot + 128), whatever the commit word says: (CRC,
+/// entries) if its count is 1 to 64 and its CRC32C holds.
+pub fn read_paper_intent_body<R: Region + ?Sized>(
+    r: &R,
+    slot: u64,
+) -> Option<(u32, Vec<(u64, u64)>)> {
     let mut head = [0u8; 8];
     r.read(slot + PAPER_INTENT, &mut head);
     let n = u32::from_le_bytes(head[0..4].try_into().unwrap()) as usize;
@@ -419,7 +426,98 @@ pub fn read_paper_intent<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, V
             )
         })
         .collect();
-    Some((commit, entries))
+    Some((crc, entries))
+}
+
+/// A committed paper intent (commit word, entries): the commit word is non-zero, the intent
+/// is valid (count 1 to 64, CRC holds) and the commit word's low half equals the intent's
+/// CRC. Anything else commits nothing: in particular a stale intent left behind by an earlier
+/// update never matches a commit word that was not written for it.
+pub fn read_paper_intent<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, Vec<(u64, u64)>)> {
+    let commit = r.load_u64(slot + PAPER_INTENT_COMMIT);
+    if commit == 0 {
+        return None;
+    }
+    let (crc, entries) = read_paper_intent_body(r, slot)?;
+    (commit as u32 == crc).then_some((commit, entries))
+}
+
+/// What a paper slot's commit word and intent call for, judged alike by recovery and
+/// `nvstack check` (docs/format.md 6.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IntentState {
+    /// Commit word 0: no multi-block update in flight.
+    Idle,
+    /// The commit word matches a valid intent whose entries are all valid journaled entries:
+    /// recovery redoes it (I4 to I7).
+    Redo {
+        commit: u64,
+        entries: Vec<(u64, u64)>,
+    },
+    /// The commit word matches a valid intent, but an entry is impossible: damage.
+    BadEntries { commit: u64 },
+    /// The commit word is non-zero but matches no valid intent, and nothing of the intent in
+    /// the slot can have been applied in part: the commit word's line torn by a write-back
+    /// (I3: the map holds none of the intent; I7: all of it) or a flipped bit in a clear
+    /// commit word. Recovery cancels: commit word := 0, map untouched. `applied` of `n`
+    /// entries of the slot's intent are in the map (0 or n; n = 0 when no intent was ever
+    /// written in the slot).
+    Cancel {
+        commit: u64,
+        applied: usize,
+        n: usize,
+    },
+    /// The commit word matches no valid intent, yet the map holds some but not all of the
+    /// entries of the intent in the slot: a committed update whose commit word was damaged
+    /// midway, or a flipped commit word over a stale intent partly superseded. No crash
+    /// produces it: damage.
+    PartlyApplied {
+        commit: u64,
+        applied: usize,
+        n: usize,
+    },
+    /// The commit word is non-zero and the intent fails its count or CRC (an intent was
+    /// written in this slot, so a crash never leaves this): damage.
+    BadIntent { commit: u64 },
+}
+
+/// Classify lane slot `slot`'s intent (see [`IntentState`]).
+pub fn paper_intent_state<R: Region + ?Sized>(r: &R, g: &Geometry, slot: u64) -> IntentState {
+    let commit = r.load_u64(slot + PAPER_INTENT_COMMIT);
+    if commit == 0 {
+        return IntentState::Idle;
+    }
+    let Some((crc, entries)) = read_paper_intent_body(r, slot) else {
+        // An intent area never written (format zeroes it) holds nothing to apply.
+        if r.load_u64(slot + PAPER_INTENT) == 0 {
+            return IntentState::Cancel {
+                commit,
+                applied: 0,
+                n: 0,
+            };
+        }
+        return IntentState::BadIntent { commit };
+    };
+    if commit as u32 == crc {
+        return if entries
+            .iter()
+            .all(|&(lba, new)| journaled_entry_ok(g, lba, new))
+        {
+            IntentState::Redo { commit, entries }
+        } else {
+            IntentState::BadEntries { commit }
+        };
+    }
+    let n = entries.len();
+    let applied = entries
+        .iter()
+        .filter(|&&(lba, new)| lba < g.blocks && r.load_u64(g.map_entry_off(lba)) == new)
+        .count();
+    if applied == 0 || applied == n {
+        IntentState::Cancel { commit, applied, n }
+    } else {
+        IntentState::PartlyApplied { commit, applied, n }
+    }
 }
 
 impl<R: Region> NvramDisk<R> {
@@ -966,21 +1064,24 @@ impl<R: Region> NvramDisk<R> {
         let ioff = slot + PAPER_INTENT;
         d.store(r, o.journal, ioff, &intent[..len]);
         self.ev(Step::IntentRecord, Phase::Stored, ioff, len as u64, lbas[0])?;
-        // Seeded bug paper-intent-commit-first: no commit between the intent and its commit
-        // word; the commit word's commit is the only one.
-        if !self.seeded(SeededBug::PaperIntentCommitFirst) {
-            d.commit(r);
-            self.ev(
-                Step::IntentRecord,
-                Phase::Persisted,
-                ioff,
-                len as u64,
-                lbas[0],
-            )?;
-        }
+        d.commit(r);
+        self.ev(
+            Step::IntentRecord,
+            Phase::Persisted,
+            ioff,
+            len as u64,
+            lbas[0],
+        )?;
+        // The commit word names the intent it commits by its CRC: a commit word never matches
+        // a stale intent left in the slot by an earlier update (6.2).
         let coff = slot + PAPER_INTENT_COMMIT;
-        d.store_u64(r, o.journal, coff, lane.seq);
+        d.store_u64(r, o.journal, coff, paper_commit_word(lane.seq, crc));
         self.ev(Step::IntentCommit, Phase::Stored, coff, 8, lbas[0])?;
+        if self.seeded(SeededBug::PaperIntentCommitNoFence) {
+            // Seeded bug paper-intent-commit-no-fence: no commit between the commit word and
+            // the map stores; the Map step's commit persists both.
+            return self.paper_intent_finish(d, coff, lbas, news);
+        }
         d.commit(r);
         self.ev(Step::IntentCommit, Phase::Persisted, coff, 8, lbas[0])?;
         if self.seeded(SeededBug::PaperIntentClearBeforeMap) {
@@ -992,8 +1093,20 @@ impl<R: Region> NvramDisk<R> {
             self.ev(Step::IntentClear, Phase::Persisted, coff, 8, lbas[0])?;
             return self.store_map_entries(d, lbas, news);
         }
+        self.paper_intent_finish(d, coff, lbas, news)
+    }
+
+    /// The end of the paper intent path: the Map step, then IntentClear, each persisted.
+    fn paper_intent_finish(
+        &self,
+        d: &mut CommitDomain,
+        coff: u64,
+        lbas: &[u64],
+        news: &[u64],
+    ) -> Result<()> {
+        let r = &*self.region;
         self.store_map_entries(d, lbas, news)?;
-        d.store_u64(r, o.journal, coff, 0);
+        d.store_u64(r, self.ordering.journal, coff, 0);
         self.ev(Step::IntentClear, Phase::Stored, coff, 8, lbas[0])?;
         d.commit(r);
         self.ev(Step::IntentClear, Phase::Persisted, coff, 8, lbas[0])
@@ -1189,34 +1302,49 @@ impl<R: Region> NvramDisk<R> {
                         d.store_u64(r, self.ordering.journal, slot + PAPER_L2, LBA_NULL);
                         d.commit(r);
                     }
-                    let commit = r.load_u64(slot + PAPER_INTENT_COMMIT);
-                    if commit != 0 {
-                        match read_paper_intent(r, slot) {
-                            Some((_, entries))
-                                if entries.iter().all(|&(lba, new)| journaled_entry_ok(&g, lba, new)) =>
-                            {
-                                for &(lba, new) in &entries {
-                                    d.store_u64(r, self.ordering.map, g.map_entry_off(lba), new);
-                                }
-                                d.commit(r);
-                                rep.redone += 1;
-                                rep.actions.push(format!(
-                                    "lane {id}: redo intent of {} blocks",
-                                    entries.len()
-                                ));
-                                d.store_u64(r, self.ordering.journal, slot + PAPER_INTENT_COMMIT, 0);
-                                d.commit(r);
+                    let coff = slot + PAPER_INTENT_COMMIT;
+                    match paper_intent_state(r, &g, slot) {
+                        IntentState::Idle => {}
+                        IntentState::Redo { entries, .. } => {
+                            for &(lba, new) in &entries {
+                                d.store_u64(r, self.ordering.map, g.map_entry_off(lba), new);
                             }
-                            // The intent is fenced before its commit word is set: a set commit
-                            // word over a bad intent is damage, not a crash state. It is left in
-                            // place as evidence and nothing of it is applied.
-                            Some(_) => rep.damage.push(format!(
-                                "intent of lane {id}: committed, but an entry names an LBA or page out of range"
-                            )),
-                            None => rep.damage.push(format!(
-                                "intent of lane {id}: commit word set but the intent fails its checksum"
-                            )),
+                            d.commit(r);
+                            rep.redone += 1;
+                            rep.actions.push(format!(
+                                "lane {id}: redo intent of {} blocks",
+                                entries.len()
+                            ));
+                            d.store_u64(r, self.ordering.journal, coff, 0);
+                            d.commit(r);
                         }
+                        // A commit word that matches no valid intent committed nothing that
+                        // is not already durable: before it was persisted nothing of its
+                        // intent was applied, and once the clear is persisted the map is.
+                        IntentState::Cancel { commit, applied, n } => {
+                            d.store_u64(r, self.ordering.journal, coff, 0);
+                            d.commit(r);
+                            rep.undone += 1;
+                            rep.actions.push(format!(
+                                "lane {id}: intent commit word {commit:#x} matches no valid intent: cancelled (commit word reset), map left as it was{}",
+                                match (applied, n) {
+                                    (_, 0) => String::new(),
+                                    (0, n) => format!(" (none of the {n} entries of the intent in the slot applied)"),
+                                    (_, n) => format!(" (it already holds all {n} entries of the intent in the slot)"),
+                                }
+                            ));
+                        }
+                        // No crash leaves these: damage, left in place as evidence, nothing
+                        // of the intent applied.
+                        IntentState::BadEntries { .. } => rep.damage.push(format!(
+                            "intent of lane {id}: committed, but an entry names an LBA or page out of range"
+                        )),
+                        IntentState::PartlyApplied { commit, applied, n } => rep.damage.push(format!(
+                            "intent of lane {id}: commit word {commit:#x} matches no valid intent, but the map holds {applied} of the {n} entries of the intent in the slot"
+                        )),
+                        IntentState::BadIntent { commit } => rep.damage.push(format!(
+                            "intent of lane {id}: commit word {commit:#x} set but the intent fails its checksum"
+                        )),
                     }
                 }
                 Protocol::Fast => {
@@ -1465,4 +1593,101 @@ pub fn scan_map<R: Region + ?Sized>(r: &R, g: &Geometry) -> MapScan {
 /// Offsets of the superblock copies (for tests and `check`).
 pub fn superblock_offsets(region_bytes: u64) -> [u64; 2] {
     [0, region_bytes - SB_PAGE_BYTES]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pmem::MmapRegion;
+
+    const BS: usize = 512;
+
+    fn paper_region() -> Arc<MmapRegion> {
+        let len = Geometry::region_bytes_for(64, BS as u32, 2).expect("geometry");
+        let region = Arc::new(MmapRegion::anonymous(len).expect("anonymous region"));
+        let fo = FormatOptions {
+            block_bytes: BS as u32,
+            lanes: 2,
+            protocol: Protocol::Paper,
+            ..Default::default()
+        };
+        format_region(&*region, &fo).expect("format");
+        region
+    }
+
+    /// A 4-block write of `fill` over LBAs 0..4 stopped (a power failure) at the second map
+    /// store: the commit word is durable and two of the four map entries are new.
+    fn stopped_in_map(region: &Arc<MmapRegion>, fill: u8) {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let hook: Hook = Arc::new(move |e: &Event| {
+            if e.step == Step::Map
+                && e.phase == Phase::Stored
+                && s.fetch_add(1, Ordering::SeqCst) == 1
+            {
+                Action::Stop
+            } else {
+                Action::Continue
+            }
+        });
+        let dev = NvramDisk::open(
+            region.clone(),
+            OpenOptions {
+                hook: Some(hook),
+                ..Default::default()
+            },
+        )
+        .expect("open");
+        let r = dev.write_atomic(&[0, 1, 2, 3], &vec![fill; 4 * BS]);
+        assert!(r.is_err(), "the write was not stopped");
+    }
+
+    fn contents(region: &Arc<MmapRegion>) -> Vec<u8> {
+        let dev = NvramDisk::open(region.clone(), OpenOptions::default()).expect("open");
+        let mut buf = vec![0u8; 4 * BS];
+        dev.read_blocks(0, &mut buf).expect("read");
+        buf
+    }
+
+    /// The stop point leaves a committed intent half applied; recovery redoes it. A flipped
+    /// bit in its (durable) commit word must not turn that into a cancel that leaves the
+    /// write torn: a high bit keeps the CRC half, so the intent is still committed; a low bit
+    /// breaks the match, and with the map holding part of the intent that is damage.
+    #[test]
+    fn flipped_committed_commit_word_is_never_a_torn_write() {
+        for bit in [40u32, 3] {
+            let region = paper_region();
+            {
+                let dev = NvramDisk::open(region.clone(), OpenOptions::default()).expect("open");
+                dev.write_atomic(&[0, 1, 2, 3], &vec![0x11; 4 * BS])
+                    .expect("write");
+            }
+            stopped_in_map(&region, 0x22);
+            let g = Geometry::compute(region.len(), BS as u32, 2).expect("geometry");
+            let slot = (0..2)
+                .map(|lane| g.slot_off(lane))
+                .find(|&s| region.load_u64(s + PAPER_INTENT_COMMIT) != 0)
+                .expect("a slot with a set commit word");
+            let commit = region.load_u64(slot + PAPER_INTENT_COMMIT);
+            let new = |l: u64| region.load_u64(g.map_entry_off(l));
+            let entries = read_paper_intent(&*region, slot).expect("committed").1;
+            let applied = entries.iter().filter(|&&(l, n)| new(l) == n).count();
+            assert_eq!(applied, 2, "two of the four map entries stored");
+            region.store_u64(slot + PAPER_INTENT_COMMIT, commit ^ (1 << bit));
+            let opened = NvramDisk::open(region.clone(), OpenOptions::default());
+            if bit >= 32 {
+                let dev = opened.expect("a committed intent is redone");
+                assert_eq!(dev.recovery_report().redone, 1);
+                drop(dev);
+                assert_eq!(contents(&region), vec![0x22; 4 * BS]);
+            } else {
+                let Err(e) = opened else {
+                    panic!("a half-applied intent under a broken commit word was accepted")
+                };
+                let msg = e.to_string();
+                assert!(msg.contains("matches no valid intent"), "{msg}");
+                assert!(msg.contains("holds 2 of the 4 entries"), "{msg}");
+            }
+        }
+    }
 }
