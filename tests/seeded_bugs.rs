@@ -701,7 +701,8 @@ fn events_of(bug: SeededBug, active: Option<SeededBug>) -> Vec<SimEvent> {
     };
     match bug {
         FastRecordCrcUnchecked => {
-            // A record whose stores were all issued, its checksum torn.
+            // A record whose stores were all issued, its checksum torn in both copies (the
+            // record is written twice; one good copy would be repaired from).
             let (region, e) = stopped(
                 bug,
                 &eight,
@@ -709,8 +710,10 @@ fn events_of(bug: SeededBug, active: Option<SeededBug>) -> Vec<SimEvent> {
                 Step::Record,
                 Phase::Stored,
             );
-            let crc_word = e.off / 8 + 1;
-            region.poke(crc_word, region.peek(crc_word) ^ (0x5a << 40));
+            for copy in [0, nvstack::nvramdisk::disk::FAST_RECORD_REPLICA] {
+                let crc_word = (e.off + copy) / 8 + 1;
+                region.poke(crc_word, region.peek(crc_word) ^ (0x5a << 40));
+            }
             recovering(region)
         }
         FastRecoveryOldOnly => {

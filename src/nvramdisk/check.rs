@@ -4,8 +4,8 @@
 //! (consistent, exit 0).
 
 use super::disk::{
-    paper_intent_state, paper_redo_target, read_fast_record, IntentState, NvramDisk, OpenOptions,
-    LBA_NULL, PAPER_L1, PAPER_L2, PAPER_VPN,
+    fast_slot_busy, paper_intent_state, paper_redo_target, read_fast_record, IntentState,
+    NvramDisk, OpenOptions, LBA_NULL, PAPER_L1, PAPER_L2, PAPER_VPN,
 };
 use super::entry::Entry;
 use super::layout::{Geometry, Protocol, Superblock, SB_PAGE_BYTES, SB_USED_BYTES};
@@ -98,7 +98,7 @@ fn check_slot<R: Region + ?Sized>(
             }
         }
         Protocol::Fast => {
-            if r.load_u64(slot) == 0 {
+            if !fast_slot_busy(r, slot) {
                 return;
             }
             match read_fast_record(r, slot) {

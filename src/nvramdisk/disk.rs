@@ -30,12 +30,18 @@ pub const PAPER_INTENT: u64 = 128;
 /// Fast protocol record: seq u64, count u32, crc u32, then (lba, old, new) per block.
 /// A retired record has its first 16 bytes (seq, count and crc) zeroed.
 const RECORD_RETIRED: [u8; 16] = [0; 16];
+/// The record is written twice, at the slot's start and at this offset, before one fence: a
+/// crash tears both copies alike (neither validates, nothing was applied), while a media fault
+/// in one copy leaves the other to repair from.
+pub const FAST_RECORD_REPLICA: u64 = 2048;
 pub const FAST_RECORD_HEADER: usize = 16;
 pub const FAST_RECORD_ENTRY: usize = 24;
 const FAST_RECORD_MAX: usize = FAST_RECORD_HEADER + FAST_RECORD_ENTRY * ATOMIC_BLOCKS_MAX;
 const PAPER_INTENT_MAX: usize = 8 + 16 * ATOMIC_BLOCKS_MAX;
 const _: () = assert!(PAPER_INTENT as usize + PAPER_INTENT_MAX <= SLOT_BYTES as usize);
 const _: () = assert!(FAST_RECORD_MAX <= SLOT_BYTES as usize);
+const _: () = assert!(FAST_RECORD_MAX as u64 <= FAST_RECORD_REPLICA);
+const _: () = assert!(FAST_RECORD_REPLICA as usize + FAST_RECORD_MAX <= SLOT_BYTES as usize);
 
 #[derive(Clone)]
 pub struct FormatOptions {
@@ -346,9 +352,15 @@ pub fn journaled_entry_ok(g: &Geometry, lba: u64, raw: u64) -> bool {
 /// A fast record's entries: (lba, old entry, new entry).
 pub type RecordEntries = Vec<(u64, u64, u64)>;
 
-/// A decoded fast-protocol record (seq, entries), if its slot holds a complete one.
+/// A decoded fast-protocol record (seq, entries), if either copy in the slot is complete.
 pub fn read_fast_record<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, RecordEntries)> {
     read_fast_record_with(r, slot, true)
+        .or_else(|| read_fast_record_with(r, slot + FAST_RECORD_REPLICA, true))
+}
+
+/// True when either copy of the slot's record has a non-zero sequence word.
+pub fn fast_slot_busy<R: Region + ?Sized>(r: &R, slot: u64) -> bool {
+    r.load_u64(slot) != 0 || r.load_u64(slot + FAST_RECORD_REPLICA) != 0
 }
 
 /// Seeded bug fast-record-crc-unchecked: a record is taken when its seq is non-zero and its
@@ -975,6 +987,8 @@ impl<R: Region> NvramDisk<R> {
         let mut rec = [0u8; FAST_RECORD_MAX];
         let len = encode_fast_record(lane.seq, lbas, olds, news, &mut rec);
         lane.domain.store(r, o.journal, slot, &rec[..len]);
+        lane.domain
+            .store(r, o.journal, slot + FAST_RECORD_REPLICA, &rec[..len]);
         self.ev(Step::Record, Phase::Stored, slot, len as u64, lbas[0])?;
         // Seeded bug fast-record-no-fence: no commit between the record and the map stores.
         if !self.seeded(SeededBug::FastRecordNoFence) {
@@ -986,6 +1000,8 @@ impl<R: Region> NvramDisk<R> {
             // neither committed, and the discard returns.
             self.store_map_words(&mut lane.domain, lbas, news)?;
             lane.domain.store(r, o.journal, slot, &RECORD_RETIRED);
+            lane.domain
+                .store(r, o.journal, slot + FAST_RECORD_REPLICA, &RECORD_RETIRED);
             return self.ev(Step::RecordClear, Phase::Stored, slot, 16, lbas[0]);
         }
         self.store_map_entries(&mut lane.domain, lbas, news)?;
@@ -995,6 +1011,8 @@ impl<R: Region> NvramDisk<R> {
         // later record reusing the sequence number must never revive it if only its first
         // word reaches media.
         lane.domain.store(r, o.journal, slot, &RECORD_RETIRED);
+        lane.domain
+            .store(r, o.journal, slot + FAST_RECORD_REPLICA, &RECORD_RETIRED);
         self.ev(Step::RecordClear, Phase::Stored, slot, 16, lbas[0])?;
         lane.domain.commit(r);
         self.ev(Step::RecordClear, Phase::Persisted, slot, 16, lbas[0])
@@ -1348,7 +1366,7 @@ impl<R: Region> NvramDisk<R> {
                     }
                 }
                 Protocol::Fast => {
-                    if r.load_u64(slot) == 0 {
+                    if !fast_slot_busy(r, slot) {
                         continue;
                     }
                     let record = if self.seeded(SeededBug::FastRecordCrcUnchecked) {
@@ -1379,6 +1397,12 @@ impl<R: Region> NvramDisk<R> {
                                 // Seeded bug recovery-clears-before-map: the record is
                                 // retired, durably, before its map stores are issued.
                                 d.store(r, self.ordering.journal, slot, &RECORD_RETIRED);
+                                d.store(
+                                    r,
+                                    self.ordering.journal,
+                                    slot + FAST_RECORD_REPLICA,
+                                    &RECORD_RETIRED,
+                                );
                                 d.commit(r);
                                 cleared = true;
                             }
@@ -1416,6 +1440,12 @@ impl<R: Region> NvramDisk<R> {
                     if !cleared {
                         let d = &mut lane.domain;
                         d.store(r, self.ordering.journal, slot, &RECORD_RETIRED);
+                        d.store(
+                            r,
+                            self.ordering.journal,
+                            slot + FAST_RECORD_REPLICA,
+                            &RECORD_RETIRED,
+                        );
                         d.commit(r);
                     }
                 }
