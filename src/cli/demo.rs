@@ -16,35 +16,9 @@ use std::time::Instant;
 
 const BLOCK: usize = 4096;
 
-/// A block that names its LBA and version, with a checksum over the rest.
+/// Blocks that name their LBA and version, with a checksum (the crash checker's oracle blocks).
 fn tagged(lba: u64, version: u64) -> Vec<u8> {
-    let mut b = vec![0u8; BLOCK];
-    b[0..8].copy_from_slice(&lba.to_le_bytes());
-    b[8..16].copy_from_slice(&version.to_le_bytes());
-    let mut x = lba.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ version;
-    for c in b[20..].chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
-    }
-    let crc = crc32c::crc32c(&b[20..]);
-    b[16..20].copy_from_slice(&crc.to_le_bytes());
-    b
-}
-
-/// The version a block holds; None when zeros; Err when torn or another block's.
-fn version_of(lba: u64, b: &[u8]) -> std::result::Result<Option<u64>, String> {
-    if b.iter().all(|&x| x == 0) {
-        return Ok(None);
-    }
-    let l = u64::from_le_bytes(b[0..8].try_into().unwrap());
-    let v = u64::from_le_bytes(b[8..16].try_into().unwrap());
-    let crc = u32::from_le_bytes(b[16..20].try_into().unwrap());
-    if l != lba || crc != crc32c::crc32c(&b[20..]) {
-        return Err(format!("LBA {lba}: torn or misplaced block"));
-    }
-    Ok(Some(v))
+    nvstack::crashtest::oracle::block(lba, version, BLOCK)
 }
 
 #[derive(serde::Serialize)]
@@ -178,7 +152,7 @@ fn workload(path: &Path, protocol: Protocol) -> Result<ProtocolRun> {
     for lba in 0..span {
         d.read(lba, &mut buf)?;
         let want = latest[lba as usize];
-        let got = version_of(lba, &buf).map_err(Error::finding)?;
+        let got = nvstack::crashtest::oracle::decode_block(lba, &buf).map_err(Error::finding)?;
         if got != (want != 0).then_some(want) {
             return Err(Error::finding(format!(
                 "LBA {lba}: read version {got:?}, wrote {want}"
@@ -318,7 +292,7 @@ fn cut_and_recover(path: &Path, p: Protocol, cut: &CutSpec) -> Result<Cut> {
     let mut torn = None;
     for l in base..base + n {
         d.read(l, &mut buf)?;
-        match version_of(l, &buf) {
+        match nvstack::crashtest::oracle::decode_block(l, &buf) {
             Ok(v) => {
                 versions.insert(v);
             }

@@ -39,15 +39,7 @@ pub struct Job {
 
 /// The recovery a checked image gets: the correct one, unless the seeded bug is in recovery.
 fn recovery_bug(bug: Option<SeededBug>) -> Option<SeededBug> {
-    bug.filter(|b| {
-        matches!(
-            b,
-            SeededBug::FastRecordCrcUnchecked
-                | SeededBug::FastRecoveryOldOnly
-                | SeededBug::PaperTrustOneReplica
-                | SeededBug::RecoveryClearsBeforeMap
-        )
-    })
+    bug.filter(|b| b.in_recovery())
 }
 
 /// Recover `img` and judge it. Ok(true) when recovery wrote anything.
@@ -294,18 +286,7 @@ fn check_point(
                     }
                 }
                 Err(f) => {
-                    counters.violation(Violation {
-                        fault: job.model,
-                        protocol: job.protocol,
-                        ordering: job.ordering.name,
-                        scenario: job.name,
-                        seed: job.seed,
-                        step: k,
-                        depth: 1,
-                        lba: f.lba,
-                        what: f.what,
-                        image: sub.describe(c),
-                    });
+                    counters.violation(violation(job, k, 1, f.lba, f.what, sub.describe(c)));
                     violated = true;
                 }
             }
@@ -374,26 +355,44 @@ fn depth2(
                 job.ordering,
                 job.bug,
             ) {
-                return Err(Violation {
-                    fault: job.model,
-                    protocol: job.protocol,
-                    ordering: job.ordering.name,
-                    scenario: job.name,
-                    seed: job.seed,
-                    step: k,
-                    depth: 2,
-                    lba: f.lba,
-                    what: format!("{} (crash at recovery event {j})", f.what),
-                    image: format!(
+                return Err(violation(
+                    job,
+                    k,
+                    2,
+                    f.lba,
+                    format!("{} (crash at recovery event {j})", f.what),
+                    format!(
                         "{}; then in recovery: {}",
                         space.describe(c),
                         sub.describe(c2)
                     ),
-                });
+                ));
             }
         }
     }
     Ok(())
+}
+
+fn violation(
+    job: &Job,
+    k: usize,
+    depth: u8,
+    lba: Option<u64>,
+    what: String,
+    image: String,
+) -> Violation {
+    Violation {
+        fault: job.model,
+        protocol: job.protocol,
+        ordering: job.ordering.name,
+        scenario: job.name,
+        seed: job.seed,
+        step: k,
+        depth,
+        lba,
+        what,
+        image,
+    }
 }
 
 /// The jobs of a run.

@@ -275,7 +275,7 @@ fn recover_and_read(
 ) -> Result<BTreeMap<u64, Option<u64>>, Violation> {
     let oo = OpenOptions {
         ordering: Some(job.ordering),
-        seeded_bug: job.bug.filter(|b| is_recovery_bug(*b)),
+        seeded_bug: job.bug.filter(|b| b.in_recovery()),
         ..Default::default()
     };
     let dev = NvramDisk::open(img.clone(), oo).map_err(|e| {
@@ -431,14 +431,4 @@ fn judge_media_fault(
     } else {
         MediaOutcome::NoEffect
     })
-}
-
-fn is_recovery_bug(b: SeededBug) -> bool {
-    matches!(
-        b,
-        SeededBug::FastRecordCrcUnchecked
-            | SeededBug::FastRecoveryOldOnly
-            | SeededBug::PaperTrustOneReplica
-            | SeededBug::RecoveryClearsBeforeMap
-    )
 }

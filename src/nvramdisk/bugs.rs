@@ -91,6 +91,19 @@ pub const BUGS: [BugInfo; 17] = [
     b(RecoveryClearsBeforeMap, "recovery-clears-before-map", "fast: recovery clears the record before its map stores are persisted", Fast, "p4", M0, true),
 ];
 
+impl SeededBug {
+    /// The bug is in recovery (it must also act when the checker recovers an image).
+    pub fn in_recovery(self) -> bool {
+        matches!(
+            self,
+            SeededBug::FastRecordCrcUnchecked
+                | SeededBug::FastRecoveryOldOnly
+                | SeededBug::PaperTrustOneReplica
+                | SeededBug::RecoveryClearsBeforeMap
+        )
+    }
+}
+
 pub fn by_name(name: &str) -> Option<BugInfo> {
     BUGS.iter().find(|b| b.name == name).copied()
 }

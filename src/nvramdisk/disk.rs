@@ -358,6 +358,18 @@ pub fn read_fast_record<R: Region + ?Sized>(r: &R, slot: u64) -> Option<(u64, Re
         .or_else(|| read_fast_record_with(r, slot + FAST_RECORD_REPLICA, true))
 }
 
+/// Store the retirement of both copies of a slot's fast record (zeroed seq, count and CRC);
+/// durable at the caller's next commit.
+fn retire_record<R: Region + ?Sized>(
+    d: &mut CommitDomain,
+    r: &R,
+    m: crate::pmem::Method,
+    slot: u64,
+) {
+    d.store(r, m, slot, &RECORD_RETIRED);
+    d.store(r, m, slot + FAST_RECORD_REPLICA, &RECORD_RETIRED);
+}
+
 /// True when either copy of the slot's record has a non-zero sequence word.
 pub fn fast_slot_busy<R: Region + ?Sized>(r: &R, slot: u64) -> bool {
     r.load_u64(slot) != 0 || r.load_u64(slot + FAST_RECORD_REPLICA) != 0
@@ -999,9 +1011,7 @@ impl<R: Region> NvramDisk<R> {
             // Seeded bug discard-no-fence: the map stores and the record clear are issued,
             // neither committed, and the discard returns.
             self.store_map_words(&mut lane.domain, lbas, news)?;
-            lane.domain.store(r, o.journal, slot, &RECORD_RETIRED);
-            lane.domain
-                .store(r, o.journal, slot + FAST_RECORD_REPLICA, &RECORD_RETIRED);
+            retire_record(&mut lane.domain, r, o.journal, slot);
             return self.ev(Step::RecordClear, Phase::Stored, slot, 16, lbas[0]);
         }
         self.store_map_entries(&mut lane.domain, lbas, news)?;
@@ -1010,9 +1020,7 @@ impl<R: Region> NvramDisk<R> {
         // the sequence word and the count/CRC word are cleared: the body stays behind, and a
         // later record reusing the sequence number must never revive it if only its first
         // word reaches media.
-        lane.domain.store(r, o.journal, slot, &RECORD_RETIRED);
-        lane.domain
-            .store(r, o.journal, slot + FAST_RECORD_REPLICA, &RECORD_RETIRED);
+        retire_record(&mut lane.domain, r, o.journal, slot);
         self.ev(Step::RecordClear, Phase::Stored, slot, 16, lbas[0])?;
         lane.domain.commit(r);
         self.ev(Step::RecordClear, Phase::Persisted, slot, 16, lbas[0])
@@ -1396,13 +1404,7 @@ impl<R: Region> NvramDisk<R> {
                             if self.seeded(SeededBug::RecoveryClearsBeforeMap) {
                                 // Seeded bug recovery-clears-before-map: the record is
                                 // retired, durably, before its map stores are issued.
-                                d.store(r, self.ordering.journal, slot, &RECORD_RETIRED);
-                                d.store(
-                                    r,
-                                    self.ordering.journal,
-                                    slot + FAST_RECORD_REPLICA,
-                                    &RECORD_RETIRED,
-                                );
+                                retire_record(d, r, self.ordering.journal, slot);
                                 d.commit(r);
                                 cleared = true;
                             }
@@ -1439,13 +1441,7 @@ impl<R: Region> NvramDisk<R> {
                     }
                     if !cleared {
                         let d = &mut lane.domain;
-                        d.store(r, self.ordering.journal, slot, &RECORD_RETIRED);
-                        d.store(
-                            r,
-                            self.ordering.journal,
-                            slot + FAST_RECORD_REPLICA,
-                            &RECORD_RETIRED,
-                        );
+                        retire_record(d, r, self.ordering.journal, slot);
                         d.commit(r);
                     }
                 }
