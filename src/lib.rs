@@ -8,6 +8,7 @@ pub mod bench;
 pub mod blockdev;
 pub mod crashtest;
 pub mod error;
+pub mod export;
 pub mod nvramdisk;
 pub mod pmem;
 pub mod size;

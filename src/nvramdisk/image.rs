@@ -160,6 +160,16 @@ pub fn open_image(path: &Path, oo: OpenOptions) -> Result<Disk> {
     NvramDisk::open(Arc::new(region), oo)
 }
 
+/// Open an image file for writing without mapping it: exclusive lock, validated superblocks.
+/// For layers that bring their own region (the power-cut tests load it into a simulated
+/// region); the lock is held as long as the returned file is.
+pub fn open_image_file(path: &Path) -> Result<(File, Superblock)> {
+    let file = open_file(path, true)?;
+    lock(&file, path, true)?;
+    let (sb, _len) = validate_file(&file, path)?;
+    Ok((file, sb))
+}
+
 /// Open an image for reading only: shared lock, private copy-on-write mapping, so recovery
 /// runs in memory and nothing reaches the file.
 pub fn open_image_readonly(path: &Path, oo: OpenOptions) -> Result<Disk> {

@@ -170,6 +170,14 @@ impl SimRegion {
         self.st().events.len()
     }
 
+    /// Run `f` on the log so far while holding the region's lock, so that no thread can store,
+    /// flush or fence until `f` returns: the instant of a power cut. `f` normally never returns
+    /// (it writes the crash image and ends the process).
+    pub fn with_frozen_events<T>(&self, f: impl FnOnce(&[SimEvent]) -> T) -> T {
+        let s = self.st();
+        f(&s.events)
+    }
+
     /// Start noting every word loaded (reads, 8-byte loads).
     pub fn track_reads(&self) {
         let mut s = self.st();
@@ -695,6 +703,20 @@ impl ImageSpace {
             out.push(c);
         }
         (out, false)
+    }
+
+    /// One choice drawn at random (seeded): a single power cut's image.
+    pub fn random_choice(&self, seed: u64) -> Vec<u16> {
+        let mut x = seed | 1;
+        self.slots
+            .iter()
+            .map(|s| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % s.options.len() as u64) as u16
+            })
+            .collect()
     }
 
     /// Build the image for `choice`: a copy-on-write region over the crash point's base.
