@@ -86,7 +86,7 @@ impl BlockFile {
         let first = offset / bb;
         let last = (offset + n as u64 - 1) / bb;
         let head = (offset % bb) as usize;
-        if head == 0 && n as u64 % bb == 0 {
+        if head == 0 && (n as u64).is_multiple_of(bb) {
             // Aligned: straight into the caller's buffer.
             self.dev.read(first, buf)?;
             return Ok(n);
@@ -144,7 +144,7 @@ impl BlockFile {
         );
         let _locks = self.lock_blocks(first, blocks);
         let head = (offset % bb) as usize;
-        let aligned = head == 0 && data.len() as u64 % bb == 0;
+        let aligned = head == 0 && (data.len() as u64).is_multiple_of(bb);
         if aligned {
             return self.dev.write(first, data);
         }
