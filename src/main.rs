@@ -99,6 +99,8 @@ enum Cmd {
     Crashtest(cli::crashtest::CrashArgs),
     /// Measure 4 KiB random writes and reads against the raw floors (one run, ratios).
     Bench(cli::bench::BenchArgs),
+    /// Serve the device as one FUSE file, DIR/disk (for a loop device); daemonises.
+    Serve(cli::serve::ServeArgs),
     /// The main job: format an emulated NVRAM region under /dev/shm, write and read blocks,
     /// cut writes mid-protocol, recover, check, and print a short report.
     Demo {
@@ -126,6 +128,7 @@ fn main() {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
+        Cmd::Serve(a) => cli::serve::serve(a),
         Cmd::Format {
             image,
             size,

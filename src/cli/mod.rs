@@ -5,6 +5,7 @@ pub mod blocks;
 pub mod crashtest;
 pub mod demo;
 pub mod info;
+pub mod serve;
 
 use nvstack::error::{Error, Result};
 use std::io::Write;
