@@ -101,6 +101,10 @@ enum Cmd {
     Bench(cli::bench::BenchArgs),
     /// Serve the device as one FUSE file, DIR/disk (for a loop device); daemonises.
     Serve(cli::serve::ServeArgs),
+    /// One command from an image to a mounted file system: serve, loop device, mkfs, mount.
+    Up(cli::up::UpArgs),
+    /// Undo `up`: unmount, detach the loop device, stop the daemon.
+    Down(cli::up::DownArgs),
     /// The main job: format an emulated NVRAM region under /dev/shm, write and read blocks,
     /// cut writes mid-protocol, recover, check, and print a short report.
     Demo {
@@ -129,6 +133,8 @@ fn main() {
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
         Cmd::Serve(a) => cli::serve::serve(a),
+        Cmd::Up(a) => cli::up::up(a),
+        Cmd::Down(a) => cli::up::down(a),
         Cmd::Format {
             image,
             size,
