@@ -181,9 +181,29 @@ fn daemonise(a: &ServeArgs) -> Result<i32> {
 }
 
 /// Is `dir` a mount point? (Its device differs from its parent's, or it is listed.)
+/// The canonical path of `dir`. A dead FUSE mount cannot be resolved (ENOTCONN): then its
+/// parent is resolved and the name joined.
+pub fn resolve(dir: &Path) -> Result<PathBuf> {
+    match std::fs::canonicalize(dir) {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+                return Err(Error::env(format!("{}: {e}", dir.display())));
+            };
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            std::fs::canonicalize(parent)
+                .map(|p| p.join(name))
+                .map_err(|_| Error::env(format!("{}: {e}", dir.display())))
+        }
+    }
+}
+
 pub fn is_mount_point(dir: &Path) -> Result<bool> {
-    let canon =
-        std::fs::canonicalize(dir).map_err(|e| Error::env(format!("{}: {e}", dir.display())))?;
+    let canon = resolve(dir)?;
     let info = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| Error::env(format!("/proc/self/mountinfo: {e}")))?;
     let want = canon.to_string_lossy();
@@ -204,11 +224,19 @@ fn unescape_mount_path(s: &str) -> String {
 /// The mount point must exist, be a directory, and not be mounted on already.
 pub fn check_mountpoint(dir: &Path) -> Result<()> {
     let md = std::fs::metadata(dir).map_err(|e| {
-        Error::env(format!(
-            "mount point {}: {} (create it first)",
-            dir.display(),
-            e
-        ))
+        if e.raw_os_error() == Some(libc::ENOTCONN) {
+            Error::env(format!(
+                "mount point {}: a stale FUSE mount is already mounted there, its daemon gone \
+                 (`nvstack down --mount ...`, or `umount -l {}`)",
+                dir.display(),
+                dir.display()
+            ))
+        } else {
+            Error::env(format!(
+                "mount point {}: {e} (create it first)",
+                dir.display()
+            ))
+        }
     })?;
     if !md.is_dir() {
         return Err(Error::env(format!(
@@ -282,8 +310,42 @@ fn open_backend(a: &ServeArgs) -> Result<(Arc<dyn BlockDevice>, String, Option<A
     }
 }
 
+/// Loop devices whose backing file is `file` (from /sys/block/loop*/loop/backing_file).
+pub fn loops_backed_by(file: &Path) -> Vec<String> {
+    let Ok(canon) = std::fs::canonicalize(file) else {
+        return Vec::new();
+    };
+    let Ok(rd) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        if let Ok(b) = std::fs::read_to_string(e.path().join("loop/backing_file")) {
+            if Path::new(b.trim()) == canon {
+                out.push(format!("/dev/{name}"));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     check_mountpoint(&a.mountpoint)?;
+    // A loop device on the image itself writes it behind the daemon's back (it takes no lock).
+    let loops = loops_backed_by(&a.image);
+    if !loops.is_empty() {
+        return Err(Error::env(format!(
+            "{}: a loop device is attached to the image itself ({}); detach it first \
+             (`losetup -d`)",
+            a.image.display(),
+            loops.join(", ")
+        )));
+    }
     let (dev, what, power_cut) = open_backend(a)?;
     let file = Arc::new(BlockFile::new(dev));
     let atomic_max = file.atomic_write_bytes_max();
@@ -379,6 +441,9 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
         pc.arm();
     }
     let ran = session.run();
+    if let Some(pc) = &power_cut {
+        pc.write_back_all()?;
+    }
     let s = stats.snapshot();
     eprintln!(
         "nvstack serve: unmounted; {} writes, {} fsyncs, {} discards",

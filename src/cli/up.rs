@@ -86,12 +86,7 @@ pub struct UpState {
 }
 
 pub fn state_dir(mount: &Path) -> Result<PathBuf> {
-    let canon = std::fs::canonicalize(mount).map_err(|e| {
-        Error::env(format!(
-            "mount point {}: {e} (create it first)",
-            mount.display()
-        ))
-    })?;
+    let canon = super::serve::resolve(mount)?;
     let id = canon.to_string_lossy().trim_matches('/').replace('/', "-");
     let id = if id.is_empty() { "root".into() } else { id };
     Ok(Path::new(STATE_ROOT).join(id))
@@ -210,7 +205,9 @@ pub fn up(a: UpArgs) -> Result<i32> {
     // The image: reuse or create.
     let created = prepare_image(&a)?;
     let fuse_dir = dir.join("fuse");
-    if fuse_dir.exists() && is_mount_point(&fuse_dir)? {
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::env(format!("{}: cannot create: {e}", dir.display())))?;
+    if is_mount_point(&fuse_dir)? {
         return Err(Error::env(format!(
             "{} is still mounted (a stale daemon?): `umount -l {}` first",
             fuse_dir.display(),
@@ -416,7 +413,7 @@ pub fn down(a: DownArgs) -> Result<i32> {
 /// Undo, in reverse, whatever `st` records; stop at the first step that cannot be undone
 /// (a busy mount), leaving the state file for a later `down`.
 fn tear_down(dir: &Path, st: &UpState) -> Result<()> {
-    if st.mount.exists() && is_mount_point(&st.mount)? {
+    if is_mount_point(&st.mount)? {
         run(
             Command::new("umount").arg(&st.mount),
             &format!("umount {}", st.mount.display()),
@@ -461,7 +458,7 @@ fn tear_down(dir: &Path, st: &UpState) -> Result<()> {
             crate::say!("serve: daemon {pid} stopped")?;
         }
     }
-    if st.fuse_dir.exists() && is_mount_point(&st.fuse_dir)? {
+    if is_mount_point(&st.fuse_dir)? {
         // The daemon died without unmounting (killed): detach the dead mount.
         run(
             Command::new("umount").arg("-l").arg(&st.fuse_dir),
@@ -470,6 +467,7 @@ fn tear_down(dir: &Path, st: &UpState) -> Result<()> {
         crate::say!("serve: stale FUSE mount {} detached", st.fuse_dir.display())?;
     }
     let _ = std::fs::remove_file(&st.stats);
-    let _ = std::fs::remove_dir_all(dir);
+    std::fs::remove_dir_all(dir)
+        .map_err(|e| Error::env(format!("{}: cannot remove the state: {e}", dir.display())))?;
     Ok(())
 }

@@ -132,6 +132,20 @@ impl PowerCut {
             .expect("spawn the power-cut thread");
     }
 
+    /// An orderly shutdown instead of a cut: write what loads see (every store, as if all
+    /// caches were written back) to the image file.
+    pub fn write_back_all(&self) -> Result<()> {
+        let image = self.region.snapshot();
+        let mut bytes = Vec::with_capacity(image.len() * 8);
+        for w in image.iter() {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        self.file
+            .write_all_at(&bytes, 0)
+            .and_then(|_| self.file.sync_all())
+            .map_err(|e| Error::env(format!("{}: cannot write: {e}", self.path.display())))
+    }
+
     /// Cut power now: freeze the region, write one crash image, end the process.
     pub fn cut_now(&self) -> ! {
         self.region.with_frozen_events(|events| {
