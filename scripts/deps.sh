@@ -4,6 +4,17 @@
 need_pkgs=()
 command -v flock >/dev/null 2>&1 || need_pkgs+=(util-linux)
 command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)
+# The whole-stack tests (tests/serve.rs, tests/sqlite_vfs.rs) use the real kernel file systems,
+# SQLite and fio: FUSE, loop devices, e2fsprogs, xfsprogs, the sqlite3 CLI, Debian's python3
+# (its sqlite3 module can load extensions).
+command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
+command -v mkfs.ext4 >/dev/null 2>&1 || need_pkgs+=(e2fsprogs)
+command -v mkfs.xfs >/dev/null 2>&1 || need_pkgs+=(xfsprogs)
+command -v losetup >/dev/null 2>&1 || need_pkgs+=(mount)
+command -v fio >/dev/null 2>&1 || need_pkgs+=(fio)
+command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
+[ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || [ -e /usr/lib/libsqlite3.so ] || need_pkgs+=(libsqlite3-dev)
+[ -x /usr/bin/python3 ] || need_pkgs+=(python3)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}"
