@@ -389,10 +389,19 @@ fn verify_and_clear(st: &Stack, manifest: &Path) -> usize {
     .output()
     .unwrap();
     let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        o.status.success(),
-        "fsynced files lost or wrong after recovery:\n{out}"
-    );
+    if !o.status.success() {
+        let log = st.log_text();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        let dmesg = sh(10, &["dmesg"]);
+        let d = String::from_utf8_lossy(&dmesg.stdout).to_string();
+        let dtail: Vec<&str> = d.lines().rev().take(20).collect();
+        panic!(
+            "fsynced files lost or wrong after recovery:\n{out}\ndaemon log (last lines, newest \
+             first):\n{}\nkernel (newest first):\n{}",
+            tail.join("\n"),
+            dtail.join("\n")
+        );
+    }
     let n: usize = out
         .lines()
         .last()
@@ -459,9 +468,9 @@ fn kill_cycles(
     let (mut landed, mut verified) = (0, 0);
     for c in 0..cycles {
         let cut = power_cut.map(|m| {
-            // The cut comes this long after the daemon is ready: past the mount, into the
-            // workload.
-            format!("{m}:{}:{}", rng.next() % 1000, rng.range(400, 1500))
+            // The cut comes this long after the daemon gets SIGUSR1, sent once the workload
+            // runs (never during the recovery checks).
+            format!("{m}:{}:{}", rng.next() % 1000, rng.range(50, 900))
         });
         match &cut {
             Some(spec) => st.serve(&["--power-cut", spec]),
@@ -502,6 +511,8 @@ fn kill_cycles(
                 ok(10, &["kill", "-KILL", &pid.to_string()]);
             }
             Some(_) => {
+                std::thread::sleep(Duration::from_millis(30));
+                ok(10, &["kill", "-USR1", &pid.to_string()]);
                 // Power goes at the daemon's own instant; wait for it.
                 let t = Instant::now();
                 while Path::new(&format!("/proc/{pid}")).exists()

@@ -67,8 +67,8 @@ pub struct ServeArgs {
     /// With --backend raw: serve a file that holds an nvramdisk image (destroys it).
     #[arg(long)]
     pub force: bool,
-    /// Testing only: run on the simulated region and cut power after a delay,
-    /// MODEL:SEED:DELAY_MS (see src/export/powercut.rs).
+    /// Testing only: run on the simulated region and cut power DELAY_MS after the daemon
+    /// receives SIGUSR1, MODEL:SEED:DELAY_MS (see src/export/powercut.rs).
     #[arg(long, hide = true)]
     pub power_cut: Option<String>,
     /// Internal: the daemon half of a daemonised serve (report readiness on stdout).
@@ -255,7 +255,10 @@ pub fn check_mountpoint(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn open_backend(a: &ServeArgs) -> Result<(Arc<dyn BlockDevice>, String, Option<Arc<PowerCut>>)> {
+/// The device, what opening it did, and the power cut when running on the simulated region.
+type Opened = (Arc<dyn BlockDevice>, String, Option<Arc<PowerCut>>);
+
+fn open_backend(a: &ServeArgs) -> Result<Opened> {
     match (a.backend, &a.power_cut) {
         (Backend::Nvramdisk, None) => {
             let d = open_image(&a.image, OpenOptions::default())?;
@@ -386,12 +389,23 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGUSR1,
     ])
     .map_err(|e| Error::env(format!("cannot install signal handlers: {e}")))?;
+    let cut_on_signal = power_cut.clone();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
+            for sig in signals.forever() {
+                if sig == signal_hook::consts::SIGUSR1 {
+                    // Power-cut runs: the delay starts now (the test sends SIGUSR1 once its
+                    // workload runs, so no cut lands in its recovery checks).
+                    if let Some(pc) = &cut_on_signal {
+                        eprintln!("nvstack serve: power cut armed");
+                        pc.arm();
+                    }
+                    continue;
+                }
                 eprintln!(
                     "nvstack serve: signal {sig}: unmounting {}",
                     mountpoint.display()
@@ -406,6 +420,7 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
                     );
                     let _ = Command::new("umount").arg("-l").arg(&mountpoint).status();
                 }
+                break;
             }
         })
         .map_err(|e| Error::env(format!("cannot start the signal thread: {e}")))?;
@@ -437,9 +452,6 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
         crate::say!("{msg}")?;
     }
     eprintln!("nvstack serve: {msg}");
-    if let Some(pc) = &power_cut {
-        pc.arm();
-    }
     let ran = session.run();
     if let Some(pc) = &power_cut {
         pc.write_back_all()?;
