@@ -7,12 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 cargo fmt --all -- --check
-cargo clippy --release --locked --all-targets -- -D warnings
-cargo build --release --locked
+cargo clippy --release --locked --workspace --all-targets -- -D warnings
+cargo build --release --locked --workspace
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-NVSTACK_BIN="$PWD/target/release/nvstack" cargo test --locked --all-targets -- --test-threads=2 2>&1 | tee "$log"
+NVSTACK_BIN="$PWD/target/release/nvstack" NVSTACK_SQLITE_EXT="$PWD/target/release/libnvstack_sqlite.so" \
+  cargo test --locked --workspace --all-targets -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')

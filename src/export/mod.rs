@@ -7,9 +7,13 @@
 //! - [`stats`]: the daemon's counters, mirrored to tmpfs so they outlive a SIGKILL.
 //! - [`powercut`]: run a device on the simulated region and cut power at a random instant,
 //!   leaving a crash image drawn from a fault model (whole-stack power-cut tests).
+//! - [`sqlite_store`]: a tiny store of named journal files (a SQLite database's WAL and rollback
+//!   journal) on an nvramdisk, each write one atomic device write: the `nvstack` SQLite VFS's
+//!   data path (`sqlite-vfs/`).
 
 pub mod file;
 pub mod fuse;
 pub mod powercut;
 pub mod raw;
+pub mod sqlite_store;
 pub mod stats;
