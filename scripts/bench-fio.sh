@@ -4,11 +4,13 @@
 #   raw       the same daemon, FUSE options and loop options, --backend raw (no transactions)
 #   shm-loop  a loop device over a plain /dev/shm file (the ramdisk stand-in, no FUSE)
 # Rounds alternate the three (noisy shared machine); the table shows medians and ratios.
-# Usage: scripts/bench-fio.sh [--rounds N] [--runtime S] [--size SIZE] [--threads N] [--json]
+# Usage: scripts/bench-fio.sh [--rounds N] [--runtime S] [--size SIZE] [--threads N]
+#        [--no-parallel-writes] [--loop-direct-io] [--json]
+# (--threads and --no-parallel-writes go to nvstack serve; --loop-direct-io to every losetup.)
 # Run as root (FUSE mounts, loop devices). Needs fio, losetup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=3 runtime=10 size=1GiB threads=4 json=0 extra=()
+rounds=3 runtime=10 size=1GiB threads=4 json=0 extra=() loopopts=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -16,6 +18,7 @@ while [ $# -gt 0 ]; do
     --size) size=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --no-parallel-writes) extra+=(--no-parallel-writes); shift ;;
+    --loop-direct-io) loopopts+=(--direct-io=on); shift ;;
     --json) json=1; shift ;;
     *) echo "bench-fio: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -50,7 +53,7 @@ serve_up() { # backend
   if [ "$1" = nvramdisk ]; then $B format "$work/img" --size "$size" >/dev/null
   else fallocate -l "$bytes" "$work/img"; fi
   $B serve "$work/img" --mountpoint "$mnt" --backend "$1" --threads "$threads" --pid-file "$work/pid" "${extra[@]}" >/dev/null
-  loop=$(losetup --find --show --sector-size 4096 "$mnt/disk")
+  loop=$(losetup --find --show --sector-size 4096 "${loopopts[@]}" "$mnt/disk")
 }
 serve_down() {
   losetup -d "$loop"; loop=""
@@ -63,7 +66,7 @@ for r in $(seq "$rounds"); do
     case $sys in
       nvstack) serve_up nvramdisk ;;
       raw) serve_up raw ;;
-      shm-loop) fallocate -l "$bytes" "$work/img"; loop=$(losetup --find --show --sector-size 4096 "$work/img") ;;
+      shm-loop) fallocate -l "$bytes" "$work/img"; loop=$(losetup --find --show --sector-size 4096 "${loopopts[@]}" "$work/img") ;;
     esac
     # Pre-fault: write the whole test area once before timing.
     fio --name=fill --filename="$loop" --rw=write --bs=1m --direct=1 --size=$((bytes / 2)) >/dev/null 2>&1

@@ -16,7 +16,7 @@ use nvstack::blockdev::BlockDevice;
 use nvstack::nvramdisk::entry::Entry;
 use nvstack::nvramdisk::{
     format_region, Action, Event, FormatOptions, Geometry, Hook, NvramDisk, OpenOptions, Protocol,
-    Step,
+    Step, ATOMIC_BLOCKS_MAX,
 };
 use nvstack::pmem::ordering::policy_by_name;
 use nvstack::pmem::{MmapRegion, Region};
@@ -652,4 +652,40 @@ fn without_read_protection_a_reader_gets_another_blocks_data() {
         assert_eq!(o.read_retries, 0, "{what}: no retries without protection");
         assert_eq!(o.lookups, 1, "{what}: one lookup");
     }
+}
+
+/// Many writers on few lanes, each write as large as allowed, over a fully mapped device: every
+/// writer must get its shadow pages at once (one free pool; per-lane lists with stealing once
+/// starved a writer whose lane list was empty while the other lane was never idle).
+#[test]
+fn shadow_pages_never_run_out_with_more_writers_than_lanes() {
+    let Some((region, g)) = make_device(Protocol::Fast, "p4", 2, 512, 256) else {
+        return;
+    };
+    let dev = Arc::new(NvramDisk::open(region, OpenOptions::default()).expect("open"));
+    let b = g.block_bytes as usize;
+    let full = vec![7u8; b * ATOMIC_BLOCKS_MAX];
+    // Map every block first.
+    let mut lba = 0;
+    while lba < g.blocks {
+        let n = (g.blocks - lba).min(ATOMIC_BLOCKS_MAX as u64);
+        dev.write(lba, &full[..n as usize * b]).expect("fill");
+        lba += n;
+    }
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let dev = dev.clone();
+            let full = &full;
+            s.spawn(move || {
+                let mut rng = (t + 1) * 0x9e37_79b9;
+                for _ in 0..3_000 {
+                    let n = (xorshift(&mut rng) % ATOMIC_BLOCKS_MAX as u64 + 1).min(g.blocks);
+                    let start = xorshift(&mut rng) % (g.blocks - n + 1);
+                    dev.write(start, &full[..n as usize * b]).expect("write");
+                }
+            });
+        }
+    });
+    let st = dev.stats();
+    assert!(st.writes >= 8 * 3_000, "{st:?}");
 }

@@ -123,9 +123,6 @@ pub struct DiskStats {
 
 struct Lane {
     id: u32,
-    /// This lane's free pages (shadow candidates). Other lanes steal from it with try_lock
-    /// only, so no thread ever waits on a second lane while holding its own.
-    free: Vec<u32>,
     // Counters live in the lane (already locked): no shared cache line on the write path.
     writes: u64,
     blocks_written: u64,
@@ -140,6 +137,10 @@ pub struct NvramDisk<R: Region> {
     geo: Geometry,
     ordering: OrderingPolicy,
     lanes: Box<[Mutex<Lane>]>,
+    /// The free pages, one pool for all lanes. A leaf lock: nothing else is ever acquired
+    /// while it is held. (Per-lane lists with stealing starved or deadlocked a lane whose
+    /// writer was short while the pages sat in a lane that was always busy.)
+    free: Mutex<Vec<u32>>,
     stripes: Box<[Mutex<()>]>,
     hook: Option<Hook>,
     read_protection: bool,
@@ -564,7 +565,6 @@ impl<R: Region> NvramDisk<R> {
                 ];
                 Mutex::new(Lane {
                     id: i,
-                    free: Vec::new(),
                     writes: 0,
                     blocks_written: 0,
                     discards: 0,
@@ -580,6 +580,7 @@ impl<R: Region> NvramDisk<R> {
             geo,
             ordering,
             lanes,
+            free: Mutex::new(Vec::new()),
             stripes,
             hook: oo.hook,
             read_protection: oo.read_protection,
@@ -693,40 +694,23 @@ impl<R: Region> NvramDisk<R> {
         lock(&self.lanes[h])
     }
 
-    /// Take `n` free pages for `lane`, stealing from other lanes if its own list is short.
-    /// Enough pages always exist: pages = blocks + lanes x ATOMIC_BLOCKS_MAX, and each lane
-    /// holds at most ATOMIC_BLOCKS_MAX in flight; a busy lane is skipped and retried.
-    fn take_pages(&self, lane: &mut Lane, n: usize, out: &mut [u32; ATOMIC_BLOCKS_MAX]) {
-        let lanes = self.lanes.len();
-        let mut rounds = 0u64;
-        while lane.free.len() < n {
-            for k in 1..lanes {
-                let other = (lane.id as usize + k) % lanes;
-                if let Ok(mut o) = self.lanes[other].try_lock() {
-                    // Take what is missing plus half the rest, so stealing stays rare.
-                    let want = (n - lane.free.len())
-                        .max(o.free.len() / 2)
-                        .min(o.free.len());
-                    let at = o.free.len() - want;
-                    lane.free.extend_from_slice(&o.free[at..]);
-                    o.free.truncate(at);
-                }
-                if lane.free.len() >= n {
-                    break;
-                }
-            }
-            rounds += 1;
-            assert!(
-                rounds < 10_000_000,
-                "free pages exhausted: shadow pool invariant broken"
-            );
-            if lane.free.len() < n {
-                std::thread::yield_now();
-            }
-        }
-        let at = lane.free.len() - n;
-        out[..n].copy_from_slice(&lane.free[at..]);
-        lane.free.truncate(at);
+    /// Take `n` free pages. Enough always exist, without waiting: pages = blocks + lanes x
+    /// ATOMIC_BLOCKS_MAX, at most `blocks` are mapped, and each of the other lanes holds at
+    /// most ATOMIC_BLOCKS_MAX taken and not yet mapped or returned (a lane's writer holds the
+    /// lane from taking its pages until it frees the old ones), so at least
+    /// ATOMIC_BLOCKS_MAX >= n are free whenever a writer asks.
+    fn take_pages(&self, n: usize, out: &mut [u32; ATOMIC_BLOCKS_MAX]) {
+        assert!(n <= ATOMIC_BLOCKS_MAX);
+        let mut free = lock(&self.free);
+        assert!(
+            free.len() >= n,
+            "free pages exhausted ({} free, {n} wanted): shadow pool invariant broken",
+            free.len()
+        );
+        let at = free.len() - n;
+        out[..n].copy_from_slice(&free[at..]);
+        free.truncate(at);
+        drop(free);
         debug_assert!(
             out[..n].iter().all(|&p| (p as u64) < self.geo.pages),
             "free page out of range"
@@ -799,7 +783,7 @@ impl<R: Region> NvramDisk<R> {
         // drain, sits between the protocol's fences.
         let _stripes = self.lock_stripes(lbas);
         let mut pages = [0u32; ATOMIC_BLOCKS_MAX];
-        self.take_pages(&mut lane, n, &mut pages);
+        self.take_pages(n, &mut pages);
         // Step Data: the new contents go to shadow pages nobody references.
         if self.bug.is_none() || !self.seeded_data_step(&mut lane, lbas, data, &mut pages[..n])? {
             for i in 0..n {
@@ -845,7 +829,7 @@ impl<R: Region> NvramDisk<R> {
                 let raw = r.load_u64(self.geo.map_entry_off(lba));
                 if let Ok(Entry { vpn: Some(v), .. }) = Entry::decode(lba, raw) {
                     if (v as u64) < self.geo.pages {
-                        lane.free.push(*p);
+                        lock(&self.free).push(*p);
                         *p = v;
                     }
                 }
@@ -878,9 +862,9 @@ impl<R: Region> NvramDisk<R> {
     }
 
     /// Return the shadow pages of a write that failed before its metadata step.
-    fn give_back(&self, lane: &mut Lane, lbas: &[u64], pages: &[u32]) {
+    fn give_back(&self, lbas: &[u64], pages: &[u32]) {
         if self.bug.is_none() {
-            lane.free.extend_from_slice(pages);
+            lock(&self.free).extend_from_slice(pages);
             return;
         }
         // Seeded bug fast-write-in-place: a page written in place is still mapped.
@@ -889,13 +873,13 @@ impl<R: Region> NvramDisk<R> {
             let mapped = Entry::decode(lba, r.load_u64(self.geo.map_entry_off(lba)))
                 .is_ok_and(|e| e.vpn == Some(p));
             if !mapped {
-                lane.free.push(p);
+                lock(&self.free).push(p);
             }
         }
     }
 
     /// Point `lbas` at `pages` (or unmap them when `pages` is None) with the image's protocol,
-    /// then hand the pages they used to point at to this lane's free list. The caller holds
+    /// then hand the pages they used to point at to the free pool. The caller holds
     /// the lane and the stripes of `lbas`.
     fn commit_entries(&self, lane: &mut Lane, lbas: &[u64], pages: Option<&[u32]>) -> Result<()> {
         let n = lbas.len();
@@ -913,7 +897,7 @@ impl<R: Region> NvramDisk<R> {
                 Ok(e) => e,
                 Err(_) => {
                     if let Some(p) = pages {
-                        self.give_back(lane, lbas, p);
+                        self.give_back(lbas, p);
                     }
                     return Err(corrupt_entry(lba, raw));
                 }
@@ -925,7 +909,7 @@ impl<R: Region> NvramDisk<R> {
             if let Some(old) = e.vpn {
                 if old as u64 >= self.geo.pages {
                     if let Some(p) = pages {
-                        self.give_back(lane, lbas, p);
+                        self.give_back(lbas, p);
                     }
                     return Err(corrupt_entry(lba, raw));
                 }
@@ -950,7 +934,7 @@ impl<R: Region> NvramDisk<R> {
         }
         // The old pages are unreferenced on media now (the map is persisted), so they may be
         // reused; readers still copying one will see the map entry changed and retry.
-        lane.free.extend_from_slice(&freed[..freed_n]);
+        lock(&self.free).extend_from_slice(&freed[..freed_n]);
         Ok(())
     }
 
@@ -1459,23 +1443,17 @@ impl<R: Region> NvramDisk<R> {
         }
         let used = &scan.used;
         let mapped = scan.mapped;
-        let lanes = self.lanes.len();
-        let per_lane = (g.pages as usize).div_ceil(lanes);
-        let mut lists: Vec<Vec<u32>> = (0..lanes)
-            .map(|_| Vec::with_capacity(per_lane * 2))
-            .collect();
+        let mut list: Vec<u32> = Vec::with_capacity(g.pages as usize - mapped as usize);
         let mut free_count = 0;
         for v in 0..g.pages as usize {
             if used[v / 64] & (1 << (v % 64)) == 0 {
-                lists[v % lanes].push(v as u32);
+                list.push(v as u32);
                 free_count += 1;
             }
         }
         // Pop from the end: start with low page numbers (better locality for small images).
-        for (lane, mut list) in self.lanes.iter().zip(lists) {
-            list.reverse();
-            lock(lane).free = list;
-        }
+        list.reverse();
+        *lock(&self.free) = list;
         rep.mapped_blocks = mapped;
         rep.free_pages = free_count;
         assert_eq!(
