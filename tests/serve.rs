@@ -499,6 +499,15 @@ fn kill_cycles(
                 // daemon has acknowledged writes that no fsync covers: the kill must find
                 // writes in flight, not an idle file system. The count is read again after
                 // the kill, from the daemon's own counters.
+                // The killer is started beforehand and waits on a pipe: a shell builtin
+                // `kill` runs microseconds after the go, where forking `kill` takes
+                // milliseconds, long enough for an fsync to cover the writes seen in flight.
+                let mut killer = Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("read go; kill -KILL {pid}"))
+                    .stdin(Stdio::piped())
+                    .spawn()
+                    .unwrap();
                 std::thread::sleep(Duration::from_millis(rng.range(150, 700)));
                 let t = Instant::now();
                 while t.elapsed() < Duration::from_millis(300) {
@@ -506,9 +515,10 @@ fn kill_cycles(
                     if acked > covered {
                         break;
                     }
-                    std::thread::sleep(Duration::from_micros(200));
+                    std::thread::sleep(Duration::from_micros(100));
                 }
-                ok(10, &["kill", "-KILL", &pid.to_string()]);
+                killer.stdin.take().unwrap().write_all(b"go\n").unwrap();
+                assert!(killer.wait().unwrap().success(), "kill failed");
             }
             Some(_) => {
                 std::thread::sleep(Duration::from_millis(30));
