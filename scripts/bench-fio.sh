@@ -3,7 +3,8 @@
 #   nvstack   nvstack serve (nvramdisk backend) -> FUSE file -> loop device
 #   raw       the same daemon, FUSE options and loop options, --backend raw (no transactions)
 #   shm-loop  a loop device over a plain /dev/shm file (the ramdisk stand-in, no FUSE)
-# Rounds alternate the three (noisy shared machine); the table shows medians and ratios.
+# Rounds alternate the three, in an order rotated each round (noisy shared machine); the
+# table shows medians and ratios.
 # Usage: scripts/bench-fio.sh [--rounds N] [--runtime S] [--size SIZE] [--threads N]
 #        [--no-parallel-writes] [--loop-direct-io] [--json]
 # (--threads and --no-parallel-writes go to nvstack serve; --loop-direct-io to every losetup.)
@@ -61,8 +62,13 @@ serve_down() {
   for _ in $(seq 200); do mountpoint -q "$mnt" || break; sleep 0.05; done
   rm -f "$work/img"
 }
+systems=(nvstack raw shm-loop)
 for r in $(seq "$rounds"); do
-  for sys in nvstack raw shm-loop; do
+  # Rotate the order each round, so no system always runs first (after the previous round's
+  # image was deleted and a new one allocated) or last.
+  order=()
+  for k in 0 1 2; do order+=("${systems[$(( (k + r) % 3 ))]}"); done
+  for sys in "${order[@]}"; do
     case $sys in
       nvstack) serve_up nvramdisk ;;
       raw) serve_up raw ;;
