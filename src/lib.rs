@@ -11,6 +11,7 @@ pub mod error;
 pub mod export;
 pub mod nvramdisk;
 pub mod pmem;
+pub mod sim;
 pub mod size;
 
 pub use error::{Error, Result};

@@ -105,6 +105,8 @@ enum Cmd {
     Up(cli::up::UpArgs),
     /// Undo `up`: unmount, detach the loop device, stop the daemon.
     Down(cli::up::DownArgs),
+    /// Trace-driven simulation (Baker et al.): client caches with NVRAM, the LFS write buffer.
+    Sim(cli::sim::SimArgs),
     /// The main job: format an emulated NVRAM region under /dev/shm, write and read blocks,
     /// cut writes mid-protocol, recover, check, and print a short report.
     Demo {
@@ -135,6 +137,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Serve(a) => cli::serve::serve(a),
         Cmd::Up(a) => cli::up::up(a),
         Cmd::Down(a) => cli::up::down(a),
+        Cmd::Sim(a) => cli::sim::run(a),
         Cmd::Format {
             image,
             size,

@@ -6,6 +6,7 @@ pub mod crashtest;
 pub mod demo;
 pub mod info;
 pub mod serve;
+pub mod sim;
 pub mod up;
 
 use nvstack::error::{Error, Result};

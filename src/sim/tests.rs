@@ -1,0 +1,368 @@
+//! Cache-model tests: small traces worked out by hand (the expected numbers are derived in the
+//! comments, step by step, from the rules in `cache.rs`), the brute-force reference on random
+//! traces, and the omniscient policy's optimality on write-only buffers.
+
+use crate::sim::cache::{next_writes, Cache, CacheConfig, CacheStats, Model};
+use crate::sim::policy::PolicyKind;
+use crate::sim::reference;
+use crate::sim::trace::{BlockAccess, Op};
+use proptest::prelude::*;
+
+const S: u64 = 1_000_000_000;
+
+fn a(t_s: u64, key: u64, op: char) -> BlockAccess {
+    BlockAccess {
+        time_ns: t_s * S,
+        key,
+        op: if op == 'w' || op == 's' {
+            Op::Write
+        } else {
+            Op::Read
+        },
+        sync: op == 's',
+        last_of_request: true,
+    }
+}
+
+/// "w1 r2 s3": write block 1, read block 2, sync write block 3, all at time 0.
+fn trace(text: &str) -> Vec<BlockAccess> {
+    text.split_whitespace()
+        .map(|t| a(0, t[1..].parse().unwrap(), t.chars().next().unwrap()))
+        .collect()
+}
+
+fn cfg(model: Model, policy: PolicyKind, v: u64, n: u64, delay_s: Option<u64>) -> CacheConfig {
+    CacheConfig {
+        model,
+        policy,
+        volatile_blocks: v,
+        nvram_blocks: n,
+        delayed_writeback_ns: delay_s.map(|d| d * S),
+        seed: 1,
+    }
+}
+
+fn run(c: &CacheConfig, t: &[BlockAccess]) -> CacheStats {
+    let pairs: Vec<(u64, bool)> = t.iter().map(|x| (x.key, x.op == Op::Write)).collect();
+    let next = next_writes(&pairs);
+    let mut cache = Cache::new(c).unwrap();
+    for (x, nw) in t.iter().zip(next) {
+        cache.access(x, nw);
+    }
+    let got = cache.finish();
+    let want = reference::run(c, t);
+    assert_eq!(got, want, "model and reference disagree on {c:?} {t:?}");
+    got
+}
+
+#[test]
+fn plain_write_back_lru() {
+    // V = 2, no cleaner. w1 w2 | r1 hit -> order 2,1 | w3 evicts 2 (dirty: wb 1) | r2 read miss
+    // evicts 1 (dirty: wb 2) | w1 evicts 3 (dirty: wb 3). Block 1 dirty at the end.
+    let s = run(
+        &cfg(Model::Volatile, PolicyKind::Lru, 2, 0, None),
+        &trace("w1 w2 r1 w3 r2 w1"),
+    );
+    assert_eq!((s.block_accesses, s.reads, s.writes), (6, 2, 4));
+    assert_eq!((s.misses, s.read_misses, s.write_misses), (5, 1, 4));
+    assert_eq!(
+        (s.hits_volatile, s.writebacks, s.writebacks_eviction),
+        (1, 3, 3)
+    );
+    assert_eq!(
+        (s.dirty_at_end, s.overwrites_absorbed, s.nvram_accesses),
+        (1, 0, 0)
+    );
+    assert!((s.miss_ratio - 5.0 / 6.0).abs() < 1e-12);
+    // Bus: 6 app transfers + 1 fill + 3 write-backs.
+    assert_eq!(s.bus_blocks, 10);
+}
+
+#[test]
+fn no_cache_writes_through() {
+    let s = run(
+        &cfg(Model::Volatile, PolicyKind::Lru, 0, 0, None),
+        &trace("w1 w1 r1"),
+    );
+    assert_eq!(
+        (s.misses, s.writebacks, s.writebacks_through, s.dirty_at_end),
+        (3, 2, 2, 0)
+    );
+}
+
+#[test]
+fn cleaner_writes_back_blocks_dirty_more_than_the_delay() {
+    // Delay 30 s, ticks every 5 s from t0 = 0. w1@0, w1@10 (absorbed: still dirty since 0),
+    // r2@35: the tick at 35 sees 35 - 0 > 30 and writes block 1 back before the read.
+    // w3@36, w3@66 (absorbed): the tick at 65 sees 65 - 36 = 29, not more than 30: block 3 is
+    // dirty at the end.
+    let t = vec![
+        a(0, 1, 'w'),
+        a(10, 1, 'w'),
+        a(35, 2, 'r'),
+        a(36, 3, 'w'),
+        a(66, 3, 'w'),
+    ];
+    let s = run(&cfg(Model::Volatile, PolicyKind::Lru, 10, 0, Some(30)), &t);
+    assert_eq!((s.writebacks, s.writebacks_cleaner), (1, 1));
+    assert_eq!((s.overwrites_absorbed, s.dirty_at_end), (2, 1));
+    // At exactly 30 s old the block is not yet written back: w1@0, r2@30 -> tick 30: 30 - 0 = 30.
+    let s = run(
+        &cfg(Model::Volatile, PolicyKind::Lru, 10, 0, Some(30)),
+        &[a(0, 1, 'w'), a(30, 2, 'r')],
+    );
+    assert_eq!((s.writebacks_cleaner, s.dirty_at_end), (0, 1));
+    // Ticks count from the first access, not from time zero: first access at 1003 s, w1@1003,
+    // r2@1038: ticks at 1008 .. 1038; 1038 - 1003 = 35 > 30.
+    let s = run(
+        &cfg(Model::Volatile, PolicyKind::Lru, 10, 0, Some(30)),
+        &[a(1003, 1, 'w'), a(1037, 2, 'r'), a(1038, 2, 'r')],
+    );
+    // At 1037 the last tick is 1033 (30 after 1003: not more): nothing; at 1038 the tick 1038.
+    assert_eq!((s.writebacks_cleaner, s.dirty_at_end), (1, 0));
+    // Delay 0: the first tick after a write cleans it.
+    let s = run(
+        &cfg(Model::Volatile, PolicyKind::Lru, 10, 0, Some(0)),
+        &[a(0, 1, 'w'), a(4, 1, 'w'), a(5, 2, 'r'), a(6, 1, 'w')],
+    );
+    // w1@0, w1@4 absorbed, tick 5 cleans (5 > 0), w1@6 dirty again.
+    assert_eq!(
+        (s.writebacks_cleaner, s.overwrites_absorbed, s.dirty_at_end),
+        (1, 1, 1)
+    );
+}
+
+#[test]
+fn sync_writes_leave_the_volatile_cache_at_once() {
+    // s1: dirty then written back (sync 1). w1: dirty again. s1: absorbs that version, then
+    // written back (sync 2).
+    let s = run(
+        &cfg(Model::Volatile, PolicyKind::Lru, 4, 0, None),
+        &trace("s1 w1 s1"),
+    );
+    assert_eq!(
+        (s.writebacks_sync, s.overwrites_absorbed, s.dirty_at_end),
+        (2, 1, 0)
+    );
+    // The NVRAM models hold sync writes like any other.
+    let s = run(
+        &cfg(Model::Unified, PolicyKind::Lru, 4, 4, None),
+        &trace("s1 w1 s1"),
+    );
+    assert_eq!(
+        (s.writebacks, s.overwrites_absorbed, s.dirty_at_end),
+        (0, 2, 1)
+    );
+}
+
+#[test]
+fn write_aside_keeps_dirty_copies_in_nvram() {
+    // V = 3, N = 1, LRU. w1: V{1}, NV{1}. w2: V{1,2}; NV full: victim 1 written back (it stays
+    // clean in V); NV{2}. r1: V hit. w3: V{2,1,3}; NV victim 2 written back; NV{3}.
+    // r4: V full, LRU is 2 (clean) -> dropped. r5: drops 1 (clean). r6: drops 3, dirty in NV:
+    // written back (eviction) and gone from NV.
+    let s = run(
+        &cfg(Model::WriteAside, PolicyKind::Lru, 3, 1, None),
+        &trace("w1 w2 r1 w3 r4 r5 r6"),
+    );
+    assert_eq!((s.writebacks_replacement, s.writebacks_eviction), (2, 1));
+    assert_eq!((s.dirty_at_end, s.misses, s.hits_volatile), (0, 6, 1));
+    // NVRAM is written (3 times) and never read.
+    assert_eq!((s.nvram_writes, s.nvram_reads), (3, 0));
+    // Bus: 7 app + 3 fills + 3 write-backs + 3 NVRAM copies.
+    assert_eq!(s.bus_blocks, 16);
+    // Without NVRAM every write goes through.
+    let s = run(
+        &cfg(Model::WriteAside, PolicyKind::Lru, 3, 0, None),
+        &trace("w1 w1 r1"),
+    );
+    assert_eq!(
+        (s.writebacks_through, s.dirty_at_end, s.hits_volatile),
+        (2, 0, 2)
+    );
+}
+
+#[test]
+fn unified_moves_blocks_between_memories() {
+    // V = 1, N = 1, LRU. r2: V{2 @1}. w1: NV{1 dirty @2}. r1: NV hit (@3, NVRAM read).
+    // w3: NV full: victim 1 written back; V is full and its LRU (2 @1) is older than 1 (@3):
+    // 2 is dropped and 1 moves down clean; NV{3 dirty}. r1: V hit.
+    let s = run(
+        &cfg(Model::Unified, PolicyKind::Lru, 1, 1, None),
+        &trace("r2 w1 r1 w3 r1"),
+    );
+    assert_eq!((s.hits_nvram, s.hits_volatile, s.misses), (1, 1, 3));
+    assert_eq!(
+        (
+            s.writebacks_replacement,
+            s.moves_to_volatile,
+            s.dirty_at_end
+        ),
+        (1, 1, 1)
+    );
+    // NVRAM: writes w1, w3; reads r1 and 1 leaving.
+    assert_eq!((s.nvram_writes, s.nvram_reads), (2, 2));
+
+    // r1: V{1 @1}. w2: NV{2 dirty @2}. r3: V full, NV full, NV's oldest (@2) is newer than V's
+    // LRU (@1): 1 is dropped, V{3 @3}. w1: NV victim 2 written back; V's LRU (3 @3) is newer
+    // than 2 (@2): 2 is dropped. NV{1 dirty}.
+    let s = run(
+        &cfg(Model::Unified, PolicyKind::Lru, 1, 1, None),
+        &trace("r1 w2 r3 w1"),
+    );
+    assert_eq!(
+        (s.writebacks, s.moves_to_volatile, s.dirty_at_end),
+        (1, 0, 1)
+    );
+    assert_eq!((s.read_misses, s.write_misses, s.nvram_reads), (2, 2, 1));
+
+    // w1: NV{1 @1}. r2: V{2 @2}. r3: V full, NV full, NV holds the older block (1 @1): the
+    // NVRAM makes room (1 written back, not moved: V's LRU @2 is newer) and takes 3 clean.
+    let s = run(
+        &cfg(Model::Unified, PolicyKind::Lru, 1, 1, None),
+        &trace("w1 r2 r3 r2"),
+    );
+    assert_eq!((s.writebacks, s.dirty_at_end, s.nvram_writes), (1, 0, 2));
+    assert_eq!(s.hits_volatile, 1);
+
+    // A write to a clean volatile block moves the block to the NVRAM (a hit, not a miss).
+    let s = run(
+        &cfg(Model::Unified, PolicyKind::Lru, 2, 2, None),
+        &trace("r1 w1 r1"),
+    );
+    assert_eq!(
+        (s.hits_volatile, s.hits_nvram, s.misses, s.dirty_at_end),
+        (1, 1, 1, 1)
+    );
+}
+
+#[test]
+fn omniscient_evicts_the_block_written_furthest_ahead() {
+    // Unified, no volatile memory, N = 2: a write-only buffer. w1 w2 w3 w1 w2.
+    // Next writes: 1@0 -> 3, 2@1 -> 4, 3@2 -> never. w3: victim 2 (next write 4, furthest)
+    // written back; NV{1,3}. w1: absorbed (its next write: never). w2: both residents are never
+    // written again: the least recently used, 3, goes. End: 1 and 2 dirty.
+    let t = trace("w1 w2 w3 w1 w2");
+    let o = run(&cfg(Model::Unified, PolicyKind::Omniscient, 0, 2, None), &t);
+    assert_eq!(
+        (o.writebacks, o.overwrites_absorbed, o.dirty_at_end),
+        (2, 1, 2)
+    );
+    // LRU on the same: w3 evicts 1, w1 evicts 2, w2 evicts 3: three write-backs, nothing
+    // absorbed.
+    let l = run(&cfg(Model::Unified, PolicyKind::Lru, 0, 2, None), &t);
+    assert_eq!(
+        (l.writebacks, l.overwrites_absorbed, l.dirty_at_end),
+        (3, 0, 2)
+    );
+}
+
+#[test]
+fn random_policy_is_reproducible_from_its_seed() {
+    let t = trace("w1 w2 w3 w4 w1 w5 w2 w6 w3 w1 w7 w4 w2");
+    let mut c = cfg(Model::Unified, PolicyKind::Random, 0, 3, None);
+    let a1 = run(&c, &t);
+    assert_eq!(a1, run(&c, &t));
+    let mut differs = false;
+    for seed in 2..40 {
+        c.seed = seed;
+        differs |= run(&c, &t).writebacks != a1.writebacks;
+    }
+    assert!(
+        differs,
+        "39 seeds all gave the same write-backs: the seed is not used"
+    );
+}
+
+#[test]
+fn contract_errors_name_the_flag() {
+    let bad = |c: CacheConfig| Cache::new(&c).err().unwrap().to_string();
+    assert!(bad(cfg(Model::Volatile, PolicyKind::Lru, 4, 1, None)).contains("--nvram 0"));
+    assert!(bad(cfg(Model::Volatile, PolicyKind::Random, 4, 0, None)).contains("--policy"));
+    assert!(
+        bad(cfg(Model::Unified, PolicyKind::Lru, 4, 1, Some(30))).contains("--delayed-writeback")
+    );
+    assert!(bad(cfg(Model::WriteAside, PolicyKind::Lru, 1 << 40, 1, None)).contains("--volatile"));
+}
+
+fn arb_trace(
+    max_len: usize,
+    keys: u64,
+    writes_only: bool,
+) -> impl Strategy<Value = Vec<BlockAccess>> {
+    prop::collection::vec((0u64..12, 0..keys, any::<bool>(), 0u8..8), 0..=max_len).prop_map(
+        move |v| {
+            let mut t = 0;
+            v.into_iter()
+                .map(|(dt, key, w, s)| {
+                    t += dt;
+                    let write = writes_only || w;
+                    BlockAccess {
+                        time_ns: t * S,
+                        key,
+                        op: if write { Op::Write } else { Op::Read },
+                        sync: write && s == 0,
+                        last_of_request: true,
+                    }
+                })
+                .collect()
+        },
+    )
+}
+
+fn arb_config() -> impl Strategy<Value = CacheConfig> {
+    (
+        0u8..3,
+        0u8..3,
+        0u64..5,
+        0u64..5,
+        prop::option::of(0u64..25),
+        0u64..1000,
+    )
+        .prop_map(|(m, p, v, n, d, seed)| {
+            let model = [Model::Volatile, Model::WriteAside, Model::Unified][m as usize];
+            let policy = [PolicyKind::Lru, PolicyKind::Random, PolicyKind::Omniscient][p as usize];
+            match model {
+                Model::Volatile => CacheConfig {
+                    model,
+                    policy: PolicyKind::Lru,
+                    volatile_blocks: v,
+                    nvram_blocks: 0,
+                    delayed_writeback_ns: d.map(|d| d * S),
+                    seed,
+                },
+                _ => CacheConfig {
+                    model,
+                    policy,
+                    volatile_blocks: v,
+                    nvram_blocks: n,
+                    delayed_writeback_ns: None,
+                    seed,
+                },
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    /// Every model and policy agrees with the brute-force reference on every count.
+    #[test]
+    fn models_match_the_reference(c in arb_config(), t in arb_trace(12, 6, false)) {
+        run(&c, &t);
+    }
+
+    /// On a write-only NVRAM buffer, evicting the block written furthest ahead never costs
+    /// more write-backs (plus blocks dirty at the end) than LRU.
+    #[test]
+    fn omniscient_never_loses_to_lru_on_a_write_buffer(
+        n in 1u64..6,
+        t in arb_trace(40, 10, true),
+    ) {
+        let cost = |p| {
+            let s = run(&cfg(Model::Unified, p, 0, n, None), &t);
+            s.writebacks + s.dirty_at_end
+        };
+        prop_assert!(cost(PolicyKind::Omniscient) <= cost(PolicyKind::Lru));
+    }
+}
