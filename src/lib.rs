@@ -10,7 +10,9 @@ pub mod crashtest;
 pub mod error;
 pub mod export;
 pub mod nvramdisk;
+pub mod plot;
 pub mod pmem;
+pub mod report;
 pub mod sim;
 pub mod size;
 
