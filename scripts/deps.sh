@@ -15,6 +15,8 @@ command -v fio >/dev/null 2>&1 || need_pkgs+=(fio)
 command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
 [ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || [ -e /usr/lib/libsqlite3.so ] || need_pkgs+=(libsqlite3-dev)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)
+# python3-venv: the libCacheSim venv below (tests/sim_libcachesim.rs, scripts/bench-sim.sh).
+/usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}"
@@ -33,4 +35,16 @@ fi
 if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
   echo "/dev/shm is missing or not writable: nvstack emulates NVRAM with files there" >&2
   exit 3
+fi
+# libCacheSim (PyPI `libcachesim`), the reference LRU of tests/sim_libcachesim.rs and
+# scripts/bench-sim.sh: a venv under target/, made once. If it cannot be made, warn: that test
+# then skips its comparison and the rest still runs.
+lcs_venv="$PWD/target/venv-libcachesim"
+if ! "$lcs_venv/bin/python" -c 'import libcachesim' >/dev/null 2>&1; then
+  rm -rf "$lcs_venv"
+  if ! { /usr/bin/python3 -m venv "$lcs_venv" &&
+    "$lcs_venv/bin/pip" install -q --disable-pip-version-check 'libcachesim==0.3.5'; }; then
+    echo "warning: could not install libcachesim into $lcs_venv: tests/sim_libcachesim.rs will skip the exact LRU comparison" >&2
+    rm -rf "$lcs_venv"
+  fi
 fi

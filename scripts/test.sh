@@ -12,6 +12,9 @@ cargo build --release --locked --workspace
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
+if [ -x target/venv-libcachesim/bin/python ]; then
+  export NVSTACK_LIBCACHESIM_PYTHON="$PWD/target/venv-libcachesim/bin/python"
+fi
 NVSTACK_BIN="$PWD/target/release/nvstack" NVSTACK_SQLITE_EXT="$PWD/target/release/libnvstack_sqlite.so" \
   cargo test --locked --workspace --all-targets -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

@@ -7,6 +7,10 @@ pub mod demo;
 pub mod info;
 pub mod serve;
 pub mod sim;
+pub mod sim_analyze;
+pub mod sim_blocks;
+pub mod sim_lfs;
+pub mod sim_stat;
 pub mod up;
 
 use nvstack::error::{Error, Result};

@@ -66,11 +66,45 @@ enum SimCmd {
     /// One cache model over a trace: misses, write-backs, dirty blocks at the end, NVRAM
     /// accesses (seed 002 section 2.1).
     Cache(CacheArgs),
+    /// Write the block-level trace (one record per block access, the stream every model sees)
+    /// for other simulators: libCacheSim's oracleGeneral binary format or CSV.
+    Blocks(crate::cli::sim_blocks::BlocksArgs),
+    /// Byte lifetimes: net write traffic against a fixed write-back delay from an infinite
+    /// cache (seed 002 Figure 2).
+    Lifetimes(crate::cli::sim_analyze::LifetimesArgs),
+    /// The fate of written blocks: overwritten, written back, remaining (seed 002 Table 2).
+    Fate(crate::cli::sim_analyze::FateArgs),
+    /// Net write traffic against NVRAM size, omniscient write buffer (seed 002 Figure 3).
+    NvramSize(crate::cli::sim_analyze::NvramSizeArgs),
+    /// LRU against random against omniscient NVRAM replacement (seed 002 Figure 4).
+    Policies(crate::cli::sim_analyze::PoliciesArgs),
+    /// Total traffic of the three models as memory is added (seed 002 Figures 5 and 6).
+    Models(crate::cli::sim_analyze::ModelsArgs),
+    /// NVRAM accesses and memory-bus traffic of write-aside and unified (seed 002 section 2.6).
+    Bus(crate::cli::sim_analyze::BusArgs),
+    /// Every analysis over a grid, in parallel: sweep.csv, sweep.json, tables and figures.
+    Sweep(crate::cli::sim_analyze::SweepArgs),
+    /// LFS segment writes without and with an NVRAM write buffer: full and partial (sync,
+    /// timeout) segments, disk write accesses, metadata overhead (seed 002 Tables 3 and 4).
+    Lfs(crate::cli::sim_lfs::LfsArgs),
+    /// What a trace holds as the simulator reads it: requests, block accesses, distinct
+    /// blocks, streams, time span, skipped lines.
+    Stat(crate::cli::sim_stat::StatArgs),
 }
 
 pub fn run(a: SimArgs) -> Result<i32> {
     match a.cmd {
         SimCmd::Cache(a) => cache(a),
+        SimCmd::Blocks(a) => crate::cli::sim_blocks::run(a),
+        SimCmd::Lifetimes(a) => crate::cli::sim_analyze::lifetimes_cmd(a),
+        SimCmd::Fate(a) => crate::cli::sim_analyze::fate_cmd(a),
+        SimCmd::NvramSize(a) => crate::cli::sim_analyze::nvram_size_cmd(a),
+        SimCmd::Policies(a) => crate::cli::sim_analyze::policies_cmd(a),
+        SimCmd::Models(a) => crate::cli::sim_analyze::models_cmd(a),
+        SimCmd::Bus(a) => crate::cli::sim_analyze::bus_cmd(a),
+        SimCmd::Sweep(a) => crate::cli::sim_analyze::sweep_cmd(a),
+        SimCmd::Lfs(a) => crate::cli::sim_lfs::run(a),
+        SimCmd::Stat(a) => crate::cli::sim_stat::run(a),
     }
 }
 

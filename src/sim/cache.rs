@@ -813,10 +813,22 @@ pub struct CacheRun {
 /// Run one cache over a trace. `open` opens the trace afresh: the omniscient policy reads it
 /// twice (its next-write pass, then the simulation), every other configuration once.
 pub fn simulate(open: &dyn Fn() -> Result<BlockAccesses>, cfg: &CacheConfig) -> Result<CacheRun> {
+    simulate_with(open, cfg, false)
+}
+
+/// [`simulate`], with the trace's reads left out when `writes_only` (an NVRAM write buffer that
+/// never sees reads, as in the paper's Figure 3).
+pub fn simulate_with(
+    open: &dyn Fn() -> Result<BlockAccesses>,
+    cfg: &CacheConfig,
+    writes_only: bool,
+) -> Result<CacheRun> {
+    let keep =
+        |a: &Result<BlockAccess>| !writes_only || a.as_ref().map_or(true, |a| a.op == Op::Write);
     let mut cache = Cache::new(cfg)?;
     let next = if cfg.needs_next_writes() {
         let mut pairs = Vec::new();
-        for a in open()? {
+        for a in open()?.filter(keep) {
             let a = a?;
             if pairs.len() as u64 >= OMNISCIENT_ACCESSES_MAX {
                 return Err(Error::bad(format!(
@@ -838,6 +850,9 @@ pub fn simulate(open: &dyn Fn() -> Result<BlockAccesses>, cfg: &CacheConfig) -> 
     };
     let mut i = 0usize;
     while let Some(a) = src.next() {
+        if !keep(&a) {
+            continue;
+        }
         let a = a?;
         let nw = match &next {
             Some(n) => match n.get(i) {

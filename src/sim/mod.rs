@@ -5,8 +5,14 @@
 //! - [`trace`]: readers for real trace formats, streamed into requests and block accesses.
 //! - [`policy`]: NVRAM replacement policies (LRU, random, omniscient), reusable by nvcache.
 //! - [`cache`]: the client-cache models of section 2.1 (volatile, write-aside, unified).
+//! - [`analysis`]: the section-2 analyses (Figures 2-6, Table 2, section 2.6) as grids of runs.
+//! - [`lfs`]: the section-3 LFS segment writer without and with an NVRAM write buffer (Tables 3, 4).
+//! - [`figures`]: SVG figures with the paper's axes.
 
+pub mod analysis;
 pub mod cache;
+pub mod figures;
+pub mod lfs;
 pub mod policy;
 pub mod trace;
 

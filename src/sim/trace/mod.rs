@@ -8,11 +8,37 @@
 //!   and a silent reorder or clamp would change what they count.
 //! - A malformed line is an [`Error::BadInput`] naming the file, the line number (1-based, the
 //!   header counts) and what is wrong; with `skip_bad_lines` it is skipped and counted instead.
+//!   Malformed: a wrong field count, a field that does not parse, a value the format does not
+//!   define, a time that decreases, a size above [`REQUEST_BYTES_MAX`], an end address beyond
+//!   [`ADDRESS_BYTES_MAX`], a line longer than [`LINE_BYTES_MAX`]. A missing or wrong header, a
+//!   file that cannot be read, and a fio v2 log without an interarrival time stop the run even
+//!   with `skip_bad_lines`: no line after them can be trusted.
+//! - Blank lines (after a header line) carry nothing and are skipped without being counted. An
+//!   empty trace (a header alone, or an empty file for formats without a header) is zero
+//!   requests.
 //! - A request covering bytes [offset, offset+size) touches every block from offset/B to
 //!   (offset+size-1)/B; a size-0 request touches nothing; a partial write dirties the whole block
 //!   with no fill read ([`BlockAccesses`]).
+//!
+//! The formats, each documented field by field in its file: [`TraceFormat::Cloudphysics`]
+//! (cloudphysics.rs), [`TraceFormat::Disksim`] (disksim.rs), [`TraceFormat::Msr`] (msr.rs),
+//! [`TraceFormat::Blkparse`] (blkparse.rs), [`TraceFormat::Fio`] (fio.rs); lines.rs holds the
+//! line reader, field parsing and stream ids they share. Formats with several address spaces
+//! (MSR host and disk, blkparse device, fio file) number them as streams in order of first
+//! appearance.
+
+mod blkparse;
+mod cloudphysics;
+mod disksim;
+mod fio;
+mod lines;
+mod msr;
+
+pub use lines::LINE_BYTES_MAX;
 
 use crate::error::{Error, Result};
+use lines::{LineRead, LineReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// The block size the simulator uses unless told otherwise (`--block-size`).
@@ -103,17 +129,267 @@ pub fn bad_line(path: &Path, line: u64, what: impl std::fmt::Display) -> Error {
     Error::bad(format!("{}:{}: {}", path.display(), line, what))
 }
 
-/// Open a trace file of `format` as a request stream.
+/// Open a trace file of `format` as a request stream. A missing or unreadable file, or a
+/// directory, is bad input naming the path.
 pub fn open(
     path: &Path,
     format: TraceFormat,
     opts: &ReaderOptions,
 ) -> Result<Box<dyn RequestSource>> {
-    let _ = (path, format, opts);
-    Err(Error::env(format!(
-        "{}: trace readers are not built yet",
-        PathBuf::from(path).display()
-    )))
+    let file = std::fs::File::open(path)
+        .map_err(|e| Error::bad(format!("{}: cannot open the trace: {e}", path.display())))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::bad(format!("{}: cannot open the trace: {e}", path.display())))?;
+    if meta.is_dir() {
+        return Err(Error::bad(format!(
+            "{}: is a directory, not a trace file",
+            path.display()
+        )));
+    }
+    from_reader(path, Box::new(file), format, opts)
+}
+
+/// A request stream over any byte source (a pipe, a buffer in tests); `path` names it in
+/// messages.
+pub fn from_reader(
+    path: &Path,
+    input: Box<dyn Read>,
+    format: TraceFormat,
+    opts: &ReaderOptions,
+) -> Result<Box<dyn RequestSource>> {
+    let input: Box<dyn BufRead> = Box::new(BufReader::with_capacity(READ_BUFFER_BYTES, input));
+    let path = path.to_path_buf();
+    Ok(match format {
+        TraceFormat::Cloudphysics => Reader::boxed(path, input, opts, cloudphysics::Parser::new()),
+        TraceFormat::Disksim => Reader::boxed(path, input, opts, disksim::Parser::new()),
+        TraceFormat::Msr => Reader::boxed(path, input, opts, msr::Parser::new()),
+        TraceFormat::Blkparse => Reader::boxed(path, input, opts, blkparse::Parser::new()),
+        TraceFormat::Fio => Reader::boxed(path, input, opts, fio::Parser::new(opts)),
+    })
+}
+
+/// Why a line gives no request.
+pub(crate) enum LineError {
+    /// A malformed line: skipped and counted with `skip_bad_lines`, an error otherwise.
+    Bad(String),
+    /// A line that makes the whole file unreadable (a missing or wrong header, fio v2 without
+    /// an interarrival time): an error even with `skip_bad_lines`.
+    Fatal(String),
+}
+
+impl From<String> for LineError {
+    fn from(s: String) -> LineError {
+        LineError::Bad(s)
+    }
+}
+
+/// One trace format: turns lines into requests. The [`Reader`] around it owns the file, the
+/// line numbers, blank lines, skipping, and the checks every format shares (time order, size and
+/// address bounds).
+pub(crate) trait Format {
+    /// The format's first line is a header: line 1 is passed even if blank.
+    const HEADER: bool;
+    /// One line (without its end, never blank past line 1); `Ok(None)` for a line that carries
+    /// no request (a header, a summary, an event of no interest).
+    fn parse(
+        &mut self,
+        line: &[u8],
+        line_no: u64,
+    ) -> std::result::Result<Option<Request>, LineError>;
+    /// The input has ended after `lines` lines: an error about the file as a whole, if any.
+    fn finish(&mut self, lines: u64) -> std::result::Result<(), String> {
+        let _ = lines;
+        Ok(())
+    }
+    /// After [`Format::finish`]: requests still held back, one per call.
+    fn drain(&mut self) -> Option<Request> {
+        None
+    }
+    /// A time as the format writes it, for the message of a time that runs backwards.
+    fn time_text(&self, time_ns: u64) -> String;
+}
+
+/// The largest byte address (exclusive) of any request: 2^48 blocks of the smallest block size
+/// (512 bytes), so that [`block_range`] accepts every request a reader yields, whatever the
+/// block size. Beyond it is a bad line, caught (and skippable) while reading.
+pub const ADDRESS_BYTES_MAX: u64 = 1 << (STREAM_SHIFT + 9);
+
+/// Read buffer size: large enough that reading is a small part of the parse time.
+const READ_BUFFER_BYTES: usize = 256 * 1024;
+
+/// The line-reading loop shared by every format.
+struct Reader<F: Format> {
+    path: PathBuf,
+    lines: LineReader,
+    format: F,
+    skip_bad_lines: bool,
+    skipped: u64,
+    /// The last request yielded: its time and line, for the time-order check.
+    last_time_ns: Option<(u64, u64)>,
+    eof: bool,
+    done: bool,
+}
+
+impl<F: Format + 'static> Reader<F> {
+    fn boxed(
+        path: PathBuf,
+        input: Box<dyn BufRead>,
+        opts: &ReaderOptions,
+        format: F,
+    ) -> Box<dyn RequestSource> {
+        Box::new(Reader {
+            path,
+            lines: LineReader::new(input),
+            format,
+            skip_bad_lines: opts.skip_bad_lines,
+            skipped: 0,
+            last_time_ns: None,
+            eof: false,
+            done: false,
+        })
+    }
+}
+
+impl<F: Format> Reader<F> {
+    /// The checks every format shares; the message of a failed one.
+    fn check(&self, req: &Request) -> std::result::Result<(), String> {
+        if req.size_bytes > REQUEST_BYTES_MAX {
+            return Err(format!(
+                "size {} bytes is above the largest request accepted ({REQUEST_BYTES_MAX} bytes)",
+                req.size_bytes
+            ));
+        }
+        match req.offset_bytes.checked_add(req.size_bytes) {
+            Some(end) if end <= ADDRESS_BYTES_MAX => {}
+            _ => {
+                return Err(format!(
+                    "offset {} + size {} bytes ends beyond the simulator's address space ({ADDRESS_BYTES_MAX} bytes)",
+                    req.offset_bytes, req.size_bytes
+                ))
+            }
+        }
+        if let Some((prev_ns, prev_line)) = self.last_time_ns {
+            if req.time_ns < prev_ns {
+                return Err(format!(
+                    "time {} is before the previous request's {} (line {prev_line}): a trace's times must not decrease",
+                    self.format.time_text(req.time_ns),
+                    self.format.time_text(prev_ns)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A bad line: skipped (None) or the error that ends the stream.
+    fn bad(&mut self, line: u64, msg: String) -> Option<Result<Request>> {
+        if self.skip_bad_lines {
+            self.skipped += 1;
+            return None;
+        }
+        self.done = true;
+        Some(Err(bad_line(&self.path, line, msg)))
+    }
+
+    /// A request the format produced: checked, then yielded or treated as a bad line.
+    fn yield_request(&mut self, req: Request) -> Option<Result<Request>> {
+        match self.check(&req) {
+            Ok(()) => {
+                self.last_time_ns = Some((req.time_ns, req.line));
+                Some(Ok(req))
+            }
+            Err(msg) => self.bad(req.line, msg),
+        }
+    }
+}
+
+impl<F: Format> Iterator for Reader<F> {
+    type Item = Result<Request>;
+
+    fn next(&mut self) -> Option<Result<Request>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if self.eof {
+                match self.format.drain() {
+                    Some(req) => match self.yield_request(req) {
+                        Some(r) => return Some(r),
+                        None => continue,
+                    },
+                    None => {
+                        self.done = true;
+                        return None;
+                    }
+                }
+            }
+            let read = match self.lines.read() {
+                Ok(r) => r,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(Error::bad(format!(
+                        "{}: cannot read the trace after line {}: {e}",
+                        self.path.display(),
+                        self.lines.line_no
+                    ))));
+                }
+            };
+            let line_no = self.lines.line_no;
+            match read {
+                LineRead::Eof => {
+                    if let Err(msg) = self.format.finish(line_no) {
+                        self.done = true;
+                        return Some(Err(Error::bad(format!("{}: {msg}", self.path.display()))));
+                    }
+                    self.eof = true;
+                }
+                LineRead::TooLong => {
+                    let msg = format!("line longer than {LINE_BYTES_MAX} bytes");
+                    if line_no == 1 && F::HEADER {
+                        // The header: without it no later line can be read.
+                        self.done = true;
+                        return Some(Err(bad_line(&self.path, line_no, msg)));
+                    }
+                    if let Some(r) = self.bad(line_no, msg) {
+                        return Some(r);
+                    }
+                }
+                LineRead::Line => {
+                    let line = self.lines.line();
+                    if (line_no > 1 || !F::HEADER) && lines::is_blank(line) {
+                        continue;
+                    }
+                    match self.format.parse(line, line_no) {
+                        Ok(None) => {}
+                        Ok(Some(req)) => {
+                            if let Some(r) = self.yield_request(req) {
+                                return Some(r);
+                            }
+                        }
+                        Err(LineError::Bad(msg)) => {
+                            if let Some(r) = self.bad(line_no, msg) {
+                                return Some(r);
+                            }
+                        }
+                        Err(LineError::Fatal(msg)) => {
+                            self.done = true;
+                            return Some(Err(bad_line(&self.path, line_no, msg)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<F: Format> RequestSource for Reader<F> {
+    fn skipped_lines(&self) -> u64 {
+        self.skipped
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 /// One block access: the unit every model counts.
