@@ -13,6 +13,7 @@ use nvstack::sim::analysis::{
 };
 use nvstack::sim::cache::Model;
 use nvstack::sim::figures;
+use nvstack::sim::lfs::{self, LfsConfig, LfsRun};
 use nvstack::sim::policy::PolicyKind;
 use nvstack::sim::trace::{ReaderOptions, TraceFormat, BLOCK_BYTES_DEFAULT};
 use nvstack::size::{format_size, parse_size};
@@ -745,7 +746,89 @@ struct SweepReport {
     seconds: f64,
     lifetimes: Vec<Lifetimes>,
     points: Vec<Point>,
+    lfs: Vec<LfsRow>,
     files: Vec<PathBuf>,
+}
+
+/// The sync sources of the sweep's LFS runs (Tables 3 and 4): the trace's own flags, then an
+/// fsync after every N-th write request (the shared traces carry no sync flags).
+const LFS_FSYNC_EVERY: [Option<u64>; 4] = [None, Some(1), Some(10), Some(100)];
+
+/// One LFS comparison of the sweep: the paper's segment writer without and with a 512 KiB
+/// buffer, for one trace and one sync source.
+#[derive(serde::Serialize)]
+struct LfsRow {
+    trace: String,
+    fsync_every: Option<u64>,
+    #[serde(flatten)]
+    run: LfsRun,
+}
+
+fn lfs_rows(specs: &[TraceSpec]) -> Result<Vec<LfsRow>> {
+    use rayon::prelude::*;
+    let jobs: Vec<(&TraceSpec, Option<u64>)> = specs
+        .iter()
+        .flat_map(|s| LFS_FSYNC_EVERY.iter().map(move |&n| (s, n)))
+        .collect();
+    let pb = progress(jobs.len(), "lfs");
+    let rows = jobs
+        .par_iter()
+        .map(|&(s, fsync_every)| {
+            let cfg = LfsConfig {
+                fsync_every,
+                ..LfsConfig::paper(s.block_bytes)
+            };
+            let run = lfs::simulate(s.open()?, &cfg)?;
+            pb.inc(1);
+            Ok(LfsRow {
+                trace: s.name(),
+                fsync_every,
+                run,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    pb.finish_and_clear();
+    Ok(rows)
+}
+
+fn lfs_table(rows: &[LfsRow]) -> String {
+    let opt = |x: Option<f64>| x.map_or("NA".to_string(), |v| format!("{v:.1}"));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let (a, b) = (&r.run.without_buffer, &r.run.with_buffer);
+            vec![
+                r.trace.clone(),
+                r.fsync_every
+                    .map_or("trace flags".to_string(), |n| format!("every {n} writes")),
+                fmt_count(r.run.counts.syncs as f64),
+                format!("{} / {}", a.disk_writes, b.disk_writes),
+                format!("{:.2} / {:.2}", a.pct_partial, b.pct_partial),
+                format!("{:.2} / {:.2}", a.pct_partial_sync, b.pct_partial_sync),
+                format!("{} / {}", opt(a.kib_per_partial), opt(b.kib_per_partial)),
+                format!(
+                    "{:.2} / {:.2}",
+                    a.pct_partial_overhead, b.pct_partial_overhead
+                ),
+                format!("{:.1} %", r.run.disk_write_reduction_pct),
+            ]
+        })
+        .collect();
+    render(
+        &[
+            "trace",
+            "syncs from",
+            "syncs",
+            "disk writes",
+            "% partial",
+            "% partial sync",
+            "KiB/partial",
+            "% lost to partials",
+            "saved",
+        ],
+        &cells,
+        &[false, false, true, true, true, true, true, true, true],
+    )
 }
 
 fn parse_trace_arg(s: &str, block_size: u32) -> Result<TraceSpec> {
@@ -850,6 +933,7 @@ pub fn sweep_cmd(a: SweepArgs) -> Result<i32> {
         r
     };
     let mut points = run_grid(jobs, "sweep")?;
+    let lfs = lfs_rows(&specs)?;
     // The LRU runs of the policy grid are also Figure 5's NVRAM-model points: file a twin of
     // each under the model figure so every figure's filter finds its points.
     let twins: Vec<Point> = points
@@ -952,6 +1036,10 @@ pub fn sweep_cmd(a: SweepArgs) -> Result<i32> {
                 .collect::<Vec<_>>()
         )
     ));
+    tables.push_str(&format!(
+        "\n== Tables 3 and 4: LFS segments without / with a 512KiB NVRAM buffer ==\n{}",
+        lfs_table(&lfs)
+    ));
     write("tables.txt", tables.clone(), &mut files)?;
     files.extend(figures::fig2(out, &lifetimes_all)?);
     files.extend(figures::fig3(out, &points)?);
@@ -965,6 +1053,7 @@ pub fn sweep_cmd(a: SweepArgs) -> Result<i32> {
         seconds: started.elapsed().as_secs_f64(),
         lifetimes: lifetimes_all,
         points,
+        lfs,
         files: files.clone(),
     };
     let json =

@@ -138,10 +138,14 @@ pub fn fig3(dir: &Path, points: &[Point]) -> Result<Vec<PathBuf>> {
 /// Figure 4: LRU, random (mean over seeds) and omniscient, per trace.
 pub fn fig4(dir: &Path, points: &[Point]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for t in traces(points) {
+    // One chart per trace and NVRAM model: the sweep runs the policies under both.
+    let cases = traces(points)
+        .into_iter()
+        .flat_map(|t| [Model::WriteAside, Model::Unified].map(|m| (t.clone(), m)));
+    for (t, model) in cases {
         let pts: Vec<&Point> = points
             .iter()
-            .filter(|p| p.figure == Figure::Policies && p.trace == t)
+            .filter(|p| p.figure == Figure::Policies && p.trace == t && p.model == model)
             .collect();
         if pts.is_empty() {
             continue;
@@ -162,8 +166,7 @@ pub fn fig4(dir: &Path, points: &[Point]) -> Result<Vec<PathBuf>> {
             .map(|(_, _, _, n, mean, _, _)| (n as f64, pct(mean)))
             .collect();
         random.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let model = pts[0].model;
-        let path = file(dir, "fig4-policies", Some(&t));
+        let path = file(dir, &format!("fig4-policies-{}", model.name()), Some(&t));
         LineChart {
             title: format!(
                 "{t}: replacement policies, {} model, {} volatile (seed 002 Fig. 4)",
