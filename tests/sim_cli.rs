@@ -486,6 +486,17 @@ fn a_small_sweep_writes_every_table_and_figure() {
     }
     let tables = std::fs::read_to_string(out.join("tables.txt")).unwrap();
     assert_eq!(tables, o.stdout);
+    // Within a table every row is one configuration: no row twice.
+    for section in tables.split("\n== ") {
+        let mut rows: Vec<&str> = section
+            .lines()
+            .filter(|l| l.starts_with("tpcc-small.trace "))
+            .collect();
+        let n = rows.len();
+        rows.sort();
+        rows.dedup();
+        assert_eq!(rows.len(), n, "a row repeats in:\n{section}");
+    }
 
     let v: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();

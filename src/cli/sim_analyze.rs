@@ -448,6 +448,7 @@ fn policies_table(points: &[Point]) -> String {
         .iter()
         .map(|p| (p.trace.clone(), p.nvram_bytes))
         .collect();
+    sizes.sort();
     sizes.dedup();
     let rnd = random_summary(points);
     let cells: Vec<Vec<String>> = sizes
@@ -545,6 +546,7 @@ fn models_table(points: &[Point]) -> String {
         .iter()
         .map(|p| (p.trace.clone(), p.base_volatile_bytes, p.added_bytes))
         .collect();
+    keys.sort();
     keys.dedup();
     let cells: Vec<Vec<String>> = keys
         .iter()
@@ -636,6 +638,8 @@ fn bus_table(points: &[Point]) -> String {
         .filter(|p| p.model != Model::Volatile)
         .map(|p| (p.trace.clone(), p.volatile_bytes, p.nvram_bytes))
         .collect();
+    // One row per (trace, volatile, NVRAM): the points of the two models are not adjacent.
+    keys.sort();
     keys.dedup();
     let cells: Vec<Vec<String>> = keys
         .iter()
