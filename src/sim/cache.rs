@@ -782,21 +782,75 @@ impl Cache {
     }
 }
 
-/// For each access, the index of the same block's next write access after it, or [`NEVER`]:
-/// one backward pass; memory is one integer per access plus one map entry per written block.
+/// For each access, the index of the same block's next write access after it, or [`NEVER`].
 pub fn next_writes(accesses: &[(u64, bool)]) -> Vec<u64> {
-    let mut next = vec![NEVER; accesses.len()];
-    let mut upcoming: FxHashMap<u64, u64> = FxHashMap::default();
-    for i in (0..accesses.len()).rev() {
-        let (key, write) = accesses[i];
-        if let Some(&j) = upcoming.get(&key) {
-            next[i] = j;
-        }
+    let mut b = NextWrites::default();
+    for &(key, write) in accesses {
+        b.push(key, write);
+    }
+    b.finish()
+}
+
+/// [`next_writes`] in one forward pass over a streamed trace, keeping one integer per access
+/// (the answer) and one map entry per block: the accesses themselves are never stored.
+///
+/// How: until a block's next write is seen, its waiting accesses form a chain threaded through
+/// the answer vector (each waiting slot holds the index of the previous waiting access of the
+/// same block, [`NEVER`] ending the chain; the map holds the newest). A write of the block
+/// walks the chain, replacing every link with its own index, then starts a new chain of one.
+/// Every access is resolved once, so the pass is O(accesses).
+#[derive(Default)]
+pub struct NextWrites {
+    next: Vec<u64>,
+    /// Per block: the newest access still waiting for the block's next write.
+    waiting: FxHashMap<u64, u64>,
+}
+
+impl NextWrites {
+    pub fn len(&self) -> u64 {
+        self.next.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.next.is_empty()
+    }
+
+    pub fn push(&mut self, key: u64, write: bool) {
+        let i = self.next.len() as u64;
+        assert!(i < NEVER, "access index collides with the NEVER sentinel");
+        let newest = self.waiting.insert(key, i);
         if write {
-            upcoming.insert(key, i as u64);
+            if let Some(head) = newest {
+                self.resolve(head, i);
+            }
+            self.next.push(NEVER);
+        } else {
+            self.next.push(newest.unwrap_or(NEVER));
         }
     }
-    next
+
+    /// Set every access of the chain from `head` to `value`.
+    fn resolve(&mut self, head: u64, value: u64) {
+        let mut at = head;
+        loop {
+            let link = self.next[at as usize];
+            // A chain only links back to older waiting accesses.
+            assert!(link == NEVER || link < at, "chain link {link} at {at}");
+            self.next[at as usize] = value;
+            if link == NEVER {
+                break;
+            }
+            at = link;
+        }
+    }
+
+    pub fn finish(mut self) -> Vec<u64> {
+        let heads: Vec<u64> = self.waiting.values().copied().collect();
+        for head in heads {
+            self.resolve(head, NEVER);
+        }
+        self.next
+    }
 }
 
 /// What `simulate` returns: the counts, and what was read.
@@ -827,17 +881,17 @@ pub fn simulate_with(
         |a: &Result<BlockAccess>| !writes_only || a.as_ref().map_or(true, |a| a.op == Op::Write);
     let mut cache = Cache::new(cfg)?;
     let next = if cfg.needs_next_writes() {
-        let mut pairs = Vec::new();
+        let mut b = NextWrites::default();
         for a in open()?.filter(keep) {
             let a = a?;
-            if pairs.len() as u64 >= OMNISCIENT_ACCESSES_MAX {
+            if b.len() >= OMNISCIENT_ACCESSES_MAX {
                 return Err(Error::bad(format!(
                     "the omniscient policy takes at most {OMNISCIENT_ACCESSES_MAX} block accesses"
                 )));
             }
-            pairs.push((a.key, a.op == Op::Write));
+            b.push(a.key, a.op == Op::Write);
         }
-        Some(next_writes(&pairs))
+        Some(b.finish())
     } else {
         None
     };

@@ -4,6 +4,7 @@
 
 use crate::sim::cache::{next_writes, Cache, CacheConfig, CacheStats, Model};
 use crate::sim::policy::PolicyKind;
+use crate::sim::policy::NEVER;
 use crate::sim::reference;
 use crate::sim::trace::{BlockAccess, Op};
 use proptest::prelude::*;
@@ -364,5 +365,21 @@ proptest! {
             s.writebacks + s.dirty_at_end
         };
         prop_assert!(cost(PolicyKind::Omniscient) <= cost(PolicyKind::Lru));
+    }
+
+    /// The streaming next-write pass equals the definition: scan ahead for the block's next
+    /// write.
+    #[test]
+    fn next_writes_match_a_scan_ahead(
+        t in proptest::collection::vec((0u64..5, any::<bool>()), 0..200),
+    ) {
+        let want: Vec<u64> = (0..t.len())
+            .map(|i| {
+                (i + 1..t.len())
+                    .find(|&j| t[j].0 == t[i].0 && t[j].1)
+                    .map_or(NEVER, |j| j as u64)
+            })
+            .collect();
+        prop_assert_eq!(next_writes(&t), want);
     }
 }
