@@ -424,13 +424,23 @@ fn stress_paper_p4_4_lanes_4k() {
 }
 
 #[test]
-fn stress_fast_p6_clwb_4_lanes_4k() {
-    stress(Protocol::Fast, "p6-clwb", 4, 4096);
+fn stress_fast_p6_best_flush_4_lanes_4k() {
+    stress(
+        Protocol::Fast,
+        nvstack::pmem::ordering::best_flush_policy(),
+        4,
+        4096,
+    );
 }
 
 #[test]
-fn stress_paper_p6_clwb_2_lanes_4k() {
-    stress(Protocol::Paper, "p6-clwb", 2, 4096);
+fn stress_paper_p6_best_flush_2_lanes_4k() {
+    stress(
+        Protocol::Paper,
+        nvstack::pmem::ordering::best_flush_policy(),
+        2,
+        4096,
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -591,21 +601,32 @@ fn recycled_page_read(
     })
 }
 
+/// Stands for `best_flush_policy()` (p6 with clwb, clflushopt or clflush) in the table below.
+const BEST_FLUSH: &str = "p6-best-flush";
+
+fn resolve(ordering: &str) -> &str {
+    if ordering == BEST_FLUSH {
+        nvstack::pmem::ordering::best_flush_policy()
+    } else {
+        ordering
+    }
+}
+
 const INTERLEAVING_CONFIGS: [(Protocol, &str, u32); 8] = [
     (Protocol::Fast, "p4", 512),
     (Protocol::Fast, "p4", 4096),
     (Protocol::Paper, "p4", 512),
     (Protocol::Paper, "p4", 4096),
-    (Protocol::Fast, "p6-clwb", 512),
-    (Protocol::Fast, "p6-clwb", 4096),
-    (Protocol::Paper, "p6-clwb", 512),
-    (Protocol::Paper, "p6-clwb", 4096),
+    (Protocol::Fast, BEST_FLUSH, 512),
+    (Protocol::Fast, BEST_FLUSH, 4096),
+    (Protocol::Paper, BEST_FLUSH, 512),
+    (Protocol::Paper, BEST_FLUSH, 4096),
 ];
 
 #[test]
 fn read_protection_retries_past_a_recycled_page() {
     for (protocol, ordering, bb) in INTERLEAVING_CONFIGS {
-        let Some(o) = recycled_page_read(protocol, ordering, bb, true) else {
+        let Some(o) = recycled_page_read(protocol, resolve(ordering), bb, true) else {
             continue;
         };
         let what = format!("{protocol:?}/{ordering}/{bb}");
@@ -627,7 +648,7 @@ fn read_protection_retries_past_a_recycled_page() {
 #[test]
 fn without_read_protection_a_reader_gets_another_blocks_data() {
     for (protocol, ordering, bb) in INTERLEAVING_CONFIGS {
-        let Some(o) = recycled_page_read(protocol, ordering, bb, false) else {
+        let Some(o) = recycled_page_read(protocol, resolve(ordering), bb, false) else {
             continue;
         };
         let what = format!("{protocol:?}/{ordering}/{bb}");

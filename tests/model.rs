@@ -554,8 +554,8 @@ fn model_fast_p4() {
 }
 
 #[test]
-fn model_fast_p6_clwb() {
-    run_config(Protocol::Fast, "p6-clwb");
+fn model_fast_p6_best_flush() {
+    run_config(Protocol::Fast, nvstack::pmem::ordering::best_flush_policy());
 }
 
 #[test]
@@ -564,8 +564,11 @@ fn model_paper_p4() {
 }
 
 #[test]
-fn model_paper_p6_clwb() {
-    run_config(Protocol::Paper, "p6-clwb");
+fn model_paper_p6_best_flush() {
+    run_config(
+        Protocol::Paper,
+        nvstack::pmem::ordering::best_flush_policy(),
+    );
 }
 
 /// The sizing helper covers the whole requested range (so the cases really are small).

@@ -1,6 +1,6 @@
 //! Stop-point tests: every write, atomic write and discard of the nvramdisk is all-old-or-all-new
 //! when it is interrupted at ANY of its stop points (the store and the persist of every protocol
-//! step, see `Step`), for both protocols and for the orderings p4 and p6-clwb.
+//! step, see `Step`), for both protocols and for the orderings p4 and p6 with the best flush instruction the CPU has (clwb, clflushopt or clflush).
 //!
 //! Mechanism: a hook installed with `OpenOptions::hook` sees every event. For stop point k the
 //! hook returns `Action::Stop` at the k-th event of the operation under test (the write then
@@ -1502,16 +1502,19 @@ fn paper_p4_single_block() {
     single_block(Protocol::Paper, "p4");
 }
 #[test]
-fn paper_p6_clwb_single_block() {
-    single_block(Protocol::Paper, "p6-clwb");
+fn paper_p6_best_flush_single_block() {
+    single_block(
+        Protocol::Paper,
+        nvstack::pmem::ordering::best_flush_policy(),
+    );
 }
 #[test]
 fn fast_p4_single_block() {
     single_block(Protocol::Fast, "p4");
 }
 #[test]
-fn fast_p6_clwb_single_block() {
-    single_block(Protocol::Fast, "p6-clwb");
+fn fast_p6_best_flush_single_block() {
+    single_block(Protocol::Fast, nvstack::pmem::ordering::best_flush_policy());
 }
 
 #[test]
@@ -1519,16 +1522,24 @@ fn paper_p4_atomic_2() {
     atomic(Protocol::Paper, "p4", false);
 }
 #[test]
-fn paper_p6_clwb_atomic_2() {
-    atomic(Protocol::Paper, "p6-clwb", false);
+fn paper_p6_best_flush_atomic_2() {
+    atomic(
+        Protocol::Paper,
+        nvstack::pmem::ordering::best_flush_policy(),
+        false,
+    );
 }
 #[test]
 fn fast_p4_atomic_2() {
     atomic(Protocol::Fast, "p4", false);
 }
 #[test]
-fn fast_p6_clwb_atomic_2() {
-    atomic(Protocol::Fast, "p6-clwb", false);
+fn fast_p6_best_flush_atomic_2() {
+    atomic(
+        Protocol::Fast,
+        nvstack::pmem::ordering::best_flush_policy(),
+        false,
+    );
 }
 
 #[test]
@@ -1536,16 +1547,24 @@ fn paper_p4_atomic_64() {
     atomic(Protocol::Paper, "p4", true);
 }
 #[test]
-fn paper_p6_clwb_atomic_64() {
-    atomic(Protocol::Paper, "p6-clwb", true);
+fn paper_p6_best_flush_atomic_64() {
+    atomic(
+        Protocol::Paper,
+        nvstack::pmem::ordering::best_flush_policy(),
+        true,
+    );
 }
 #[test]
 fn fast_p4_atomic_64() {
     atomic(Protocol::Fast, "p4", true);
 }
 #[test]
-fn fast_p6_clwb_atomic_64() {
-    atomic(Protocol::Fast, "p6-clwb", true);
+fn fast_p6_best_flush_atomic_64() {
+    atomic(
+        Protocol::Fast,
+        nvstack::pmem::ordering::best_flush_policy(),
+        true,
+    );
 }
 
 #[test]
@@ -1553,16 +1572,19 @@ fn paper_p4_discard() {
     discard(Protocol::Paper, "p4");
 }
 #[test]
-fn paper_p6_clwb_discard() {
-    discard(Protocol::Paper, "p6-clwb");
+fn paper_p6_best_flush_discard() {
+    discard(
+        Protocol::Paper,
+        nvstack::pmem::ordering::best_flush_policy(),
+    );
 }
 #[test]
 fn fast_p4_discard() {
     discard(Protocol::Fast, "p4");
 }
 #[test]
-fn fast_p6_clwb_discard() {
-    discard(Protocol::Fast, "p6-clwb");
+fn fast_p6_best_flush_discard() {
+    discard(Protocol::Fast, nvstack::pmem::ordering::best_flush_policy());
 }
 
 #[test]
@@ -1570,14 +1592,17 @@ fn paper_p4_neighbours() {
     neighbours(Protocol::Paper, "p4");
 }
 #[test]
-fn paper_p6_clwb_neighbours() {
-    neighbours(Protocol::Paper, "p6-clwb");
+fn paper_p6_best_flush_neighbours() {
+    neighbours(
+        Protocol::Paper,
+        nvstack::pmem::ordering::best_flush_policy(),
+    );
 }
 #[test]
 fn fast_p4_neighbours() {
     neighbours(Protocol::Fast, "p4");
 }
 #[test]
-fn fast_p6_clwb_neighbours() {
-    neighbours(Protocol::Fast, "p6-clwb");
+fn fast_p6_best_flush_neighbours() {
+    neighbours(Protocol::Fast, nvstack::pmem::ordering::best_flush_policy());
 }

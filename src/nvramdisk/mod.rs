@@ -3,6 +3,7 @@
 //! chosen at format time: the paper's (Table 2) and nvstack's fast one. docs/format.md is the
 //! specification.
 
+pub mod bitmap;
 pub mod bugs;
 pub mod check;
 pub mod disk;

@@ -11,6 +11,7 @@ pub mod latency;
 pub mod mmap;
 pub mod ordering;
 pub mod sim;
+pub mod unordered;
 
 pub use cpu::{FlushKind, LINE_BYTES};
 pub use domain::{CommitDomain, DomainStats};
@@ -48,6 +49,11 @@ pub trait Region: Send + Sync {
     fn flush(&self, off: u64, len: u64, kind: FlushKind);
     /// Order everything this thread stored or flushed before any later store (sfence).
     fn fence(&self);
+    /// Whether `flush(.., kind)` can run here. Real memory: whether this CPU has the
+    /// instruction. A simulated region executes no instruction and models every kind.
+    fn has_flush(&self, kind: FlushKind) -> bool {
+        cpu::has_flush(kind)
+    }
 }
 
 /// Number of 64-byte lines overlapping [off, off+len).

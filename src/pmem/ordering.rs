@@ -135,7 +135,8 @@ pub fn policy_by_name(name: &str) -> Result<OrderingPolicy> {
                 policy_names().join(", ")
             ))
         })?;
-    check_available(&p)?;
+    // Whether the CPU can run it is checked where a region is opened or formatted
+    // (check_available_on): the crash checker's simulated region runs every policy.
     Ok(p)
 }
 
@@ -145,9 +146,19 @@ pub fn policy_by_id(id: u8) -> Option<OrderingPolicy> {
 
 /// Refuse a policy whose flush instruction this CPU lacks.
 pub fn check_available(p: &OrderingPolicy) -> Result<()> {
+    check_with(p, cpu::has_flush)
+}
+
+/// Refuse a policy whose flush instruction `region` cannot run (real memory: this CPU lacks
+/// it; a simulated region models every kind).
+pub fn check_available_on<R: super::Region + ?Sized>(p: &OrderingPolicy, region: &R) -> Result<()> {
+    check_with(p, |k| region.has_flush(k))
+}
+
+fn check_with(p: &OrderingPolicy, has: impl Fn(FlushKind) -> bool) -> Result<()> {
     for m in [p.data, p.map, p.journal] {
         if let Method::Flush(k) = m {
-            if !cpu::has_flush(k) {
+            if !has(k) {
                 return Err(Error::env(format!(
                     "ordering '{}' needs {} but this CPU does not have it",
                     p.name,
@@ -157,4 +168,14 @@ pub fn check_available(p: &OrderingPolicy) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The flush policy (p6 family) with the best flush instruction this CPU has: clwb, else
+/// clflushopt, else clflush. Tests of the flush path on real memory use it.
+pub fn best_flush_policy() -> &'static str {
+    match cpu::best_flush() {
+        FlushKind::Clwb => "p6-clwb",
+        FlushKind::Clflushopt => "p6-clflushopt",
+        FlushKind::Clflush => "p6",
+    }
 }

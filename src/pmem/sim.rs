@@ -312,6 +312,11 @@ impl Region for SimRegion {
             s.events.push(SimEvent::Fence);
         }
     }
+
+    /// Every flush kind is modelled (the crash checker runs every policy on any CPU).
+    fn has_flush(&self, _kind: FlushKind) -> bool {
+        true
+    }
 }
 
 /// The fault model a crash image is drawn from.
