@@ -453,8 +453,8 @@ fn svgs(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// A sweep over tpcc-small on a small grid writes the CSV (one row per run), the JSON, the
-/// tables of every analysis, and every figure.
+/// A sweep over tpcc-small on a small grid writes the CSV (every result: cache runs, lifetime
+/// points, LFS comparisons), the JSON, the tables of every analysis, and every figure.
 #[test]
 fn a_small_sweep_writes_every_table_and_figure() {
     let dir = tempfile::tempdir().unwrap();
@@ -502,13 +502,7 @@ fn a_small_sweep_writes_every_table_and_figure() {
         serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
     let points = v["points"].as_array().unwrap();
     let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
-    let mut rows = csv.lines();
-    let header: Vec<&str> = rows.next().unwrap().split(',').collect();
-    let rows: Vec<&str> = rows.collect();
-    assert_eq!(rows.len(), points.len());
-    for r in &rows {
-        assert_eq!(r.split(',').count(), header.len(), "{r}");
-    }
+    check_sweep_csv(&csv, &v);
     // Per NVRAM size: Figure 3 (1 run); Figure 4 for two models x (lru, omniscient, 2 seeds of
     // random), each LRU run filed a second time under Figures 5; the volatile model at 8 MiB
     // and volatile + unified at 16 MiB for Figures 5 and 6.
@@ -535,6 +529,145 @@ fn a_small_sweep_writes_every_table_and_figure() {
         "sec2.6-bus-tpcc-small_trace.svg",
     ] {
         assert!(names.iter().any(|n| n == want), "no {want} in {names:?}");
+    }
+}
+
+/// One CSV line's cells (a cell may be quoted, with `""` for a quote).
+fn csv_cells(line: &str) -> Vec<String> {
+    let mut cells = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                cells.last_mut().unwrap().push('"');
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => cells.push(String::new()),
+            _ => cells.last_mut().unwrap().push(c),
+        }
+    }
+    assert!(!quoted, "unterminated quote in {line}");
+    cells
+}
+
+/// A JSON object's scalar fields, a nested object's fields named `object_field`.
+fn flat_json(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
+    for (k, x) in v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+    {
+        let name = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}_{k}")
+        };
+        if x.is_object() {
+            flat_json(&name, x, out);
+        } else {
+            out.push((name, x.clone()));
+        }
+    }
+}
+
+/// A CSV cell holds the JSON value: the same integer, string or boolean, a real to six
+/// decimals, `off` or `NA` for null.
+fn cell_matches(cell: &str, want: &Value) -> bool {
+    match want {
+        Value::Null => cell == "off" || cell == "NA",
+        Value::Bool(b) => cell == b.to_string(),
+        Value::String(s) => cell == s,
+        Value::Number(n) if n.is_u64() => cell == n.to_string(),
+        Value::Number(n) => cell
+            .parse::<f64>()
+            .is_ok_and(|c| (c - n.as_f64().unwrap()).abs() <= 1e-6),
+        _ => false,
+    }
+}
+
+/// sweep.csv holds every result of sweep.json: one `cache` row per point, one `lifetime` row
+/// per trace and write-back delay (Figure 2), one `lfs` row per LFS comparison (Tables 3 and
+/// 4), in that order. Every row has the header's column count; a row's non-empty cells are
+/// exactly its kind's columns (the JSON object's fields, nested objects' as `object_field`, a
+/// lifetime's per-delay lists one entry per row, `delays_ns` as `delay_ns`), and each holds the
+/// JSON's value.
+fn check_sweep_csv(csv: &str, v: &Value) {
+    let mut lines = csv.lines();
+    let header = csv_cells(lines.next().expect("a header"));
+    assert_eq!(header[0], "kind", "{header:?}");
+    let mut sorted = header.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), header.len(), "a column twice: {header:?}");
+    let rows: Vec<Vec<String>> = lines.map(csv_cells).collect();
+    for r in &rows {
+        assert_eq!(r.len(), header.len(), "{r:?}");
+    }
+
+    // What each row should hold, from the JSON.
+    let mut want: Vec<(&str, Vec<(String, Value)>)> = Vec::new();
+    for p in v["points"].as_array().unwrap() {
+        let mut f = Vec::new();
+        flat_json("", p, &mut f);
+        want.push(("cache", f));
+    }
+    for l in v["lifetimes"].as_array().unwrap() {
+        let delays = l["delays_ns"].as_array().unwrap().len();
+        assert!(delays > 0, "{l}");
+        for i in 0..delays {
+            let f = l
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, x)| match x.as_array() {
+                    Some(a) => {
+                        assert_eq!(a.len(), delays, "{k} in {l}");
+                        let k = if k == "delays_ns" { "delay_ns" } else { k };
+                        (k.to_string(), a[i].clone())
+                    }
+                    None => (k.clone(), x.clone()),
+                })
+                .collect();
+            want.push(("lifetime", f));
+        }
+    }
+    for r in v["lfs"].as_array().unwrap() {
+        let mut f = Vec::new();
+        flat_json("", r, &mut f);
+        want.push(("lfs", f));
+    }
+    assert_eq!(rows.len(), want.len(), "CSV rows against JSON results");
+    for kind in ["cache", "lifetime", "lfs"] {
+        assert!(
+            rows.iter().any(|r| r[0] == kind),
+            "no {kind} row in sweep.csv"
+        );
+    }
+    for (row, (kind, fields)) in rows.iter().zip(&want) {
+        assert_eq!(row[0], *kind, "{row:?}");
+        let mut filled: Vec<&str> = header
+            .iter()
+            .zip(row)
+            .skip(1)
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(h, _)| h.as_str())
+            .collect();
+        filled.sort();
+        let mut names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+        names.sort();
+        assert_eq!(
+            filled, names,
+            "{kind} row's filled columns against its JSON fields"
+        );
+        for (k, x) in fields {
+            let at = header.iter().position(|h| h == k).unwrap();
+            assert!(
+                cell_matches(&row[at], x),
+                "{kind} row, column {k}: CSV {} but JSON {x}",
+                row[at]
+            );
+        }
     }
 }
 

@@ -7,9 +7,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nvstack::error::{Error, Result};
 use nvstack::report::{fmt_count, render};
 use nvstack::sim::analysis::{
-    delays_default_ns, lifetimes, model_points, nvram_grid_default, nvram_size_points,
-    policy_points, random_summary, run_points, Figure, Lifetimes, Point, PointSpec, TraceSpec,
-    RANDOM_SEEDS_DEFAULT, VOLATILE_BASE2_BYTES, VOLATILE_BASE_BYTES,
+    csv_table, delays_default_ns, lifetimes, model_points, nvram_grid_default, nvram_size_points,
+    policy_points, random_summary, run_points, CsvRecord, Figure, Lifetimes, Point, PointSpec,
+    TraceSpec, RANDOM_SEEDS_DEFAULT, VOLATILE_BASE2_BYTES, VOLATILE_BASE_BYTES,
 };
 use nvstack::sim::cache::Model;
 use nvstack::sim::figures;
@@ -735,7 +735,9 @@ pub struct SweepArgs {
     nvram: Option<Sizes>,
     #[arg(long, default_value_t = RANDOM_SEEDS_DEFAULT)]
     seeds: u64,
-    /// Folder for sweep.csv, sweep.json, the tables and the figures (created; files replaced).
+    /// Folder for sweep.csv (every result, a `kind` column telling cache runs, lifetime points
+    /// and LFS comparisons apart), sweep.json, the tables and the figures (created; files
+    /// replaced).
     #[arg(long)]
     output: PathBuf,
     #[arg(long)]
@@ -766,6 +768,21 @@ struct LfsRow {
     fsync_every: Option<u64>,
     #[serde(flatten)]
     run: LfsRun,
+}
+
+impl LfsRow {
+    /// This comparison as a row of the sweep's CSV (kind `lfs`); `fsync_every` is `off` when
+    /// the syncs come from the trace's own flags.
+    fn csv_record(&self) -> CsvRecord {
+        let mut r = CsvRecord::new("lfs");
+        r.push("trace", &self.trace).push(
+            "fsync_every",
+            self.fsync_every
+                .map_or_else(|| "off".to_string(), |n| n.to_string()),
+        );
+        self.run.csv_push(&mut r);
+        r
+    }
 }
 
 fn lfs_rows(specs: &[TraceSpec]) -> Result<Vec<LfsRow>> {
@@ -958,13 +975,15 @@ pub fn sweep_cmd(a: SweepArgs) -> Result<i32> {
         files.push(p);
         Ok(())
     };
-    let mut csv = String::from(Point::CSV_HEADER);
-    csv.push('\n');
-    for p in &points {
-        csv.push_str(&p.csv_row());
-        csv.push('\n');
-    }
-    write("sweep.csv", csv, &mut files)?;
+    // Every result in one CSV: the cache runs, the lifetime points (one per trace and delay)
+    // and the LFS comparisons, told apart by `kind`, over the union of their columns.
+    let records: Vec<CsvRecord> = points
+        .iter()
+        .map(Point::csv_record)
+        .chain(lifetimes_all.iter().flat_map(Lifetimes::csv_records))
+        .chain(lfs.iter().map(LfsRow::csv_record))
+        .collect();
+    write("sweep.csv", csv_table(&records), &mut files)?;
     let mut tables = String::new();
     for l in &lifetimes_all {
         tables.push_str(&format!(

@@ -255,54 +255,140 @@ pub struct Point {
 }
 
 impl Point {
-    /// CSV header and row, the same columns as the JSON objects.
-    pub const CSV_HEADER: &'static str = "trace,figure,model,policy,seed,block_bytes,volatile_bytes,nvram_bytes,base_volatile_bytes,added_bytes,writes_only,delayed_writeback_s,block_accesses,reads,writes,misses,read_misses,write_misses,miss_ratio,hits_volatile,hits_nvram,writebacks,writebacks_eviction,writebacks_replacement,writebacks_cleaner,writebacks_sync,writebacks_through,overwrites_absorbed,dirty_at_end,nvram_reads,nvram_writes,nvram_accesses,moves_to_volatile,bus_blocks,net_write_traffic,net_total_traffic";
-
-    pub fn csv_row(&self) -> String {
+    /// This run as a row of the sweep's CSV (kind `cache`): the JSON object's fields, in its
+    /// order.
+    pub fn csv_record(&self) -> CsvRecord {
         let s = &self.stats;
         let dw = self
             .delayed_writeback_s
             .map_or_else(|| "off".to_string(), |v| v.to_string());
-        format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.6}",
-            csv_field(&self.trace),
-            self.figure.name(),
-            self.model.name(),
-            self.policy.name(),
-            self.seed,
-            self.block_bytes,
-            self.volatile_bytes,
-            self.nvram_bytes,
-            self.base_volatile_bytes,
-            self.added_bytes,
-            self.writes_only,
-            dw,
-            s.block_accesses,
-            s.reads,
-            s.writes,
-            s.misses,
-            s.read_misses,
-            s.write_misses,
-            s.miss_ratio,
-            s.hits_volatile,
-            s.hits_nvram,
-            s.writebacks,
-            s.writebacks_eviction,
-            s.writebacks_replacement,
-            s.writebacks_cleaner,
-            s.writebacks_sync,
-            s.writebacks_through,
-            s.overwrites_absorbed,
-            s.dirty_at_end,
-            s.nvram_reads,
-            s.nvram_writes,
-            s.nvram_accesses,
-            s.moves_to_volatile,
-            s.bus_blocks,
-            s.net_write_traffic,
-            s.net_total_traffic
-        )
+        let mut r = CsvRecord::new("cache");
+        r.push("trace", &self.trace)
+            .push("figure", self.figure.name())
+            .push("model", self.model.name())
+            .push("policy", self.policy.name())
+            .push("seed", self.seed)
+            .push("block_bytes", self.block_bytes)
+            .push("volatile_bytes", self.volatile_bytes)
+            .push("nvram_bytes", self.nvram_bytes)
+            .push("base_volatile_bytes", self.base_volatile_bytes)
+            .push("added_bytes", self.added_bytes)
+            .push("writes_only", self.writes_only)
+            .push("delayed_writeback_s", dw)
+            .push("block_accesses", s.block_accesses)
+            .push("reads", s.reads)
+            .push("writes", s.writes)
+            .push("misses", s.misses)
+            .push("read_misses", s.read_misses)
+            .push("write_misses", s.write_misses)
+            .real("miss_ratio", s.miss_ratio)
+            .push("hits_volatile", s.hits_volatile)
+            .push("hits_nvram", s.hits_nvram)
+            .push("writebacks", s.writebacks)
+            .push("writebacks_eviction", s.writebacks_eviction)
+            .push("writebacks_replacement", s.writebacks_replacement)
+            .push("writebacks_cleaner", s.writebacks_cleaner)
+            .push("writebacks_sync", s.writebacks_sync)
+            .push("writebacks_through", s.writebacks_through)
+            .push("overwrites_absorbed", s.overwrites_absorbed)
+            .push("dirty_at_end", s.dirty_at_end)
+            .push("nvram_reads", s.nvram_reads)
+            .push("nvram_writes", s.nvram_writes)
+            .push("nvram_accesses", s.nvram_accesses)
+            .push("moves_to_volatile", s.moves_to_volatile)
+            .push("bus_blocks", s.bus_blocks)
+            .real("net_write_traffic", s.net_write_traffic)
+            .real("net_total_traffic", s.net_total_traffic);
+        r
     }
+}
+
+impl Lifetimes {
+    /// One row of the sweep's CSV per write-back delay (kind `lifetime`, Figure 2): the
+    /// trace-wide counts, then that delay's entry of each per-delay list (`delay_ns` is the
+    /// delay itself).
+    pub fn csv_records(&self) -> Vec<CsvRecord> {
+        (0..self.delays_ns.len())
+            .map(|i| {
+                let mut r = CsvRecord::new("lifetime");
+                r.push("trace", &self.trace)
+                    .push("block_accesses", self.block_accesses)
+                    .push("writes", self.writes)
+                    .push("distinct_written", self.distinct_written)
+                    .push("overwritten", self.overwritten)
+                    .push("delay_ns", self.delays_ns[i])
+                    .push("died_within", self.died_within[i])
+                    .push("flushed", self.flushed[i])
+                    .push("remaining", self.remaining[i])
+                    .real("net_write_traffic", self.net_write_traffic[i]);
+                r
+            })
+            .collect()
+    }
+}
+
+/// One row of a CSV that holds results of several kinds: a `kind` and (column, cell) pairs.
+/// A column of the same name means the same thing in every kind (`trace`, `block_accesses`,
+/// `writes`, `net_write_traffic`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CsvRecord {
+    pub cells: Vec<(String, String)>,
+}
+
+impl CsvRecord {
+    pub fn new(kind: &str) -> CsvRecord {
+        CsvRecord {
+            cells: vec![("kind".to_string(), kind.to_string())],
+        }
+    }
+
+    pub fn push(&mut self, column: &str, value: impl std::fmt::Display) -> &mut CsvRecord {
+        debug_assert!(
+            self.cells.iter().all(|(c, _)| c != column),
+            "column {column} twice"
+        );
+        self.cells.push((column.to_string(), value.to_string()));
+        self
+    }
+
+    /// A ratio or percentage, to six decimals.
+    pub fn real(&mut self, column: &str, value: f64) -> &mut CsvRecord {
+        self.push(column, format!("{value:.6}"))
+    }
+
+    /// An optional real: `NA` when undefined (as the paper's tables write it).
+    pub fn real_or_na(&mut self, column: &str, value: Option<f64>) -> &mut CsvRecord {
+        match value {
+            Some(v) => self.real(column, v),
+            None => self.push(column, "NA"),
+        }
+    }
+}
+
+/// Records of several kinds as one CSV: the header is the union of their columns in the order
+/// first seen, and each row leaves empty the cells of the columns its kind does not have.
+pub fn csv_table(records: &[CsvRecord]) -> String {
+    let mut columns: Vec<&str> = Vec::new();
+    let mut at: FxHashMap<&str, usize> = FxHashMap::default();
+    for r in records {
+        for (c, _) in &r.cells {
+            at.entry(c.as_str()).or_insert_with(|| {
+                columns.push(c.as_str());
+                columns.len() - 1
+            });
+        }
+    }
+    let mut out = columns.join(",");
+    out.push('\n');
+    for r in records {
+        let mut row = vec![String::new(); columns.len()];
+        for (c, v) in &r.cells {
+            row[at[c.as_str()]] = csv_field(v);
+        }
+        out.push_str(&row.join(","));
+        out.push('\n');
+    }
+    out
 }
 
 fn csv_field(s: &str) -> String {

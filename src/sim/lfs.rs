@@ -72,6 +72,7 @@
 //! reaches a full segment no later.
 
 use crate::error::{Error, Result};
+use crate::sim::analysis::CsvRecord;
 use crate::sim::cache::CLEANER_PERIOD_NS;
 use crate::sim::trace::{BlockAccess, Op};
 use rustc_hash::FxHashMap;
@@ -673,6 +674,78 @@ pub struct LfsRun {
     pub with_buffer: LfsStats,
     /// (without - with) / without disk write accesses, %; 0 when nothing was written.
     pub disk_write_reduction_pct: f64,
+}
+
+impl LfsRun {
+    /// Append this comparison to a row of the sweep's CSV: the JSON object's fields in its
+    /// order, a nested object's fields named `object_field` (`geometry_block_bytes`,
+    /// `without_buffer_disk_writes`, `with_buffer_pct_partial`).
+    pub fn csv_push(&self, r: &mut CsvRecord) {
+        let g = &self.geometry;
+        let c = &self.counts;
+        r.push("geometry_block_bytes", g.block_bytes)
+            .push("geometry_metadata_bytes", g.metadata_bytes)
+            .push("geometry_summary_bytes", g.summary_bytes)
+            .push("geometry_pointers_per_metadata", g.pointers_per_metadata)
+            .push("geometry_segment_data_blocks", g.segment_data_blocks)
+            .push("block_accesses", c.block_accesses)
+            .push("block_reads", c.block_reads)
+            .push("block_writes", c.block_writes)
+            .push("write_requests", c.write_requests)
+            .push("sync_requests_flagged", c.sync_requests_flagged)
+            .push("syncs", c.syncs);
+        self.without_buffer.csv_push("without_buffer", r);
+        self.with_buffer.csv_push("with_buffer", r);
+        r.real("disk_write_reduction_pct", self.disk_write_reduction_pct);
+    }
+}
+
+impl LfsStats {
+    /// Append these counts to a CSV row, each column named `{prefix}_{field}`.
+    pub fn csv_push(&self, prefix: &str, r: &mut CsvRecord) {
+        let n = |f: &str| format!("{prefix}_{f}");
+        r.push(&n("nvram_bytes"), self.nvram_bytes)
+            .push(&n("disk_writes"), self.disk_writes)
+            .push(&n("full_segments"), self.full_segments)
+            .push(&n("partial_segments"), self.partial_segments)
+            .push(&n("partial_sync"), self.partial_sync)
+            .push(&n("partial_timeout"), self.partial_timeout)
+            .push(&n("partial_final"), self.partial_final)
+            .push(&n("syncs"), self.syncs)
+            .push(&n("syncs_empty"), self.syncs_empty)
+            .push(&n("syncs_held"), self.syncs_held)
+            .push(&n("block_writes"), self.block_writes)
+            .push(&n("overwrites_absorbed"), self.overwrites_absorbed)
+            .push(&n("data_blocks_written"), self.data_blocks_written)
+            .push(&n("data_bytes"), self.data_bytes)
+            .push(&n("full_data_bytes"), self.full_data_bytes)
+            .push(&n("partial_data_bytes"), self.partial_data_bytes)
+            .push(&n("partial_sync_data_bytes"), self.partial_sync_data_bytes)
+            .push(
+                &n("partial_timeout_data_bytes"),
+                self.partial_timeout_data_bytes,
+            )
+            .push(
+                &n("partial_final_data_bytes"),
+                self.partial_final_data_bytes,
+            )
+            .push(&n("metadata_bytes"), self.metadata_bytes)
+            .push(&n("summary_bytes"), self.summary_bytes)
+            .push(&n("overhead_bytes"), self.overhead_bytes)
+            .push(&n("partial_overhead_bytes"), self.partial_overhead_bytes)
+            .push(&n("bytes_written"), self.bytes_written)
+            .real(&n("pct_partial"), self.pct_partial)
+            .real(&n("pct_partial_sync"), self.pct_partial_sync)
+            .real(&n("pct_partial_timeout"), self.pct_partial_timeout)
+            .real_or_na(&n("kib_per_partial"), self.kib_per_partial)
+            .real_or_na(&n("kib_per_sync_partial"), self.kib_per_sync_partial)
+            .real(&n("pct_overhead"), self.pct_overhead)
+            .real(&n("pct_partial_overhead"), self.pct_partial_overhead)
+            .real_or_na(
+                &n("pct_overhead_per_partial"),
+                self.pct_overhead_per_partial,
+            );
+    }
 }
 
 /// Run the writer without and with the NVRAM buffer over `accesses`, in one pass.
