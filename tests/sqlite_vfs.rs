@@ -8,26 +8,149 @@
 //! are removed when a test ends.
 //!
 //! - kill cycles: a child committing single-row transactions (WAL, synchronous=FULL) is
-//!   SIGKILLed at random moments; every transaction it reported committed is there and
-//!   `PRAGMA integrity_check` is ok (also in the rollback journal modes);
+//!   SIGKILLed at random moments; after every kill, every transaction it reported committed
+//!   is there and `PRAGMA integrity_check` is ok (also in the rollback journal modes);
 //! - power cuts: the same with the region on the simulated region, power cut at a random
 //!   instant, restarting from M1 and M2 crash images;
 //! - no -wal or -journal file ever appears in the database's directory (WAL, DELETE, TRUNCATE,
 //!   PERSIST), checked inside transactions;
 //! - the `sqlite3` tool's `.load`; SQLITE_BUSY for a second process; SQLITE_FULL when the WAL
 //!   outgrows a small region; bad URI parameters and foreign regions give clear errors.
+//!
+//! Every child process runs under a deadline ([`Watched`]: killed when it passes, and when
+//! the test panics), so a hung child fails the test instead of hanging it.
 
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 const PYTHON: &str = "/usr/bin/python3";
 const SQLITE3: &str = "sqlite3";
+/// The deadline of a child that should end by itself (a check, an open, a workload).
+const CHILD_LIMIT: Duration = Duration::from_secs(120);
+
+/// A child process under a deadline: SIGKILLed by a watchdog thread once the deadline passes,
+/// and killed and reaped when dropped, so a failing (panicking) test never leaves it running.
+struct Watched {
+    child: Child,
+    /// Set, under the lock, once the child is reaped: the watchdog kills the pid only while
+    /// this is false, so it can never signal a reused pid.
+    reaped: Arc<Mutex<bool>>,
+    limit: Duration,
+}
+
+impl Watched {
+    fn spawn(cmd: &mut Command, limit: Duration) -> Watched {
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let pid = child.id() as libc::pid_t;
+        let reaped = Arc::new(Mutex::new(false));
+        let r = reaped.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            loop {
+                std::thread::sleep(Duration::from_millis(50));
+                let g = r.lock().unwrap_or_else(|e| e.into_inner());
+                if *g {
+                    return;
+                }
+                if t.elapsed() >= limit {
+                    // SAFETY: plain kill(2) of our own unreaped child.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    eprintln!("child {pid} killed: still running after {limit:?}");
+                    return;
+                }
+            }
+        });
+        Watched {
+            child,
+            reaped,
+            limit,
+        }
+    }
+
+    /// Its status once it ended (by itself, or killed by the deadline).
+    fn try_wait(&mut self) -> Option<ExitStatus> {
+        let mut g = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.child.try_wait().expect("poll the child")?;
+        *g = true;
+        Some(st)
+    }
+
+    /// Wait for its end; the deadline still applies.
+    fn wait(&mut self) -> ExitStatus {
+        loop {
+            if let Some(st) = self.try_wait() {
+                return st;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILL it (if still running) and reap it.
+    fn kill(&mut self) -> ExitStatus {
+        let mut g = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
+        if !*g {
+            let _ = self.child.kill();
+        }
+        let st = self.child.wait().expect("reap the child");
+        *g = true;
+        st
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Run `cmd` to its end under [`CHILD_LIMIT`], feeding it `input` on stdin; its output.
+fn output(cmd: &mut Command, input: Option<&[u8]>) -> Output {
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut w = Watched::spawn(cmd, CHILD_LIMIT);
+    let read = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut b = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut b);
+            }
+            b
+        })
+    };
+    let out = read(w.child.stdout.take().map(|r| Box::new(r) as _));
+    let err = read(w.child.stderr.take().map(|r| Box::new(r) as _));
+    if let (Some(mut i), Some(input)) = (w.child.stdin.take(), input) {
+        let _ = i.write_all(input);
+    }
+    let status = w.wait();
+    let o = Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    };
+    if status.code().is_none() {
+        panic!(
+            "{cmd:?} did not end by itself within {:?} ({status})\nstdout: {}\nstderr: {}",
+            w.limit,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    o
+}
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -111,9 +234,7 @@ fn child(db: &str, region: &str, mode: &str, args: &[&str]) -> Command {
 
 /// Run a child to completion; its JSON lines.
 fn run(db: &str, region: &str, mode: &str, args: &[&str]) -> Vec<Value> {
-    let out = child(db, region, mode, args)
-        .output()
-        .expect("run /usr/bin/python3");
+    let out = output(&mut child(db, region, mode, args), None);
     assert!(
         out.status.success(),
         "child {mode} {args:?} failed: {}\nstdout: {}\nstderr: {}",
@@ -164,18 +285,21 @@ fn commit_cycle(
     kill_after: Option<Duration>,
 ) -> Cycle {
     let pace = pace_us.to_string();
-    let mut ch = child(
-        &s.db(),
-        &s.region(),
-        "commit",
-        &[journal_mode, extra, &pace],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("spawn the committing child");
-    let stdout = ch.stdout.take().expect("stdout");
-    let stderr = ch.stderr.take().expect("stderr");
+    // Killed by the test (or its power cut) long before the deadline.
+    let mut ch = Watched::spawn(
+        child(
+            &s.db(),
+            &s.region(),
+            "commit",
+            &[journal_mode, extra, &pace],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped()),
+        Duration::from_secs(90),
+    );
+    let stdout = ch.child.stdout.take().expect("stdout");
+    let stderr = ch.child.stderr.take().expect("stderr");
     let seen = Arc::new(Mutex::new((None::<i64>, Vec::new(), 0usize, false)));
     let s2 = seen.clone();
     let db = s.db();
@@ -207,17 +331,16 @@ fn commit_cycle(
     let status = match kill_after {
         Some(d) => {
             std::thread::sleep(d);
-            let _ = ch.kill(); // SIGKILL
-            ch.wait().expect("wait for the killed child")
+            ch.kill() // SIGKILL, and reaped: the region's lock is free again
         }
         None => {
             let t0 = Instant::now();
             loop {
-                if let Some(st) = ch.try_wait().expect("poll the child") {
+                if let Some(st) = ch.try_wait() {
                     break st;
                 }
                 if t0.elapsed() > Duration::from_secs(60) {
-                    let _ = ch.kill();
+                    ch.kill();
                     panic!("the power cut did not end the child within a minute");
                 }
                 std::thread::sleep(Duration::from_millis(10));
@@ -292,9 +415,10 @@ fn has_content(files: &Value) -> bool {
 
 /// Create the database (WAL) and its region (16 MiB).
 fn create(s: &Scratch) {
-    let out = child(&s.db(), &s.region(), "open", &["&region_size=16MiB"])
-        .output()
-        .expect("run python");
+    let out = output(
+        &mut child(&s.db(), &s.region(), "open", &["&region_size=16MiB"]),
+        None,
+    );
     let v = json_lines(&out.stdout);
     assert_eq!(v[0]["ok"], true, "create: {v:?}");
 }
@@ -324,11 +448,12 @@ fn kill_cycles(tag: &str, modes: &[&str], cycles: usize, seed: u64) {
             landed += 1;
         }
         listings += c.listings;
-        recovered += usize::from(c.recovered);
         reported.extend(c.committed);
-        if i % 5 == 4 || i + 1 == cycles {
-            check_db(&s, &reported, &context);
-        }
+        // After every kill: the check opens the database first, so it is the one that
+        // recovers from what the kill left in the region (the next committing child then
+        // finds it recovered).
+        let journal_left = check_db(&s, &reported, &context);
+        recovered += usize::from(journal_left || c.recovered);
     }
     eprintln!(
         "{tag}: {cycles} kills, {landed} after a commit, {recovered} restarts recovering a \
@@ -455,18 +580,7 @@ fn no_journal_file_reaches_the_file_system() {
 }
 
 fn sqlite3_cli(script: &str) -> (String, String, bool) {
-    let mut ch = Command::new(SQLITE3)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the sqlite3 command-line tool");
-    ch.stdin
-        .take()
-        .expect("stdin")
-        .write_all(script.as_bytes())
-        .expect("write the script");
-    let out = ch.wait_with_output().expect("sqlite3 output");
+    let out = output(&mut Command::new(SQLITE3), Some(script.as_bytes()));
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -524,13 +638,15 @@ fn open_error(db: &str, region: &str, extra: &str) -> Value {
 #[test]
 fn a_second_process_gets_busy() {
     let s = Scratch::new("busy");
-    let mut holder = child(&s.db(), &s.region(), "hold", &["&region_size=16MiB"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the holder");
+    // Under a deadline: if it hangs, it is killed and its stdout closes.
+    let mut holder = Watched::spawn(
+        child(&s.db(), &s.region(), "hold", &["&region_size=16MiB"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+        CHILD_LIMIT,
+    );
     let mut line = String::new();
-    BufReader::new(holder.stdout.take().expect("stdout"))
+    BufReader::new(holder.child.stdout.take().expect("stdout"))
         .read_line(&mut line)
         .expect("holder's first line");
     assert!(line.contains("ready"), "holder: {line}");
@@ -543,8 +659,8 @@ fn a_second_process_gets_busy() {
             .contains("is in use by another process"),
         "{e}"
     );
-    drop(holder.stdin.take()); // the holder closes the database and exits
-    assert!(holder.wait().expect("holder exit").success());
+    drop(holder.child.stdin.take()); // the holder closes the database and exits
+    assert!(holder.wait().success());
     let out = run(&s.db(), &s.region(), "open", &[""]);
     assert_eq!(out[0]["ok"], true, "after the holder left: {out:?}");
 }

@@ -24,9 +24,14 @@ MODE
 
 import json
 import os
+import signal
 import sqlite3
 import sys
 import time
+
+# A last resort: the test kills every child itself (and under a deadline), but if the test
+# process dies first, no child outlives it by more than this (SIGALRM ends the process).
+DEADLINE_S = 300
 
 
 def out(doc):
@@ -44,6 +49,7 @@ def listing(db):
 
 
 def main():
+    signal.alarm(DEADLINE_S)
     ext, db, region, mode = sys.argv[1:5]
     args = sys.argv[5:]
     loader = sqlite3.connect(":memory:")

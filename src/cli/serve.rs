@@ -61,7 +61,8 @@ pub struct ServeArgs {
     /// Do not ask for FOPEN_PARALLEL_DIRECT_WRITES (to measure what it brings).
     #[arg(long)]
     pub no_parallel_writes: bool,
-    /// Largest write FUSE may send, bytes (default and maximum: 64 blocks, the atomic limit).
+    /// Largest write FUSE may send, bytes (default and maximum: 63 blocks, the longest write
+    /// that touches at most 64 blocks, one atomic device write, at any offset).
     #[arg(long, value_parser = crate::size_arg)]
     pub max_write: Option<u64>,
     /// With --backend raw: serve a file that holds an nvramdisk image (destroys it).
@@ -355,8 +356,10 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     let max_write = a.max_write.unwrap_or(atomic_max);
     if max_write < 4096 || max_write > atomic_max {
         return Err(Error::bad(format!(
-            "--max-write {max_write}: must be between 4096 and {atomic_max} bytes \
-             ({ATOMIC_BLOCKS_MAX} blocks, the atomic limit)"
+            "--max-write {max_write}: must be between 4096 and {atomic_max} bytes ({} blocks: \
+             a longer write would touch more than {ATOMIC_BLOCKS_MAX} blocks, the atomic \
+             limit, at an unaligned offset)",
+            ATOMIC_BLOCKS_MAX - 1
         )));
     }
     let stats = Arc::new(ServeStats::new(a.stats.as_deref())?);
@@ -393,6 +396,7 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     ])
     .map_err(|e| Error::env(format!("cannot install signal handlers: {e}")))?;
     let cut_on_signal = power_cut.clone();
+    let cut_stats = stats.clone();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
@@ -402,7 +406,28 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
                     // workload runs, so no cut lands in its recovery checks).
                     if let Some(pc) = &cut_on_signal {
                         eprintln!("nvstack serve: power cut armed");
-                        pc.arm();
+                        let st = cut_stats.clone();
+                        pc.arm_with(move || {
+                            // After the delay, the first instant (within 300 ms) at which
+                            // acknowledged writes wait for an fsync (the cut must find writes
+                            // in flight, like the kill tests' SIGKILL), and the counters
+                            // stop there: nothing is acknowledged after the cut.
+                            let (s, hit) = st.freeze_when(
+                                |s| s.acked_not_fsynced() > 0,
+                                Duration::from_millis(300),
+                            );
+                            eprintln!(
+                                "nvstack serve: power cut: counters frozen at {} writes \
+                                 acknowledged, {} covered by fsyncs{}",
+                                s.writes_acked,
+                                s.fsync_covered,
+                                if hit {
+                                    ""
+                                } else {
+                                    " (no unfsynced write within 300 ms)"
+                                }
+                            );
+                        });
                     }
                     continue;
                 }

@@ -1,12 +1,19 @@
 //! A byte-addressed file over a block device: the data path of `nvstack serve`.
 //!
 //! Reads and writes come at any offset and length; the device takes whole blocks. A write is
-//! turned into one device write of the blocks it touches (the partial first and last blocks
-//! are read, patched and written back with it), so a write that touches at most
-//! [`ATOMIC_BLOCKS_MAX`] blocks is atomic and durable when it returns: after a crash the file
-//! holds all of it or none of it. FUSE is told to send writes of at most that many blocks, so
-//! every write the kernel sends is atomic. A longer write (only possible when a caller uses
-//! this type directly) is split into atomic pieces in ascending order.
+//! turned into exactly one device write of the blocks it touches (the partial first and last
+//! blocks are read, patched and written back with it), so it is atomic and durable when it
+//! returns: after a crash the file holds all of it or none of it. The device is atomic up to
+//! [`ATOMIC_BLOCKS_MAX`] blocks, so a write touching more blocks is refused, never split into
+//! pieces (a split write would not be atomic).
+//!
+//! How many blocks a write touches depends on its alignment as well as its length: `len` bytes
+//! starting `head` bytes into a block touch `ceil((head + len) / block)` blocks, so a write of
+//! exactly 64 blocks' worth of bytes at an unaligned offset touches 65. The longest write that
+//! touches at most [`ATOMIC_BLOCKS_MAX`] blocks *at every offset* is therefore
+//! `ATOMIC_BLOCKS_MAX - 1` blocks ([`BlockFile::atomic_write_bytes_max`]; `head <= block - 1`
+//! gives `head + len <= 64 x block - 1`). FUSE is told that `max_write` (and the kernel never
+//! sends a longer write), so every write the kernel sends is one atomic device write.
 //!
 //! Concurrent writers to the same block must not lose each other's bytes through the
 //! read-patch-write of a partial block, so every write holds the stripe locks of the blocks it
@@ -68,9 +75,22 @@ impl BlockFile {
         self.block_bytes
     }
 
-    /// The largest write that is one atomic device write whatever its alignment.
+    /// The longest whole-block length that is one atomic device write whatever its alignment:
+    /// `ATOMIC_BLOCKS_MAX - 1` blocks (a write of that length touches at most
+    /// `ATOMIC_BLOCKS_MAX` blocks at any offset; the exact bound is one byte more, and two
+    /// bytes more touch 65 blocks at the last offset of a block). This is the FUSE `max_write`
+    /// of `nvstack serve`.
     pub fn atomic_write_bytes_max(&self) -> u64 {
-        ATOMIC_BLOCKS_MAX as u64 * self.block_bytes
+        (ATOMIC_BLOCKS_MAX as u64 - 1) * self.block_bytes
+    }
+
+    /// How many blocks `len` bytes at `offset` touch (0 for an empty range).
+    pub fn blocks_touched(&self, offset: u64, len: u64) -> u64 {
+        if len == 0 {
+            return 0;
+        }
+        let bb = self.block_bytes;
+        (offset.saturating_add(len) - 1) / bb - offset / bb + 1
     }
 
     /// Read up to `buf.len()` bytes at `offset`; returns the bytes read (short at the end of
@@ -97,11 +117,12 @@ impl BlockFile {
         Ok(n)
     }
 
-    /// Write `data` at `offset`: atomic and durable on return when it touches at most
-    /// [`ATOMIC_BLOCKS_MAX`] blocks. Writing past the end of the file is refused (the file has
-    /// the device's fixed size), as is a write that starts inside and runs past it.
+    /// Write `data` at `offset` as one device write: atomic and durable on return. A write that
+    /// touches more than [`ATOMIC_BLOCKS_MAX`] blocks is refused (splitting it would not be
+    /// atomic; see the module comment), as is writing past the end of the file (the file has
+    /// the device's fixed size) or a write that starts inside and runs past it.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
-        let end = offset
+        offset
             .checked_add(data.len() as u64)
             .filter(|&e| e <= self.size_bytes)
             .ok_or_else(|| {
@@ -114,22 +135,20 @@ impl BlockFile {
         if data.is_empty() {
             return Ok(());
         }
+        let blocks = self.blocks_touched(offset, data.len() as u64);
+        if blocks > ATOMIC_BLOCKS_MAX as u64 {
+            return Err(Error::bad(format!(
+                "write of {} bytes at offset {offset} touches {blocks} blocks, more than the \
+                 {ATOMIC_BLOCKS_MAX} of one atomic write (at most {} bytes at any offset)",
+                data.len(),
+                self.atomic_write_bytes_max()
+            )));
+        }
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
         self.counters
             .write_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
-        let bb = self.block_bytes;
-        // Pieces of at most ATOMIC_BLOCKS_MAX blocks, cut at block boundaries.
-        let piece_bytes = self.atomic_write_bytes_max();
-        let mut at = offset;
-        while at < end {
-            let piece_end = ((at / bb) * bb + piece_bytes).min(end);
-            let lo = (at - offset) as usize;
-            let hi = (piece_end - offset) as usize;
-            self.write_piece(at, &data[lo..hi])?;
-            at = piece_end;
-        }
-        Ok(())
+        self.write_piece(offset, data)
     }
 
     /// One atomic device write covering `[offset, offset + data.len())`.
@@ -140,7 +159,7 @@ impl BlockFile {
         let blocks = last - first + 1;
         assert!(
             blocks <= ATOMIC_BLOCKS_MAX as u64,
-            "piece of {blocks} blocks"
+            "one device write of {blocks} blocks"
         );
         let _locks = self.lock_blocks(first, blocks);
         let head = (offset % bb) as usize;
@@ -291,14 +310,110 @@ mod tests {
         assert_eq!(f.read_at(size, &mut buf).unwrap(), 0);
     }
 
+    /// A device that records every write it is asked for (first LBA, blocks).
+    struct Counting {
+        inner: Arc<dyn BlockDevice>,
+        writes: Mutex<Vec<(u64, u64)>>,
+    }
+
+    impl BlockDevice for Counting {
+        fn block_bytes(&self) -> u32 {
+            self.inner.block_bytes()
+        }
+        fn blocks(&self) -> u64 {
+            self.inner.blocks()
+        }
+        fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+            self.inner.read(lba, buf)
+        }
+        fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+            let n = data.len() as u64 / self.inner.block_bytes() as u64;
+            self.writes.lock().unwrap().push((lba, n));
+            self.inner.write(lba, data)
+        }
+        fn discard(&self, lba: u64, count: u64) -> Result<()> {
+            self.inner.discard(lba, count)
+        }
+        fn flush(&self) -> Result<()> {
+            self.inner.flush()
+        }
+    }
+
+    fn counting_file(block_bytes: u32) -> (BlockFile, Arc<Counting>) {
+        let f = file(block_bytes);
+        let c = Arc::new(Counting {
+            inner: f.dev.clone(),
+            writes: Mutex::new(Vec::new()),
+        });
+        (BlockFile::new(c.clone()), c)
+    }
+
+    /// The FUSE `max_write` (`atomic_write_bytes_max`) at every alignment within a block,
+    /// 4093 included (the offset at which a 64-block write would touch 65 blocks), is exactly
+    /// one device write of at most 64 blocks, and lands whole.
     #[test]
-    fn long_writes_are_split_into_atomic_pieces() {
-        let f = file(512);
-        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-        f.write_at(100, &data).unwrap();
-        let mut back = vec![0u8; data.len()];
-        f.read_at(100, &mut back).unwrap();
-        assert!(back == data);
+    fn a_maximal_write_at_any_alignment_is_one_device_write() {
+        for bb in [4096u32, 512] {
+            let (f, dev) = counting_file(bb);
+            let bb = bb as u64;
+            let max = f.atomic_write_bytes_max();
+            assert_eq!(max, (ATOMIC_BLOCKS_MAX as u64 - 1) * bb);
+            let mut heads: Vec<u64> = vec![0, 1, bb / 2, bb - 3, bb - 1];
+            if bb == 4096 {
+                heads.push(4093);
+            }
+            for (i, head) in heads.into_iter().enumerate() {
+                let offset = (3 + i as u64 * 100) * bb + head;
+                let data: Vec<u8> = (0..max).map(|k| (k % 249) as u8 ^ i as u8).collect();
+                dev.writes.lock().unwrap().clear();
+                f.write_at(offset, &data).unwrap();
+                let writes = dev.writes.lock().unwrap().clone();
+                assert_eq!(
+                    writes.len(),
+                    1,
+                    "block {bb}, head {head}: {} bytes became device writes {writes:?}",
+                    data.len()
+                );
+                let (lba, n) = writes[0];
+                assert_eq!(lba, offset / bb);
+                assert!(n <= ATOMIC_BLOCKS_MAX as u64, "{n} blocks in one write");
+                assert_eq!(n, f.blocks_touched(offset, max));
+                let mut back = vec![0u8; data.len()];
+                f.read_at(offset, &mut back).unwrap();
+                assert!(back == data, "block {bb}, head {head}: contents differ");
+            }
+        }
+    }
+
+    /// A write touching 65 blocks (64 blocks' worth at an unaligned offset, what a 256 KiB
+    /// max_write let the kernel send; one byte past an aligned 64-block span; the 63-block
+    /// max_write plus two bytes at the last offset of a block) is refused, with no device
+    /// write: splitting it would not be atomic.
+    #[test]
+    fn a_write_touching_more_than_64_blocks_is_refused_not_split() {
+        let (f, dev) = counting_file(4096);
+        let bb = f.block_bytes();
+        let span = ATOMIC_BLOCKS_MAX as u64 * bb;
+        let before = vec![0x77u8; (span + 2 * bb) as usize];
+        f.write_at(0, &before[..span as usize]).unwrap();
+        f.write_at(span, &before[span as usize..]).unwrap();
+        dev.writes.lock().unwrap().clear();
+        assert_eq!(f.blocks_touched(4093, span), 65);
+        let max = f.atomic_write_bytes_max();
+        for (offset, len) in [(4093, span), (0, span + 1), (bb - 1, max + 2), (1, 300_000)] {
+            let e = f.write_at(offset, &vec![1u8; len as usize]).unwrap_err();
+            assert!(e.to_string().contains("atomic"), "{e}");
+        }
+        assert!(
+            dev.writes.lock().unwrap().is_empty(),
+            "a refused write reached the device"
+        );
+        let mut back = vec![0u8; before.len()];
+        f.read_at(0, &mut back).unwrap();
+        assert!(back == before, "a refused write changed the file");
+        // A whole aligned 64-block write is still one atomic write.
+        f.write_at(0, &vec![2u8; span as usize]).unwrap();
+        assert_eq!(*dev.writes.lock().unwrap(), vec![(0, 64)]);
     }
 
     #[test]

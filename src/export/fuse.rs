@@ -10,12 +10,19 @@
 //! making every fsync a long drain.) `FOPEN_PARALLEL_DIRECT_WRITES` lets the kernel send
 //! several writes to the file at once instead of serialising them on the inode lock, and
 //! the session runs several threads, each with its own cloned /dev/fuse descriptor.
-//! Writes are limited to [`BlockFile::atomic_write_bytes_max`] (64 blocks), so each one the
-//! kernel sends is a single atomic device write.
+//!
+//! `max_write` is [`BlockFile::atomic_write_bytes_max`]: 63 blocks, not 64, because a write's
+//! alignment counts too (64 blocks' worth of bytes at an unaligned offset touch 65 blocks,
+//! more than one atomic device write): with a 64-block `max_write` (256 KiB), fuser offers the
+//! kernel `max_pages` 64 and the kernel does send 262,144-byte writes at unaligned offsets. The
+//! kernel never sends a write longer than `max_write` (direct I/O included), so with 63 blocks
+//! every write it sends touches at most 64 blocks at any offset and is a single atomic device
+//! write; a longer one (which the kernel does not send) is refused with `EINVAL`, never split.
 
 use super::file::BlockFile;
 use super::stats::ServeStats;
 use crate::error::Error;
+use crate::nvramdisk::ATOMIC_BLOCKS_MAX;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
@@ -39,7 +46,8 @@ const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
 pub struct FuseOptions {
     /// `FOPEN_PARALLEL_DIRECT_WRITES` on every open.
     pub parallel_direct_writes: bool,
-    /// Largest write the kernel may send, bytes (at most the atomic limit).
+    /// Largest write the kernel may send, bytes (at most
+    /// [`BlockFile::atomic_write_bytes_max`], so every write is atomic at any offset).
     pub max_write_bytes: u32,
 }
 
@@ -109,12 +117,16 @@ fn errno_of(e: &Error) -> Errno {
 
 impl Filesystem for DiskFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        if let Err(nearest) = config.set_max_write(self.opts.max_write_bytes) {
-            config
-                .set_max_write(nearest)
-                .map_err(|_| std::io::Error::other("kernel refused every max_write"))?;
-        }
-        Ok(())
+        // Exactly this value or nothing: a larger one would not be atomic at every offset.
+        config
+            .set_max_write(self.opts.max_write_bytes)
+            .map(|_| ())
+            .map_err(|nearest| {
+                std::io::Error::other(format!(
+                    "max_write {} refused by fuser (nearest {nearest})",
+                    self.opts.max_write_bytes
+                ))
+            })
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -214,6 +226,16 @@ impl Filesystem for DiskFs {
     ) {
         if ino != DISK_INO {
             return reply.error(Errno::EISDIR);
+        }
+        if data.len() as u64 > self.file.atomic_write_bytes_max()
+            && self.file.blocks_touched(offset, data.len() as u64) > ATOMIC_BLOCKS_MAX as u64
+        {
+            // Longer than the max_write the kernel was given: never split (not atomic).
+            eprintln!(
+                "nvstack serve: write of {} bytes at {offset} exceeds the atomic limit; refused",
+                data.len()
+            );
+            return reply.error(Errno::EINVAL);
         }
         match self.file.write_at(offset, data) {
             Ok(()) => {

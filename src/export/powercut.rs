@@ -123,12 +123,20 @@ impl PowerCut {
 
     /// Cut power after the spec's delay, from a thread of its own.
     pub fn arm(self: &Arc<Self>) {
+        self.arm_with(|| {})
+    }
+
+    /// Cut power after the spec's delay, from a thread of its own; `before_cut` runs first,
+    /// on that thread, just before the region is frozen (the serve daemon uses it to pick its
+    /// instant and to freeze its counters, so that nothing is acknowledged after the cut).
+    pub fn arm_with(self: &Arc<Self>, before_cut: impl FnOnce() + Send + 'static) {
         let me = self.clone();
         let delay = Duration::from_millis(self.spec.delay_ms);
         std::thread::Builder::new()
             .name("power-cut".into())
             .spawn(move || {
                 std::thread::sleep(delay);
+                before_cut();
                 me.cut_now()
             })
             .expect("spawn the power-cut thread");

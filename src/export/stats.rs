@@ -114,6 +114,31 @@ impl ServeStats {
         *self.now.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Stop the counters for good at the first instant (polled every 100 us, for at most
+    /// `wait`) at which `ready` holds, or when `wait` runs out: the lock is never released, so
+    /// every later update (a write's durable count before its acknowledgement, an fsync's
+    /// completion before its reply) blocks forever and the file keeps that instant. For a power
+    /// cut: after it, nothing more is acknowledged, and the file shows what had been. Returns
+    /// the frozen counters and whether `ready` held.
+    pub fn freeze_when(
+        &self,
+        ready: impl Fn(&StatsSnapshot) -> bool,
+        wait: std::time::Duration,
+    ) -> (StatsSnapshot, bool) {
+        let t = std::time::Instant::now();
+        loop {
+            let g = self.now.lock().unwrap_or_else(|e| e.into_inner());
+            let now = *g;
+            let hit = ready(&now);
+            if hit || t.elapsed() >= wait {
+                std::mem::forget(g);
+                return (now, hit);
+            }
+            drop(g);
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+
     pub fn write_durable(&self) {
         self.update(|s| s.writes_durable += 1)
     }
