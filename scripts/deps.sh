@@ -15,6 +15,9 @@ command -v fio >/dev/null 2>&1 || need_pkgs+=(fio)
 command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
 [ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || [ -e /usr/lib/libsqlite3.so ] || need_pkgs+=(libsqlite3-dev)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)
+# PMDK's libpmemblk (a user-space Linux BTT): the peer `nvstack bench` loads at run time
+# (src/peer/pmemblk.rs, dlopen); without it the peer rows are skipped, never faked.
+[ -e /usr/lib/x86_64-linux-gnu/libpmemblk.so.1 ] || need_pkgs+=(libpmemblk-dev)
 # python3-venv: the libCacheSim venv below (tests/sim_libcachesim.rs, scripts/bench-sim.sh).
 /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 if [ ${#need_pkgs[@]} -gt 0 ]; then

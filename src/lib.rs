@@ -10,6 +10,7 @@ pub mod crashtest;
 pub mod error;
 pub mod export;
 pub mod nvramdisk;
+pub mod peer;
 pub mod plot;
 pub mod pmem;
 pub mod report;

@@ -2,27 +2,42 @@
 
 use crate::print_json;
 use clap::Args;
-use nvstack::bench::{self, BenchOptions};
+use nvstack::bench::{self, BenchOptions, Suite};
 use nvstack::error::Result;
 use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct BenchArgs {
+    /// Suite to run: peer, ordering, record, latency, allocation, multiblock, or all (may be
+    /// repeated). Without --suite: the peer suite, --quick.
+    #[arg(long, value_name = "NAME")]
+    suite: Vec<String>,
+    /// Fewer ops and fewer points: each suite in under 2 minutes.
+    #[arg(long)]
+    quick: bool,
     /// Directory for the benchmark images (a tmpfs: emulated NVRAM).
     #[arg(long, default_value = "/dev/shm")]
     dir: PathBuf,
-    /// Device size; random LBAs are uniform over all of it (at least 1 GiB).
+    /// Span random offsets are uniform over (at least 1 GiB).
     #[arg(long, value_parser = crate::size_arg, default_value = "1GiB")]
     size: u64,
-    /// Timed operations per row.
-    #[arg(long, default_value_t = 200_000)]
-    ops: u64,
+    /// Timed 4 KiB operations per row (larger operations get proportionally fewer); default
+    /// 200000, or 40000 with --quick.
+    #[arg(long)]
+    ops: Option<u64>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Emulated NVRAM latency for the nvramdisk rows, as a multiple of the DRAM store latency
-    /// measured at start (1.0 to 3.0; each persisted line costs (m - 1) x L more).
+    /// Emulated NVRAM latency for the peer suite's nvramdisk rows, as a multiple of the DRAM
+    /// store latency measured at start (1.0 to 3.0; each persisted line costs (m - 1) x L more).
     #[arg(long, default_value = "1.0", value_parser = latency_arg)]
     latency: f64,
+    /// Do not also run on a huge-page tmpfs (which needs root).
+    #[arg(long)]
+    no_huge: bool,
+    /// Write one SVG figure per suite and page size into DIR.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// One JSON document on stdout (progress on stderr).
     #[arg(long)]
     json: bool,
 }
@@ -32,16 +47,38 @@ fn latency_arg(s: &str) -> std::result::Result<f64, String> {
 }
 
 pub fn run(a: BenchArgs) -> Result<i32> {
+    let (suites, quick) = if a.suite.is_empty() {
+        (vec![Suite::Peer], true)
+    } else {
+        let mut v: Vec<Suite> = Vec::new();
+        for name in &a.suite {
+            for s in Suite::parse_list(name)? {
+                if !v.contains(&s) {
+                    v.push(s);
+                }
+            }
+        }
+        (v, a.quick)
+    };
     let o = BenchOptions {
+        suites,
         dir: a.dir,
         size_bytes: a.size,
         ops: a.ops,
+        quick,
         seed: a.seed,
         progress: true,
         quick_test: false,
+        huge: !a.no_huge,
         latency_multiple: a.latency,
     };
     let r = bench::run(&o)?;
+    if let Some(dir) = &a.plot {
+        let files = bench::write_plots(&r, dir)?;
+        for f in files {
+            eprintln!("wrote {}", f.display());
+        }
+    }
     if a.json {
         print_json(&r)?;
     } else {

@@ -1,0 +1,293 @@
+//! The peer suite: 4 KiB random writes and reads, 1 and 2 threads, nvramdisk (both protocols,
+//! default ordering) against PMDK's libpmemblk on a pool of the same span on the same file
+//! system, and against the raw floors:
+//! - `floor-nt`: a 4 KiB non-temporal copy and one fence: the least any durable 4 KiB write
+//!   can cost;
+//! - `floor-2fence`: that copy, a fence, one 8-byte commit word persisted with the method the
+//!   fast protocol's map uses (a random word of a separate 8 MiB area), a second fence: the
+//!   floor of any copy-then-commit-word protocol;
+//! - `raw-read`: a 4 KiB copy out of the region.
+
+use super::devices::{bench_disk, payload, raw_region, store_word, COMMIT_AREA_BYTES};
+use super::measure::{random_indices, run_threads};
+use super::place::mapped_page_bytes;
+use super::{find, BenchResult, Ctx, Row, RowKey, Suite, Target, BENCH_BLOCK_BYTES};
+use crate::error::{Error, Result};
+use crate::nvramdisk::Protocol;
+use crate::peer::pmemblk::{persist_method_description, PmemBlkLib, PmemBlkPool};
+use crate::pmem::latency::LatencyInjection;
+use crate::pmem::{ordering, Region};
+
+const SUITE: Suite = Suite::Peer;
+const THREADS: [usize; 2] = [1, 2];
+const B: u64 = BENCH_BLOCK_BYTES as u64;
+
+/// libpmemblk, loaded.
+pub(super) struct Peer {
+    lib: PmemBlkLib,
+    pub persist_method: String,
+}
+
+/// Load libpmemblk (before any thread exists: it may set PMEM_IS_PMEM_FORCE=1), or say why not.
+pub(super) fn load_peer(notes: &mut Vec<String>) -> Option<Peer> {
+    match PmemBlkLib::load() {
+        Ok(lib) => Some(Peer {
+            lib,
+            persist_method: persist_method_description().replace('\n', "; "),
+        }),
+        Err(e) => {
+            notes.push(format!(
+                "libpmemblk: not loaded ({e}): the peer rows are skipped, not faked"
+            ));
+            None
+        }
+    }
+}
+
+pub(super) fn run(ctx: &mut Ctx, peer: Option<&Peer>) -> Result<()> {
+    floors(ctx)?;
+    if let Some(p) = peer {
+        libpmemblk(ctx, p)?;
+    }
+    let write_base = if peer.is_some() {
+        "libpmemblk"
+    } else {
+        "floor-2fence"
+    };
+    let latency = LatencyInjection::new(ctx.opts.latency_multiple, ctx.dram_ns);
+    for protocol in [Protocol::Fast, Protocol::Paper] {
+        let d = bench_disk(ctx, protocol, None, latency)?;
+        let name = format!("nvramdisk-{}", d.protocol);
+        let buf = payload(ctx.opts.seed, B as usize);
+        for threads in THREADS {
+            let ops = ctx.ops(B);
+            let warm = ctx.warmup(ops);
+            let salt = u64::from(protocol.id()) << 8 | threads as u64;
+            let lbas = random_indices(ctx.opts.seed, salt, (ops + warm) * threads, d.span_blocks);
+            let before = d.disk.stats();
+            let pb = ctx.bar(&format!("{name} write x{threads}"));
+            let t = run_threads(&pb, threads, warm, ops, |i| {
+                d.disk.write_atomic(&[lbas[i]], &buf)
+            })?;
+            let fences = d.fences_since(&before);
+            let row = Row::new(SUITE, &name, "write", B, threads)
+                .protocol(d.protocol)
+                .ordering(d.ordering)
+                .method(d.methods.clone())
+                .baseline(write_base)
+                .fences(fences)
+                .timed(&t, d.page_bytes);
+            ctx.push(row);
+
+            let lbas = random_indices(
+                ctx.opts.seed,
+                salt | 0x80,
+                (ops + warm) * threads,
+                d.span_blocks,
+            );
+            let pb = ctx.bar(&format!("{name} read x{threads}"));
+            let t = run_threads(&pb, threads, warm, ops, |i| {
+                let mut out = [0u8; BENCH_BLOCK_BYTES as usize];
+                d.disk.read_blocks(lbas[i], &mut out)?;
+                std::hint::black_box(&mut out);
+                Ok(())
+            })?;
+            let row = Row::new(SUITE, &name, "read", B, threads)
+                .protocol(d.protocol)
+                .ordering(d.ordering)
+                .method("map load + memcpy 4 KiB + seqlock check")
+                .baseline("raw-read")
+                .timed(&t, d.page_bytes);
+            ctx.push(row);
+        }
+    }
+    Ok(())
+}
+
+fn floors(ctx: &mut Ctx) -> Result<()> {
+    let raw = raw_region(ctx, 0)?;
+    let r = &*raw.region;
+    let blocks = raw.span / B;
+    let buf = payload(ctx.opts.seed, B as usize);
+    // The commit word goes with the method the fast protocol's map uses by default.
+    let word = ordering::policy_by_name(ordering::DEFAULT_POLICY)?.map;
+    for threads in THREADS {
+        let ops = ctx.ops(B);
+        let warm = ctx.warmup(ops);
+        let n = (ops + warm) * threads;
+        let salt = 0x100 | threads as u64;
+        let offs = random_indices(ctx.opts.seed, salt, n, blocks);
+        let pb = ctx.bar(&format!("floor-nt x{threads}"));
+        let t = run_threads(&pb, threads, warm, ops, |i| {
+            r.write_nt(offs[i] * B, &buf);
+            r.fence();
+            Ok(())
+        })?;
+        let row = Row::new(SUITE, "floor-nt", "write", B, threads)
+            .method("nt 4 KiB + sfence")
+            .timed(&t, raw.page_bytes);
+        ctx.push(row);
+
+        let offs = random_indices(ctx.opts.seed, salt | 0x10, n, blocks);
+        let words = random_indices(ctx.opts.seed, salt | 0x20, n, COMMIT_AREA_BYTES / 8);
+        let pb = ctx.bar(&format!("floor-2fence x{threads}"));
+        let t = run_threads(&pb, threads, warm, ops, |i| {
+            r.write_nt(offs[i] * B, &buf);
+            r.fence();
+            store_word(r, word, raw.span + words[i] * 8, i as u64);
+            r.fence();
+            Ok(())
+        })?;
+        let row = Row::new(SUITE, "floor-2fence", "write", B, threads)
+            .method(format!("nt 4 KiB + sfence + {} 8 B + sfence", word.name()))
+            .timed(&t, raw.page_bytes);
+        ctx.push(row);
+
+        let offs = random_indices(ctx.opts.seed, salt | 0x30, n, blocks);
+        let pb = ctx.bar(&format!("raw-read x{threads}"));
+        let t = run_threads(&pb, threads, warm, ops, |i| {
+            let mut out = [0u8; BENCH_BLOCK_BYTES as usize];
+            r.read(offs[i] * B, &mut out);
+            std::hint::black_box(&mut out);
+            Ok(())
+        })?;
+        let row = Row::new(SUITE, "raw-read", "read", B, threads)
+            .method("memcpy 4 KiB")
+            .timed(&t, raw.page_bytes);
+        ctx.push(row);
+    }
+    Ok(())
+}
+
+fn libpmemblk(ctx: &mut Ctx, p: &Peer) -> Result<()> {
+    let span_blocks = ctx.span() / B;
+    let file = ctx.image("libpmemblk");
+    let path = file.path().to_path_buf();
+    // libpmemblk keeps about 2 % for its BTT metadata: ask for 1/16 more than the span.
+    let pool_bytes = ctx.span() + ctx.span() / 16 + (16 << 20);
+    let pool = PmemBlkPool::create(&p.lib, &path, B as usize, pool_bytes)
+        .map_err(|e| Error::env(format!("libpmemblk: {e}")))?;
+    if pool.nblock() < span_blocks {
+        return Err(Error::env(format!(
+            "libpmemblk: a pool of {pool_bytes} bytes holds {} blocks, fewer than the span's {span_blocks}",
+            pool.nblock()
+        )));
+    }
+    let buf = payload(ctx.opts.seed, B as usize);
+    // Pre-fault: every block of the span written once.
+    let pb = ctx.bar("libpmemblk pre-fill");
+    pb.set_length(span_blocks);
+    for lba in 0..span_blocks {
+        pool.write(lba, &buf)
+            .map_err(|e| Error::env(format!("libpmemblk: {e}")))?;
+        if lba % 8192 == 0 {
+            pb.set_position(lba);
+        }
+    }
+    pb.finish_and_clear();
+    let page_bytes = mapped_page_bytes(&path).unwrap_or(0);
+    let method = "libpmem (see below)";
+    for threads in THREADS {
+        let ops = ctx.ops(B);
+        let warm = ctx.warmup(ops);
+        let n = (ops + warm) * threads;
+        let salt = 0x200 | threads as u64;
+        let lbas = random_indices(ctx.opts.seed, salt, n, span_blocks);
+        let pb = ctx.bar(&format!("libpmemblk write x{threads}"));
+        let t = run_threads(&pb, threads, warm, ops, |i| {
+            pool.write(lbas[i], &buf)
+                .map_err(|e| Error::env(format!("libpmemblk: {e}")))
+        })?;
+        let row = Row::new(SUITE, "libpmemblk", "write", B, threads)
+            .protocol("btt")
+            .method(method)
+            .baseline("floor-2fence")
+            .timed(&t, page_bytes);
+        ctx.push(row);
+
+        let lbas = random_indices(ctx.opts.seed, salt | 0x80, n, span_blocks);
+        let pb = ctx.bar(&format!("libpmemblk read x{threads}"));
+        let t = run_threads(&pb, threads, warm, ops, |i| {
+            let mut out = [0u8; BENCH_BLOCK_BYTES as usize];
+            pool.read(lbas[i], &mut out)
+                .map_err(|e| Error::env(format!("libpmemblk: {e}")))?;
+            std::hint::black_box(&mut out);
+            Ok(())
+        })?;
+        let row = Row::new(SUITE, "libpmemblk", "read", B, threads)
+            .protocol("btt")
+            .method(method)
+            .baseline("raw-read")
+            .timed(&t, page_bytes);
+        ctx.push(row);
+    }
+    drop(pool);
+    drop(file);
+    Ok(())
+}
+
+/// The targets, 1 thread, per page size.
+pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
+    let mut out = Vec::new();
+    let mut pages: Vec<u64> = rows.iter().map(|r| r.page_bytes).collect();
+    pages.sort_unstable();
+    pages.dedup();
+    for page in pages {
+        let get = |name: &str, op: &str| {
+            find(
+                rows,
+                &RowKey {
+                    suite: SUITE,
+                    op,
+                    block_bytes: B,
+                    threads: 1,
+                    page_bytes: page,
+                    x: None,
+                },
+                name,
+            )
+        };
+        let fast_w = get("nvramdisk-fast", "write");
+        let paper_w = get("nvramdisk-paper", "write");
+        let blk_w = get("libpmemblk", "write");
+        let floor2 = get("floor-2fence", "write");
+        let huge = page >= super::place::HUGE_PAGE_BYTES;
+        if let (Some(f), Some(b)) = (fast_w, blk_w) {
+            out.push(Target::at_least(
+                SUITE,
+                page,
+                "fast write ops/s / libpmemblk (1 thread)",
+                f.ops_per_sec / b.ops_per_sec,
+                if huge { 1.6 } else { 1.4 },
+            ));
+        }
+        if let (Some(f), Some(fl)) = (fast_w, floor2) {
+            out.push(Target::at_most(
+                SUITE,
+                page,
+                "fast write median / floor-2fence (1 thread)",
+                f.median_ns / fl.median_ns,
+                1.15,
+            ));
+        }
+        if let (Some(p), Some(b)) = (paper_w, blk_w) {
+            out.push(Target::at_least(
+                SUITE,
+                page,
+                "paper write ops/s / libpmemblk (1 thread)",
+                p.ops_per_sec / b.ops_per_sec,
+                1.0,
+            ));
+        }
+        if let (Some(f), Some(r)) = (get("nvramdisk-fast", "read"), get("raw-read", "read")) {
+            out.push(Target::at_most(
+                SUITE,
+                page,
+                "fast read median / raw 4 KiB copy (1 thread)",
+                f.median_ns / r.median_ns,
+                1.15,
+            ));
+        }
+    }
+    out
+}
