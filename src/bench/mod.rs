@@ -35,7 +35,7 @@ mod record;
 mod tests;
 
 use crate::error::{Error, Result};
-use crate::pmem::latency::measure_dram_store_latency_ns;
+use crate::pmem::latency::{measure_dram_latency, DramLatency};
 use crate::pmem::{cpu, ordering as pmem_ordering};
 use crate::report::{fmt_count, render};
 use indicatif::ProgressBar;
@@ -337,6 +337,9 @@ pub struct BenchReport {
     pub notes: Vec<String>,
     /// Median cost of one persisted 64-byte line on this DRAM.
     pub dram_store_latency_ns: f64,
+    /// What each further line of a 4 KiB persist adds (the bandwidth term of the latency
+    /// model, pmem::latency).
+    pub dram_stream_ns_per_line: f64,
     /// Persist instructions this CPU offers and the non-temporal copy loop in use.
     pub cpu_flush: String,
     pub nt_copy: String,
@@ -358,7 +361,7 @@ pub(crate) struct Ctx<'a> {
     pub results: Vec<BenchResult>,
     pub targets: Vec<Target>,
     pub notes: Vec<String>,
-    pub dram_ns: f64,
+    pub dram: DramLatency,
 }
 
 impl Ctx<'_> {
@@ -501,7 +504,7 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport> {
         None
     };
     let places = place::places(&opts.dir, opts.huge, HUGE_TMPFS_BYTES, &mut notes)?;
-    let dram_ns = measure_dram_store_latency_ns();
+    let dram = measure_dram_latency();
     let mut results = Vec::new();
     let mut targets = Vec::new();
     for suite in &opts.suites {
@@ -512,7 +515,7 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport> {
                 results: Vec::new(),
                 targets: Vec::new(),
                 notes: Vec::new(),
-                dram_ns,
+                dram,
             };
             match suite {
                 Suite::Peer => peer::run(&mut ctx, peer.as_ref())?,
@@ -552,7 +555,8 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport> {
             })
             .collect(),
         notes,
-        dram_store_latency_ns: dram_ns,
+        dram_store_latency_ns: dram.line_ns,
+        dram_stream_ns_per_line: dram.stream_ns_per_line,
         cpu_flush: cpu::best_flush().name().to_string(),
         nt_copy: cpu::nt_copy_name().to_string(),
         default_ordering: format!(
@@ -692,13 +696,14 @@ pub fn format_table(r: &BenchReport) -> String {
     s.push_str("time x = median latency / the baseline's (vs); thrpt x = ops/s / the baseline's\n");
     s.push_str(&format!(
         "span {} (random offsets uniform over it), {} timed 4 KiB ops per row{}, seed {}; \
-         DRAM store latency {:.0} ns per persisted 64 B line\n\
+         DRAM: {:.0} ns to persist one 64 B line, {:.1} ns per further line of a 4 KiB persist\n\
          cpu flush {}, nt copy {}; nvramdisk default ordering {}\n",
         bytes_label(r.span_bytes),
         r.ops,
         if r.quick { " (--quick)" } else { "" },
         r.seed,
         r.dram_store_latency_ns,
+        r.dram_stream_ns_per_line,
         r.cpu_flush,
         r.nt_copy,
         r.default_ordering,

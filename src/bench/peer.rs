@@ -54,7 +54,7 @@ pub(super) fn run(ctx: &mut Ctx, peer: Option<&Peer>) -> Result<()> {
     } else {
         "floor-2fence"
     };
-    let latency = LatencyInjection::new(ctx.opts.latency_multiple, ctx.dram_ns);
+    let latency = LatencyInjection::new(ctx.opts.latency_multiple, ctx.dram);
     for protocol in [Protocol::Fast, Protocol::Paper] {
         let d = bench_disk(ctx, protocol, None, latency)?;
         let name = format!("nvramdisk-{}", d.protocol);

@@ -28,7 +28,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Emulated NVRAM latency for the peer suite's nvramdisk rows, as a multiple of the DRAM
-    /// store latency measured at start (1.0 to 3.0; each persisted line costs (m - 1) x L more).
+    /// cost measured at start (1.0 to 3.0; a commit of k lines costs (m - 1) x (L + (k - 1) x S)
+    /// more, L one persisted line, S each further line).
     #[arg(long, default_value = "1.0", value_parser = latency_arg)]
     latency: f64,
     /// Do not also run on a huge-page tmpfs (which needs root).

@@ -1,16 +1,46 @@
 //! DRAM latency measurement and NVRAM latency injection (seed 000, section 7.6).
 //!
-//! Injection adds (m - 1) x L per persisted cache line, where m is the multiple of DRAM latency
-//! the emulated NVRAM has (1.0 to 3.0) and L is the DRAM store latency measured at start.
+//! What a persist of k lines costs on DRAM is modelled as L + (k - 1) x S: L the latency of one
+//! persisted line (a round trip: the line goes out and the fence waits for it), S the time each
+//! further line adds when it streams behind the first (the bandwidth term). Both are measured at
+//! start. NVRAM with m times DRAM's latency is modelled as m times that cost, so a commit of k
+//! lines is charged (m - 1) x (L + (k - 1) x S) more. (Charging L for every line would treat a
+//! 4 KiB write as 64 round trips: 64 x L is ten times what DRAM takes to persist it.)
 
 use super::cpu;
 use std::time::{Duration, Instant};
 
+/// What persisting costs on this DRAM.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct DramLatency {
+    /// Median time of one 64-byte line written with non-temporal stores and fenced.
+    pub line_ns: f64,
+    /// What each further line of a 4 KiB persist adds: (4 KiB persist - one line) / 63.
+    pub stream_ns_per_line: f64,
+}
+
+/// Measure [`DramLatency`] on a 64 MiB buffer (larger than the caches), random targets.
+pub fn measure_dram_latency() -> DramLatency {
+    let line_ns = measure_persist_ns(64);
+    let block_ns = measure_persist_ns(4096);
+    DramLatency {
+        line_ns,
+        stream_ns_per_line: ((block_ns - line_ns) / 63.0).max(0.0),
+    }
+}
+
 /// Median time of one 64-byte line written with non-temporal stores and fenced, to random lines
 /// of a 64 MiB buffer (larger than the caches): what one persisted line costs on this DRAM.
 pub fn measure_dram_store_latency_ns() -> f64 {
+    measure_persist_ns(64)
+}
+
+/// Median time to persist `bytes` (a multiple of 64, at most 4 KiB) with non-temporal stores
+/// and one fence, at random `bytes`-aligned offsets of a pre-faulted 64 MiB buffer.
+fn measure_persist_ns(bytes: usize) -> f64 {
     const BUF_BYTES: usize = 64 << 20;
     const SAMPLES: usize = 20_000;
+    assert!(bytes.is_multiple_of(64) && (64..=4096).contains(&bytes));
     let mut buf = vec![0u8; BUF_BYTES + 64];
     let base = (buf.as_mut_ptr() as usize + 63) & !63;
     // Pre-fault.
@@ -18,17 +48,17 @@ pub fn measure_dram_store_latency_ns() -> f64 {
         // SAFETY: inside buf.
         unsafe { std::ptr::write_volatile((base + i) as *mut u8, 1) };
     }
-    let line = [7u8; 64];
+    let src = vec![7u8; bytes];
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut times = Vec::with_capacity(SAMPLES);
     for _ in 0..SAMPLES {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let off = (x as usize % (BUF_BYTES / 64)) * 64;
+        let off = (x as usize % (BUF_BYTES / bytes)) * bytes;
         let t = Instant::now();
-        // SAFETY: a 64-byte aligned line inside buf.
-        unsafe { cpu::nt_copy((base + off) as *mut u8, line.as_ptr(), 64) };
+        // SAFETY: `bytes` bytes at a 64-byte aligned offset inside buf.
+        unsafe { cpu::nt_copy((base + off) as *mut u8, src.as_ptr(), bytes) };
         cpu::sfence();
         times.push(t.elapsed().as_nanos() as u64);
     }
@@ -37,38 +67,42 @@ pub fn measure_dram_store_latency_ns() -> f64 {
     times[SAMPLES / 2] as f64
 }
 
-/// Extra delay per persisted line.
+/// Extra delay per commit: (m - 1) x (L + (k - 1) x S) for a commit of k lines.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LatencyInjection {
-    pub extra_ns_per_line: f64,
+    /// (m - 1) x L: charged once per commit that persists anything.
+    pub extra_ns_first_line: f64,
+    /// (m - 1) x S: charged for each further line of the commit.
+    pub extra_ns_per_next_line: f64,
 }
 
 impl LatencyInjection {
-    /// `multiple` of DRAM latency `dram_ns`; 1.0 means no injection.
-    pub fn new(multiple: f64, dram_ns: f64) -> LatencyInjection {
+    /// `multiple` of DRAM latency `dram`; 1.0 means no injection.
+    pub fn new(multiple: f64, dram: DramLatency) -> LatencyInjection {
         assert!(
             (1.0..=3.0).contains(&multiple),
             "latency multiple {multiple} outside 1.0..=3.0"
         );
         LatencyInjection {
-            extra_ns_per_line: (multiple - 1.0) * dram_ns,
+            extra_ns_first_line: (multiple - 1.0) * dram.line_ns,
+            extra_ns_per_next_line: (multiple - 1.0) * dram.stream_ns_per_line,
         }
     }
 
     pub fn is_off(&self) -> bool {
-        self.extra_ns_per_line <= 0.0
+        self.extra_ns_first_line <= 0.0 && self.extra_ns_per_next_line <= 0.0
     }
 
-    /// The extra time owed for `lines` persisted lines.
+    /// The extra time owed for a commit that persists `lines` lines.
     pub fn owed_ns(&self, lines: u64) -> u64 {
-        if self.is_off() {
+        if self.is_off() || lines == 0 {
             return 0;
         }
-        (self.extra_ns_per_line * lines as f64) as u64
+        (self.extra_ns_first_line + self.extra_ns_per_next_line * (lines - 1) as f64) as u64
     }
 
-    /// Busy-wait for `lines` persisted lines (a sleep would be far too coarse). Returns the
-    /// nanoseconds injected.
+    /// Busy-wait for a commit of `lines` persisted lines (a sleep would be far too coarse).
+    /// Returns the nanoseconds injected.
     pub fn delay(&self, lines: u64) -> u64 {
         let ns = self.owed_ns(lines);
         if ns == 0 {
@@ -104,10 +138,18 @@ mod tests {
     use crate::pmem::{CommitDomain, Method, MmapRegion};
 
     #[test]
-    fn injection_is_m_minus_one_times_dram_per_line() {
-        assert!(LatencyInjection::new(1.0, 90.0).is_off());
-        let l = LatencyInjection::new(2.5, 100.0);
-        assert_eq!(l.extra_ns_per_line, 150.0);
+    fn injection_is_m_minus_one_times_the_dram_cost() {
+        let dram = DramLatency {
+            line_ns: 100.0,
+            stream_ns_per_line: 10.0,
+        };
+        assert!(LatencyInjection::new(1.0, dram).is_off());
+        let l = LatencyInjection::new(2.5, dram);
+        assert_eq!(l.extra_ns_first_line, 150.0);
+        assert_eq!(l.extra_ns_per_next_line, 15.0);
+        assert_eq!(l.owed_ns(0), 0);
+        assert_eq!(l.owed_ns(1), 150);
+        assert_eq!(l.owed_ns(64), 150 + 63 * 15);
         assert!(parse_multiple("0.5").is_err());
         assert!(parse_multiple("3.5").is_err());
         assert!(parse_multiple("x").is_err());
@@ -115,15 +157,29 @@ mod tests {
     }
 
     #[test]
+    fn measured_dram_costs_are_positive() {
+        let d = measure_dram_latency();
+        assert!(d.line_ns > 0.0 && d.stream_ns_per_line >= 0.0, "{d:?}");
+    }
+
+    #[test]
     fn delay_covers_every_line_persisted_by_a_commit() {
         let r = MmapRegion::anonymous(1 << 16).unwrap();
-        let mut d = CommitDomain::new(0, &[(0, 1 << 16)], LatencyInjection::new(2.0, 100.0));
+        let dram = DramLatency {
+            line_ns: 100.0,
+            stream_ns_per_line: 10.0,
+        };
+        let mut d = CommitDomain::new(0, &[(0, 1 << 16)], LatencyInjection::new(2.0, dram));
         d.store(&r, Method::Nt, 0, &[1u8; 256]); // 4 lines
         d.store_u64(&r, Method::Nt, 4096, 9); // 1 line
         d.commit(&r);
-        assert_eq!(d.stats().injected_ns, 500, "5 lines x (2.0 - 1) x 100 ns");
+        assert_eq!(
+            d.stats().injected_ns,
+            140,
+            "one commit of 5 lines: (2.0 - 1) x (100 + 4 x 10) ns"
+        );
         d.commit(&r); // nothing pending: nothing owed
-        assert_eq!(d.stats().injected_ns, 500);
+        assert_eq!(d.stats().injected_ns, 140);
         let mut off = CommitDomain::new(1, &[(0, 1 << 16)], LatencyInjection::default());
         off.store(&r, Method::Nt, 0, &[1u8; 64]);
         off.commit(&r);
