@@ -96,15 +96,20 @@ pub(super) fn bench_disk_with<R: Region, F: FnOnce(Arc<MmapRegion>) -> Arc<R>>(
         span_blocks,
         protocol: protocol.name(),
         ordering: o.name,
-        methods: format!(
-            "data {} + map {} + journal {}",
-            o.data.name(),
-            o.map.name(),
-            o.journal.name()
-        ),
+        methods: methods(&o),
         disk,
         _file: file,
     })
+}
+
+/// The persist method per region kind, for a row's `persist_method`.
+fn methods(o: &OrderingPolicy) -> String {
+    format!(
+        "data {} + map {} + journal {}",
+        o.data.name(),
+        o.map.name(),
+        o.journal.name()
+    )
 }
 
 impl<R: Region> BenchDisk<R> {
@@ -129,12 +134,7 @@ impl<R: Region> BenchDisk<R> {
         let o = disk.ordering();
         Ok(BenchDisk {
             ordering: o.name,
-            methods: format!(
-                "data {} + map {} + journal {}",
-                o.data.name(),
-                o.map.name(),
-                o.journal.name()
-            ),
+            methods: methods(&o),
             disk,
             ..self
         })

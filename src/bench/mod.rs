@@ -418,6 +418,14 @@ fn link_baselines(rows: &mut [BenchResult]) {
     }
 }
 
+/// The page sizes `rows` ran on, ascending, each once.
+pub(crate) fn page_sizes<'a>(rows: impl IntoIterator<Item = &'a BenchResult>) -> Vec<u64> {
+    let mut pages: Vec<u64> = rows.into_iter().map(|r| r.page_bytes).collect();
+    pages.sort_unstable();
+    pages.dedup();
+    pages
+}
+
 /// Which rows of a suite a target compares: everything but the row's name.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RowKey<'k> {
@@ -630,14 +638,7 @@ pub fn format_table(r: &BenchReport) -> String {
         false, false, true, true, true, false, true, true, true, true, false, true, true,
     ];
     for suite in &r.suites {
-        let mut pages: Vec<u64> = r
-            .results
-            .iter()
-            .filter(|x| x.suite == suite.name())
-            .map(|x| x.page_bytes)
-            .collect();
-        pages.sort_unstable();
-        pages.dedup();
+        let pages = page_sizes(r.results.iter().filter(|x| x.suite == suite.name()));
         for page in pages {
             s.push_str(&format!(
                 "== {}: {} ({}) ==\n",

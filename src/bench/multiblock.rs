@@ -112,9 +112,7 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
 
 /// 16-block atomic write: at most 1.2 x a 64 KiB copy with two fences.
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
-    let mut pages: Vec<u64> = rows.iter().map(|r| r.page_bytes).collect();
-    pages.sort_unstable();
-    pages.dedup();
+    let pages = super::page_sizes(rows);
     let mut out = Vec::new();
     for page in pages {
         let get = |name: &str| {

@@ -229,9 +229,7 @@ fn libpmemblk(ctx: &mut Ctx, p: &Peer) -> Result<()> {
 /// The targets, 1 thread, per page size.
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
     let mut out = Vec::new();
-    let mut pages: Vec<u64> = rows.iter().map(|r| r.page_bytes).collect();
-    pages.sort_unstable();
-    pages.dedup();
+    let pages = super::page_sizes(rows);
     for page in pages {
         let get = |name: &str, op: &str| {
             find(

@@ -151,9 +151,7 @@ pub(super) fn write_all(r: &BenchReport, dir: &Path) -> Result<Vec<PathBuf>> {
             .iter()
             .filter(|x| x.suite == f.suite && x.op == f.op && (f.keep)(x))
             .collect();
-        let mut pages: Vec<u64> = rows.iter().map(|x| x.page_bytes).collect();
-        pages.sort_unstable();
-        pages.dedup();
+        let pages = super::page_sizes(rows.iter().copied());
         for page in pages {
             let mut series: Vec<Series> = Vec::new();
             for x in rows.iter().filter(|x| x.page_bytes == page) {

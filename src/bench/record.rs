@@ -128,9 +128,7 @@ fn disk_rows<R: Region>(ctx: &mut Ctx, d: &BenchDisk<R>, name: &str, buf: &[u8])
 /// 256 KiB atomic write: at most 1.15 x the non-temporal copy of the same size.
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
     let size = 256 << 10;
-    let mut pages: Vec<u64> = rows.iter().map(|r| r.page_bytes).collect();
-    pages.sort_unstable();
-    pages.dedup();
+    let pages = super::page_sizes(rows);
     let mut out = Vec::new();
     for page in pages {
         let x = Some(size as f64);
