@@ -905,16 +905,27 @@ impl<R: Region> NvramDisk<R> {
     /// a 4 KiB write.)
     fn write_one_fast(&self, lba: u64, data: &[u8]) -> Result<()> {
         let r = &*self.region;
+        let entry_off = self.geo.map_entry_off(lba);
+        // The entry is loaded after the data step, not before: a load that misses would hold
+        // the whole copy behind it (measured: 60 to 90 ns of a 4 KiB write); the prefetch's
+        // miss overlaps the copy instead. The stripe lock keeps the entry unchanged meanwhile.
+        r.prefetch(entry_off);
         let mut lane = self.acquire_lane();
         let _stripe = lock(&self.stripes[(lba / 8) as usize % STRIPES]);
         let mut pages = [0u32; ATOMIC_BLOCKS_MAX];
         self.take_pages(&mut lane, 1, &mut pages);
         let page = pages[0];
-        let entry_off = self.geo.map_entry_off(lba);
+        let page_off = self.geo.page_off(page);
+        let b = self.geo.block_bytes as u64;
+        lane.domain.store(r, self.ordering.data, page_off, data);
+        self.ev(Step::Data, Phase::Stored, page_off, b, lba)?;
+        lane.domain.commit(r);
+        self.ev(Step::Data, Phase::Persisted, page_off, b, lba)?;
         let raw = r.load_u64(entry_off);
         let e = match Entry::decode(lba, raw) {
             Ok(e) => e,
             Err(_) => {
+                // The shadow page holds the new data, but nothing names it: it goes back.
                 self.give_back(&[lba], &pages[..1]);
                 return Err(corrupt_entry(lba, raw));
             }
@@ -924,12 +935,6 @@ impl<R: Region> NvramDisk<R> {
             return Err(corrupt_entry(lba, raw));
         }
         let new = e.next(Some(page)).encode(lba);
-        let page_off = self.geo.page_off(page);
-        let b = self.geo.block_bytes as u64;
-        lane.domain.store(r, self.ordering.data, page_off, data);
-        self.ev(Step::Data, Phase::Stored, page_off, b, lba)?;
-        lane.domain.commit(r);
-        self.ev(Step::Data, Phase::Persisted, page_off, b, lba)?;
         lane.domain.store_u64(r, self.ordering.map, entry_off, new);
         self.ev(Step::Map, Phase::Stored, entry_off, 8, lba)?;
         lane.domain.commit(r);

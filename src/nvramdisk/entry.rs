@@ -30,36 +30,69 @@ pub struct Entry {
     pub gen: u32,
 }
 
-/// CRC-8 (polynomial 0x2F) over the LBA and the entry body: as for any CRC-8 with this
+/// CRC-8 (polynomial 0x2F, initial value 0xFF, no reflection, no final xor) over the 15 bytes
+/// LBA (8, little-endian) then entry body (7, little-endian): as for any CRC-8 with this
 /// polynomial, every single-bit flip and every burst of up to 8 bits in the word is detected.
-const CRC8_TABLE: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u8;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 0x80 != 0 {
-                (c << 1) ^ 0x2f
-            } else {
-                c << 1
-            };
-            k += 1;
+const CRC8_POLY: u8 = 0x2f;
+/// Bytes the check covers: the LBA's 8, then the body's 7.
+const CHECKED_BYTES: usize = 15;
+
+/// CRC-8 of one byte with a zero register: the classic byte table.
+const fn crc8_byte(mut c: u8) -> u8 {
+    let mut k = 0;
+    while k < 8 {
+        c = if c & 0x80 != 0 {
+            (c << 1) ^ CRC8_POLY
+        } else {
+            c << 1
+        };
+        k += 1;
+    }
+    c
+}
+
+/// Position tables: `CRC8_AT[p][v]` is what byte value `v` at position `p` of the 15 contributes
+/// to the CRC. The CRC is affine over GF(2), so the check bits are `CRC8_ZEROS` (the CRC of 15
+/// zero bytes, which carries the initial 0xFF) xor one lookup per byte. Why not the byte-serial
+/// loop: its 15 dependent lookups sat between the map entry's load and its store on every
+/// write (48 ns for a decode and an encode, measured); 15 independent lookups overlap.
+const CRC8_AT: [[u8; 256]; CHECKED_BYTES] = {
+    let mut t = [[0u8; 256]; CHECKED_BYTES];
+    let mut v = 0;
+    while v < 256 {
+        // The byte at position p is followed by CHECKED_BYTES - 1 - p zero bytes.
+        let mut c = crc8_byte(v as u8);
+        let mut p = CHECKED_BYTES;
+        while p > 0 {
+            p -= 1;
+            t[p][v] = c;
+            c = crc8_byte(c);
         }
-        t[i] = c;
-        i += 1;
+        v += 1;
     }
     t
 };
 
-fn check_bits(lba: u64, body: u64) -> u64 {
+const CRC8_ZEROS: u8 = {
     let mut c: u8 = 0xff;
-    for b in lba
-        .to_le_bytes()
-        .iter()
-        .chain(body.to_le_bytes()[..7].iter())
-    {
-        c = CRC8_TABLE[(c ^ b) as usize];
+    let mut i = 0;
+    while i < CHECKED_BYTES {
+        c = crc8_byte(c);
+        i += 1;
+    }
+    c
+};
+
+fn check_bits(lba: u64, body: u64) -> u64 {
+    let mut c = CRC8_ZEROS;
+    let mut i = 0;
+    while i < 8 {
+        c ^= CRC8_AT[i][(lba >> (8 * i)) as u8 as usize];
+        i += 1;
+    }
+    while i < CHECKED_BYTES {
+        c ^= CRC8_AT[i][(body >> (8 * (i - 8))) as u8 as usize];
+        i += 1;
     }
     c as u64
 }
@@ -109,6 +142,38 @@ impl Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The check bits the straightforward way: one byte at a time through the register.
+    fn check_bits_serial(lba: u64, body: u64) -> u64 {
+        let mut c: u8 = 0xff;
+        for &b in lba.to_le_bytes().iter().chain(&body.to_le_bytes()[..7]) {
+            c = crc8_byte(c ^ b);
+        }
+        c as u64
+    }
+
+    #[test]
+    fn position_tables_equal_the_serial_crc() {
+        // A fixed message, then random ones, then every single body bit.
+        let msg = *b"123456789012345";
+        let lba = u64::from_le_bytes(msg[..8].try_into().unwrap());
+        let mut body_bytes = [0u8; 8];
+        body_bytes[..7].copy_from_slice(&msg[8..]);
+        let body = u64::from_le_bytes(body_bytes);
+        assert_eq!(check_bits(lba, body), check_bits_serial(lba, body));
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let (lba, body) = (x.rotate_left(17), x & BODY_MASK);
+            assert_eq!(check_bits(lba, body), check_bits_serial(lba, body));
+        }
+        for bit in 0..56 {
+            assert_eq!(check_bits(3, 1 << bit), check_bits_serial(3, 1 << bit));
+        }
+        assert_eq!(check_bits(0, 0), CRC8_ZEROS as u64);
+    }
 
     #[test]
     fn roundtrip_and_detection() {

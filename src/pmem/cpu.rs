@@ -6,7 +6,7 @@
 use std::arch::asm;
 use std::arch::x86_64::{
     __cpuid, __cpuid_count, _mm256_loadu_si256, _mm256_stream_si256, _mm_clflush, _mm_loadu_si128,
-    _mm_sfence, _mm_stream_si128, _mm_stream_si64,
+    _mm_prefetch, _mm_sfence, _mm_stream_si128, _mm_stream_si64, _MM_HINT_T0,
 };
 use std::sync::OnceLock;
 
@@ -124,6 +124,15 @@ pub unsafe fn flush_range(addr: *const u8, len: usize, kind: FlushKind) {
 pub fn sfence() {
     // SAFETY: sfence has no operands and no memory effects beyond ordering.
     unsafe { _mm_sfence() }
+}
+
+/// prefetcht0: a hint to load the line holding `p` into every cache level. It never faults
+/// and changes nothing, whatever `p` is.
+#[inline]
+pub fn prefetch(p: *const u8) {
+    // SAFETY: a prefetch is a hint: it does not dereference `p` architecturally and cannot
+    // fault; SSE is part of the x86-64 baseline.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
 }
 
 /// One 8-byte non-temporal store (movnti).
