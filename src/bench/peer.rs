@@ -95,7 +95,7 @@ pub(super) fn run(ctx: &mut Ctx, peer: Option<&Peer>) -> Result<()> {
             let row = Row::new(SUITE, &name, "read", B, threads)
                 .protocol(d.protocol)
                 .ordering(d.ordering)
-                .method("map load + memcpy 4 KiB + seqlock check")
+                .method("mirror load + memcpy 4 KiB + seqlock check")
                 .baseline("raw-read")
                 .timed(&t, d.page_bytes);
             ctx.push(row);

@@ -240,10 +240,6 @@ impl Region for MmapRegion {
     fn fence(&self) {
         cpu::sfence()
     }
-
-    fn prefetch(&self, off: u64) {
-        cpu::prefetch(self.at(off, 1));
-    }
 }
 
 /// Allocate the whole of `file` (`len` bytes) so that no later store can fail for lack of

@@ -49,11 +49,6 @@ pub trait Region: Send + Sync {
     fn flush(&self, off: u64, len: u64, kind: FlushKind);
     /// Order everything this thread stored or flushed before any later store (sfence).
     fn fence(&self);
-    /// A hint: start bringing the line holding `off` into the cache. It changes no contents
-    /// and no durability. Why: a load that misses blocks the instructions behind it from
-    /// retiring, so a map entry loaded before a 4 KiB copy stalls the copy for a whole miss;
-    /// a prefetch issued first lets the miss overlap the copy.
-    fn prefetch(&self, _off: u64) {}
     /// Whether `flush(.., kind)` can run here. Real memory: whether this CPU has the
     /// instruction. A simulated region executes no instruction and models every kind.
     fn has_flush(&self, kind: FlushKind) -> bool {

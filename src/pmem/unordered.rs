@@ -30,9 +30,6 @@ impl<R: Region> Region for Unordered<R> {
     fn store_u64_nt(&self, off: u64, v: u64) {
         self.0.store_u64_nt(off, v)
     }
-    fn prefetch(&self, off: u64) {
-        self.0.prefetch(off)
-    }
     fn flush(&self, _off: u64, _len: u64, _kind: FlushKind) {}
     fn fence(&self) {}
     /// Flushes do nothing here, so any kind "runs".
