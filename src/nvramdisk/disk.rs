@@ -142,6 +142,12 @@ struct Lane {
     /// buffers to drain. At most ATOMIC_BLOCKS_MAX (see `take_pages`).
     freed: [u32; ATOMIC_BLOCKS_MAX],
     freed_n: usize,
+    /// Scratch for one update, allocated once per lane: the entries being changed, and the
+    /// fast record's bytes. Why not stack arrays: zeroing and moving 3.4 KiB per update
+    /// measured as a fifth of a 16-block write's time beyond its stores. Taken out of the
+    /// lane for the length of an update (None only while one is being prepared).
+    prepared: Option<Box<Prepared>>,
+    record: Box<[u8; FAST_RECORD_MAX]>,
 }
 
 pub struct NvramDisk<R: Region> {
@@ -213,6 +219,7 @@ impl StripedCounter {
 }
 
 /// Map entries read and checked, and their new values, before they are stored.
+#[derive(Clone)]
 struct Prepared {
     /// Entries that change (a discard of an unmapped block changes nothing).
     k: usize,
@@ -222,6 +229,17 @@ struct Prepared {
     /// Pages the entries pointed at, free once the new entries are durable.
     freed: [u32; ATOMIC_BLOCKS_MAX],
     freed_n: usize,
+}
+
+impl Prepared {
+    const EMPTY: Prepared = Prepared {
+        k: 0,
+        lbas: [0; ATOMIC_BLOCKS_MAX],
+        olds: [0; ATOMIC_BLOCKS_MAX],
+        news: [0; ATOMIC_BLOCKS_MAX],
+        freed: [0; ATOMIC_BLOCKS_MAX],
+        freed_n: 0,
+    };
 }
 
 type StripeGuards<'a> = [Option<Guard<'a, ()>>; ATOMIC_BLOCKS_MAX];
@@ -620,6 +638,8 @@ impl<R: Region> NvramDisk<R> {
                     seq: 0,
                     freed: [0; ATOMIC_BLOCKS_MAX],
                     freed_n: 0,
+                    prepared: Some(Box::new(Prepared::EMPTY)),
+                    record: Box::new([0; FAST_RECORD_MAX]),
                 })
             })
             .collect();
@@ -647,8 +667,18 @@ impl<R: Region> NvramDisk<R> {
         d.recovery = d.recover()?;
         // After recovery, which repairs the media map: the mirror starts equal to it.
         let (r, g) = (&*d.region, d.geo);
+        // An entry that fails its check (only an open with allow_damaged gets this far with
+        // one) is mirrored as the zero word, which never decodes: the write path then skips
+        // the check bits of mirror words (Entry::decode_checked_before).
         d.mirror = (0..g.blocks)
-            .map(|lba| AtomicU64::new(r.load_u64(g.map_entry_off(lba))))
+            .map(|lba| {
+                let raw = r.load_u64(g.map_entry_off(lba));
+                AtomicU64::new(if Entry::decode(lba, raw).is_ok() {
+                    raw
+                } else {
+                    0
+                })
+            })
             .collect();
         if let Some(region) = oo.page_bitmap {
             let mut free = vec![false; geo.pages as usize];
@@ -836,7 +866,7 @@ impl<R: Region> NvramDisk<R> {
                 lbas.len()
             )));
         }
-        for (i, &l) in lbas.iter().enumerate() {
+        for &l in lbas {
             if l >= self.geo.blocks {
                 return Err(Error::bad(format!(
                     "LBA {l} out of range: the device has {} blocks (0 to {})",
@@ -844,11 +874,26 @@ impl<R: Region> NvramDisk<R> {
                     self.geo.blocks - 1
                 )));
             }
-            if lbas[..i].contains(&l) {
-                return Err(Error::bad(format!(
-                    "LBA {l} appears twice in one atomic write"
-                )));
-            }
+        }
+        // Duplicates: none in a consecutive run (every contiguous write); otherwise sort a
+        // copy and compare neighbours. (Comparing each LBA with all before it was 2 016
+        // comparisons for 64 blocks, a tenth of a 256 KiB write's time.)
+        if lbas
+            .iter()
+            .enumerate()
+            .all(|(i, &l)| l == lbas[0] + i as u64)
+        {
+            return Ok(());
+        }
+        let mut sorted = [0u64; ATOMIC_BLOCKS_MAX];
+        let sorted = &mut sorted[..lbas.len()];
+        sorted.copy_from_slice(lbas);
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::bad(format!(
+                "LBA {} appears twice in one atomic write",
+                w[0]
+            )));
         }
         Ok(())
     }
@@ -883,19 +928,31 @@ impl<R: Region> NvramDisk<R> {
         let _stripes = self.lock_stripes(lbas);
         let mut pages = [0u32; ATOMIC_BLOCKS_MAX];
         self.take_pages(&mut lane, n, &mut pages);
-        // The entries are read before the data step (see prepare_entries); a seeded bug may
-        // change the pages in its data step, so then they are read after it, as before.
-        let prepared = match self.bug {
-            None => Some(self.prepare_entries(lbas, Some(&pages[..n]))?),
-            Some(_) => None,
-        };
+        // The entries are looked up after the data step, their lines prefetched now: the
+        // misses overlap the copy instead of stalling it (see write_one_fast).
+        for &lba in lbas {
+            prefetch_cpu(self.mirror[lba as usize].as_ptr() as *const u8);
+        }
         // Step Data: the new contents go to shadow pages nobody references.
         if self.bug.is_none() || !self.seeded_data_step(&mut lane, lbas, data, &mut pages[..n])? {
-            for i in 0..n {
+            // Adjacent pages (take_pages sorts them, and a run freed together comes back
+            // together) are one store: one copy streams through memory instead of n calls.
+            // With a hook (stop points), one store per block, so that a stop after block k's
+            // event finds exactly blocks 0..=k stored.
+            let mut i = 0;
+            while i < n {
+                let mut end = i + 1;
+                while end < n && pages[end] == pages[end - 1] + 1 && self.hook.is_none() {
+                    end += 1;
+                }
                 let off = self.geo.page_off(pages[i]);
                 lane.domain
-                    .store(r, self.ordering.data, off, &data[i * b..(i + 1) * b]);
-                self.ev(Step::Data, Phase::Stored, off, b as u64, lbas[i])?;
+                    .store(r, self.ordering.data, off, &data[i * b..end * b]);
+                for k in i..end {
+                    let off = self.geo.page_off(pages[k]);
+                    self.ev(Step::Data, Phase::Stored, off, b as u64, lbas[k])?;
+                }
+                i = end;
             }
             lane.domain.commit(r);
             self.ev(
@@ -906,10 +963,7 @@ impl<R: Region> NvramDisk<R> {
                 lbas[0],
             )?;
         }
-        match &prepared {
-            Some(p) => self.apply_entries(&mut lane, p, false)?,
-            None => self.commit_entries(&mut lane, lbas, Some(&pages[..n]))?,
-        }
+        self.commit_entries(&mut lane, lbas, Some(&pages[..n]))?;
         lane.writes += 1;
         lane.blocks_written += n as u64;
         Ok(())
@@ -940,13 +994,16 @@ impl<R: Region> NvramDisk<R> {
         self.ev(Step::Data, Phase::Persisted, page_off, b, lba)?;
         let raw = mirrored.load(Ordering::Relaxed);
         // Pair assertion: the mirror is the media entry (the stripe lock is held).
-        debug_assert_eq!(r.load_u64(entry_off), raw, "mirror of LBA {lba}");
-        let e = match Entry::decode(lba, raw) {
+        debug_assert!(
+            raw == 0 || r.load_u64(entry_off) == raw,
+            "mirror of LBA {lba}"
+        );
+        let e = match Entry::decode_checked_before(lba, raw) {
             Ok(e) => e,
             Err(_) => {
                 // The shadow page holds the new data, but nothing names it: it goes back.
                 self.give_back(&[lba], &pages[..1]);
-                return Err(corrupt_entry(lba, raw));
+                return Err(corrupt_entry(lba, r.load_u64(entry_off)));
             }
         };
         if e.vpn.is_some_and(|v| v as u64 >= self.geo.pages) {
@@ -1067,8 +1124,15 @@ impl<R: Region> NvramDisk<R> {
     /// then hand the pages they used to point at to the free pool. The caller holds
     /// the lane and the stripes of `lbas`.
     fn commit_entries(&self, lane: &mut Lane, lbas: &[u64], pages: Option<&[u32]>) -> Result<()> {
-        let p = self.prepare_entries(lbas, pages)?;
-        self.apply_entries(lane, &p, pages.is_none())
+        let mut p = lane
+            .prepared
+            .take()
+            .unwrap_or_else(|| Box::new(Prepared::EMPTY));
+        let result = self
+            .prepare_entries(lbas, pages, &mut p)
+            .and_then(|()| self.apply_entries(lane, &p, pages.is_none()));
+        lane.prepared = Some(p);
+        result
     }
 
     /// Read and check the map entries of `lbas` and compute their new values (pointing at
@@ -1076,31 +1140,24 @@ impl<R: Region> NvramDisk<R> {
     /// the entries cannot change before [`Self::apply_entries`]; a write calls this before its
     /// data step, so the entries' cache misses overlap the data's stores instead of following
     /// its fence. On a corrupt entry the pages go back to the pool.
-    fn prepare_entries(&self, lbas: &[u64], pages: Option<&[u32]>) -> Result<Prepared> {
+    fn prepare_entries(&self, lbas: &[u64], pages: Option<&[u32]>, p: &mut Prepared) -> Result<()> {
         let r = &*self.region;
-        let mut p = Prepared {
-            k: 0,
-            lbas: [0; ATOMIC_BLOCKS_MAX],
-            olds: [0; ATOMIC_BLOCKS_MAX],
-            news: [0; ATOMIC_BLOCKS_MAX],
-            freed: [0; ATOMIC_BLOCKS_MAX],
-            freed_n: 0,
-        };
+        p.k = 0;
+        p.freed_n = 0;
         for (i, &lba) in lbas.iter().enumerate() {
             let raw = self.mirror[lba as usize].load(Ordering::Relaxed);
             // Pair assertion: the mirror is the media entry (the caller holds the stripe).
-            debug_assert_eq!(
-                r.load_u64(self.geo.map_entry_off(lba)),
-                raw,
+            debug_assert!(
+                raw == 0 || r.load_u64(self.geo.map_entry_off(lba)) == raw,
                 "mirror of LBA {lba}"
             );
-            let e = match Entry::decode(lba, raw) {
+            let e = match Entry::decode_checked_before(lba, raw) {
                 Ok(e) => e,
                 Err(_) => {
                     if let Some(pg) = pages {
                         self.give_back(lbas, pg);
                     }
-                    return Err(corrupt_entry(lba, raw));
+                    return Err(corrupt_entry(lba, r.load_u64(self.geo.map_entry_off(lba))));
                 }
             };
             let vpn = pages.map(|pg| pg[i]);
@@ -1125,7 +1182,7 @@ impl<R: Region> NvramDisk<R> {
             p.news[p.k] = e.next(vpn).encode(lba);
             p.k += 1;
         }
-        Ok(p)
+        Ok(())
     }
 
     /// Store the entries [`Self::prepare_entries`] computed with the image's protocol, then
@@ -1224,8 +1281,10 @@ impl<R: Region> NvramDisk<R> {
         }
         lane.seq += 1;
         let slot = self.geo.slot_off(lane.id);
-        let mut rec = [0u8; FAST_RECORD_MAX];
-        let len = encode_fast_record(lane.seq, lbas, olds, news, &mut rec);
+        // encode_fast_record writes every byte of rec[..len]: the lane's buffer needs no
+        // clearing between updates.
+        let rec = &mut *lane.record;
+        let len = encode_fast_record(lane.seq, lbas, olds, news, rec);
         lane.domain.store(r, o.journal, slot, &rec[..len]);
         lane.domain
             .store(r, o.journal, slot + FAST_RECORD_REPLICA, &rec[..len]);
@@ -1266,10 +1325,21 @@ impl<R: Region> NvramDisk<R> {
     /// The stores of the Map step, without its commit.
     fn store_map_words(&self, d: &mut CommitDomain, lbas: &[u64], news: &[u64]) -> Result<()> {
         let r = &*self.region;
-        for (&lba, &new) in lbas.iter().zip(news) {
-            let off = self.geo.map_entry_off(lba);
-            d.store_u64(r, self.ordering.map, off, new);
-            self.ev(Step::Map, Phase::Stored, off, 8, lba)?;
+        // Runs of consecutive LBAs (every contiguous write) are consecutive map words: one
+        // call per run, still one 8-byte store per word. With a hook (stop points), one call
+        // per word, so that a stop after word k's event finds exactly words 0..=k stored.
+        let mut i = 0;
+        while i < lbas.len() {
+            let mut end = i + 1;
+            while end < lbas.len() && lbas[end] == lbas[end - 1] + 1 && self.hook.is_none() {
+                end += 1;
+            }
+            let off = self.geo.map_entry_off(lbas[i]);
+            d.store_words(r, self.ordering.map, off, &news[i..end]);
+            for (k, &lba) in lbas.iter().enumerate().take(end).skip(i) {
+                self.ev(Step::Map, Phase::Stored, off + (k - i) as u64 * 8, 8, lba)?;
+            }
+            i = end;
         }
         Ok(())
     }
@@ -1436,7 +1506,8 @@ impl<R: Region> NvramDisk<R> {
             let mirrored = &self.mirror[l as usize];
             loop {
                 let raw = mirrored.load(Ordering::Acquire);
-                let e = Entry::decode(l, raw).map_err(|_| corrupt_entry(l, raw))?;
+                let e = Entry::decode_checked_before(l, raw)
+                    .map_err(|_| corrupt_entry(l, r.load_u64(off)))?;
                 if self.hook.is_some() {
                     self.ev(Step::ReadLookup, Phase::Stored, off, 8, l)?;
                 }

@@ -129,6 +129,23 @@ impl Entry {
         Ok(Entry { vpn, gen })
     }
 
+    /// Decode a word that was checked when it entered DRAM (the map mirror: a word decoded at
+    /// open, or one [`Entry::encode`] produced), skipping the check bits: the fields only.
+    /// Err for the zero word, which the mirror holds for an entry that failed its check at
+    /// open. Tests (debug builds) still verify the check bits against `lba`.
+    #[inline]
+    pub fn decode_checked_before(lba: u64, raw: u64) -> Result<Entry, CorruptEntry> {
+        if raw & PRESENT_BIT == 0 {
+            return Err(CorruptEntry);
+        }
+        let body = raw & BODY_MASK;
+        let gen = ((body >> 32) & GEN_MASK) as u32;
+        let vpn = (body & MAPPED_BIT != 0).then_some(body as u32);
+        let e = Entry { vpn, gen };
+        debug_assert_eq!(Entry::decode(lba, raw), Ok(e), "mirror word of LBA {lba}");
+        Ok(e)
+    }
+
     /// The next value of this entry: mapped to `vpn` (or unmapped), generation + 1.
     pub fn next(self, vpn: Option<u32>) -> Entry {
         let mut gen = (self.gen + 1) & GEN_MASK as u32;

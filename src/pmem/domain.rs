@@ -157,6 +157,37 @@ impl CommitDomain {
         }
     }
 
+    /// Store consecutive aligned 8-byte words from `off` with `method`, each a single-word
+    /// store (word atomicity is kept: no wider copy), with one bounds check and one dirty
+    /// extent; durable after the next `commit`.
+    pub fn store_words<R: Region + ?Sized>(
+        &mut self,
+        r: &R,
+        method: Method,
+        off: u64,
+        words: &[u64],
+    ) {
+        let len = words.len() as u64 * 8;
+        self.assert_inside(off, len);
+        self.stats.stores += words.len() as u64;
+        let lines = lines_spanned(off, len);
+        self.pending_lines += lines;
+        match method {
+            Method::Nt => {
+                for (i, &w) in words.iter().enumerate() {
+                    r.store_u64_nt(off + i as u64 * 8, w);
+                }
+                self.stats.nt_lines += lines;
+            }
+            Method::Flush(kind) => {
+                for (i, &w) in words.iter().enumerate() {
+                    r.store_u64(off + i as u64 * 8, w);
+                }
+                self.note_dirty(r, off, len, kind);
+            }
+        }
+    }
+
     fn flush_dirty<R: Region + ?Sized>(&mut self, r: &R) {
         for e in &self.dirty[..self.dirty_count] {
             r.flush(e.off, e.len, e.kind);
