@@ -6,7 +6,13 @@
 //! - `floor-2fence`: that copy, a fence, one 8-byte commit word persisted with the method the
 //!   fast protocol's map uses (a random word of a separate 8 MiB area), a second fence: the
 //!   floor of any copy-then-commit-word protocol;
-//! - `raw-read`: a 4 KiB copy out of the region.
+//! - `floor-paper`: that copy, a fence, then six 8-byte words each persisted with its own
+//!   fence (VPN, L1, L2 in a journal line; the map word; the two resets): the least any
+//!   implementation of the paper's Table 2, step for step, can cost;
+//! - `raw-read`: a 4 KiB copy out of the region;
+//! - `raw-read-lookup`: one 8-byte load from a table of 8 bytes per block (a block map of the
+//!   span's size), then the copy of the page that word names: the least a read through any
+//!   block map costs when the map is not in the cache.
 
 use super::devices::{bench_disk, payload, raw_region, store_word, COMMIT_AREA_BYTES};
 use super::measure::{random_indices, run_threads};
@@ -45,7 +51,7 @@ pub(super) fn load_peer(notes: &mut Vec<String>) -> Option<Peer> {
 }
 
 pub(super) fn run(ctx: &mut Ctx, peer: Option<&Peer>) -> Result<()> {
-    floors(ctx)?;
+    floors(ctx, peer.is_some())?;
     if let Some(p) = peer {
         libpmemblk(ctx, p)?;
     }
@@ -104,13 +110,21 @@ pub(super) fn run(ctx: &mut Ctx, peer: Option<&Peer>) -> Result<()> {
     Ok(())
 }
 
-fn floors(ctx: &mut Ctx) -> Result<()> {
+fn floors(ctx: &mut Ctx, with_peer: bool) -> Result<()> {
     let raw = raw_region(ctx, 0)?;
     let r = &*raw.region;
     let blocks = raw.span / B;
     let buf = payload(ctx.opts.seed, B as usize);
     // The commit word goes with the method the fast protocol's map uses by default.
-    let word = ordering::policy_by_name(ordering::DEFAULT_POLICY)?.map;
+    let policy = ordering::policy_by_name(ordering::DEFAULT_POLICY)?;
+    let word = policy.map;
+    // floor-paper's journal words, one line per thread at the end of the commit area; the
+    // lookup table (8 bytes per block) at its start.
+    let journal_line = |t: usize| raw.span + COMMIT_AREA_BYTES - 4096 + t as u64 * 64;
+    assert!(
+        blocks * 8 <= COMMIT_AREA_BYTES - 4096,
+        "lookup table fits the area"
+    );
     for threads in THREADS {
         let ops = ctx.ops(B);
         let warm = ctx.warmup(ops);
@@ -143,6 +157,37 @@ fn floors(ctx: &mut Ctx) -> Result<()> {
             .timed(&t, raw.page_bytes);
         ctx.push(row);
 
+        let offs = random_indices(ctx.opts.seed, salt | 0x40, n, blocks);
+        let words = random_indices(ctx.opts.seed, salt | 0x50, n, COMMIT_AREA_BYTES / 8);
+        let per = ops + warm;
+        let pb = ctx.bar(&format!("floor-paper x{threads}"));
+        let t = run_threads(&pb, threads, warm, ops, |i| {
+            let line = journal_line(i / per);
+            r.write_nt(offs[i] * B, &buf);
+            r.fence();
+            for (off, v) in [(line, offs[i]), (line + 8, i as u64), (line + 16, i as u64)] {
+                store_word(r, policy.journal, off, v);
+                r.fence();
+            }
+            store_word(r, word, raw.span + words[i] * 8, i as u64);
+            r.fence();
+            for off in [line + 8, line + 16] {
+                store_word(r, policy.journal, off, u64::MAX);
+                r.fence();
+            }
+            Ok(())
+        })?;
+        let mut row = Row::new(SUITE, "floor-paper", "write", B, threads).method(format!(
+            "nt 4 KiB + sfence + 6 x ({} 8 B + sfence)",
+            policy.journal.name()
+        ));
+        if with_peer {
+            // Whether the paper's protocol can reach the peer at all, in the same run.
+            row = row.baseline("libpmemblk");
+        }
+        let row = row.timed(&t, raw.page_bytes);
+        ctx.push(row);
+
         let offs = random_indices(ctx.opts.seed, salt | 0x30, n, blocks);
         let pb = ctx.bar(&format!("raw-read x{threads}"));
         let t = run_threads(&pb, threads, warm, ops, |i| {
@@ -153,6 +198,23 @@ fn floors(ctx: &mut Ctx) -> Result<()> {
         })?;
         let row = Row::new(SUITE, "raw-read", "read", B, threads)
             .method("memcpy 4 KiB")
+            .timed(&t, raw.page_bytes);
+        ctx.push(row);
+
+        let lbas = random_indices(ctx.opts.seed, salt | 0x60, n, blocks);
+        let pb = ctx.bar(&format!("raw-read-lookup x{threads}"));
+        let t = run_threads(&pb, threads, warm, ops, |i| {
+            // The page depends on the loaded word, as a map entry's page does.
+            let w = r.load_u64(raw.span + lbas[i] * 8);
+            let page = (w ^ lbas[i].wrapping_mul(0x9e37_79b9_7f4a_7c15)) % blocks;
+            let mut out = [0u8; BENCH_BLOCK_BYTES as usize];
+            r.read(page * B, &mut out);
+            std::hint::black_box(&mut out);
+            Ok(())
+        })?;
+        let row = Row::new(SUITE, "raw-read-lookup", "read", B, threads)
+            .method("8 B table load + memcpy 4 KiB")
+            .baseline("raw-read")
             .timed(&t, raw.page_bytes);
         ctx.push(row);
     }

@@ -122,11 +122,12 @@ fn peer_suite() {
     let mut want = vec![
         "floor-2fence",
         "floor-nt",
+        "floor-paper",
         "nvramdisk-fast",
         "nvramdisk-paper",
     ];
     if blk {
-        want.insert(2, "libpmemblk");
+        want.insert(3, "libpmemblk");
     } else {
         assert!(r.notes.iter().any(|n| n.contains("libpmemblk: not loaded")));
     }
@@ -147,6 +148,11 @@ fn peer_suite() {
     );
     let reads = names(&r, "read");
     assert!(reads.contains(&"raw-read".to_string()), "{reads:?}");
+    assert!(reads.contains(&"raw-read-lookup".to_string()), "{reads:?}");
+    assert_eq!(
+        row(&r, "raw-read-lookup", "read", 1).baseline.as_deref(),
+        Some("raw-read")
+    );
     assert!(reads.contains(&"nvramdisk-fast".to_string()), "{reads:?}");
     assert_eq!(reads.contains(&"libpmemblk".to_string()), blk);
     // Every write and read is 4 KiB; the targets are computed from this run's rows.
