@@ -1542,3 +1542,18 @@ fn flipped_clear_intent_commit_word_is_cancelled() {
         }
     }
 }
+
+/// `nvstack bench` refuses bad options before it creates anything: exit 2, the option named.
+#[test]
+fn bench_refuses_bad_options() {
+    let cases: [(&[&str], &[&str]); 5] = [
+        (&["bench", "--repeat", "0"], &["repeat 0", "1 to 9"]),
+        (&["bench", "--repeat", "10"], &["repeat 10", "1 to 9"]),
+        (&["bench", "--size", "16MiB"], &["below the minimum"]),
+        (&["bench", "--suite", "nope"], &["nope"]),
+        (&["bench", "--latency", "3.5"], &["latency", "3.5"]),
+    ];
+    for (args, phrases) in cases {
+        expect_fail(&run(args), 2, phrases);
+    }
+}

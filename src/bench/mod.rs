@@ -58,6 +58,9 @@ pub const OPS_MAX: u64 = 100_000_000;
 /// Timed 4 KiB ops per row by default, and with --quick.
 pub const OPS_DEFAULT: u64 = 200_000;
 pub const OPS_QUICK: u64 = 40_000;
+/// Runs of each suite (the reported figures are per-row medians over them).
+pub const REPEAT_DEFAULT: u32 = 3;
+pub const REPEAT_MAX: u32 = 9;
 /// Size of the huge-page tmpfs: the largest image of any suite plus room.
 const HUGE_TMPFS_BYTES: u64 = 3 << 30;
 
@@ -150,6 +153,9 @@ pub struct BenchOptions {
     /// Emulated NVRAM latency for the nvramdisk rows of the peer suite, as a multiple of the
     /// measured DRAM latency (1.0 to 3.0).
     pub latency_multiple: f64,
+    /// Run each suite this many times (1 to REPEAT_MAX) and report per-row medians: the
+    /// machines are shared and noisy, and a burst of noise then moves one run, not the figure.
+    pub repeat: u32,
 }
 
 impl Default for BenchOptions {
@@ -163,6 +169,7 @@ impl Default for BenchOptions {
             seed: 1,
             progress: false,
             quick_test: false,
+            repeat: REPEAT_DEFAULT,
             huge: true,
             latency_multiple: 1.0,
         }
@@ -203,6 +210,11 @@ pub struct BenchResult {
     pub throughput_ratio: Option<f64>,
     /// Fences per op, from the device's own counters (nvramdisk rows).
     pub fences_per_op: Option<f64>,
+    /// How many times the suite ran; ops_per_sec, median_ns, p99_ns and fences_per_op are
+    /// the medians over the runs.
+    pub repeats: u32,
+    /// This row's median_ns in each run, in run order (the spread behind the median).
+    pub median_ns_runs: Vec<f64>,
 }
 
 /// A row under construction.
@@ -239,6 +251,8 @@ impl Row {
                 time_ratio: None,
                 throughput_ratio: None,
                 fences_per_op: None,
+                repeats: 1,
+                median_ns_runs: Vec::new(),
             },
         }
     }
@@ -273,6 +287,7 @@ impl Row {
         self.r.p99_ns = t.p99_ns;
         self.r.mb_per_sec = t.ops_per_sec * self.r.block_bytes as f64 / 1e6;
         self.r.page_bytes = page_bytes;
+        self.r.median_ns_runs = vec![t.median_ns];
         self.r
     }
 }
@@ -397,6 +412,59 @@ impl Ctx<'_> {
     }
 }
 
+/// One row per row of a run, its figures the medians over the runs (a suite produces the same
+/// rows in the same order every run).
+fn merge_runs(runs: Vec<Vec<BenchResult>>) -> Vec<BenchResult> {
+    let mut runs = runs.into_iter();
+    let Some(mut merged) = runs.next() else {
+        return Vec::new();
+    };
+    let rest: Vec<Vec<BenchResult>> = runs.collect();
+    for (j, row) in merged.iter_mut().enumerate() {
+        let others: Vec<&BenchResult> = rest.iter().map(|run| &run[j]).collect();
+        for o in &others {
+            assert!(
+                o.name == row.name
+                    && o.op == row.op
+                    && o.block_bytes == row.block_bytes
+                    && o.threads == row.threads
+                    && o.page_bytes == row.page_bytes
+                    && o.x == row.x,
+                "runs of a suite produce the same rows in the same order"
+            );
+        }
+        let all: Vec<&BenchResult> = std::iter::once(&*row).chain(others).collect();
+        let med = |f: &dyn Fn(&BenchResult) -> f64| median(all.iter().map(|r| f(r)).collect());
+        let ops_per_sec = med(&|r| r.ops_per_sec);
+        let median_ns = med(&|r| r.median_ns);
+        let p99_ns = med(&|r| r.p99_ns);
+        let fences = row
+            .fences_per_op
+            .map(|_| med(&|r| r.fences_per_op.unwrap_or(0.0)));
+        let runs_ns: Vec<f64> = all.iter().map(|r| r.median_ns).collect();
+        row.repeats = all.len() as u32;
+        row.ops_per_sec = ops_per_sec;
+        row.median_ns = median_ns;
+        row.p99_ns = p99_ns;
+        row.mb_per_sec = ops_per_sec * row.block_bytes as f64 / 1e6;
+        row.fences_per_op = fences;
+        row.median_ns_runs = runs_ns;
+    }
+    merged
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty(), "median of nothing");
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// Fill in time_ratio and throughput_ratio from each row's baseline.
 fn link_baselines(rows: &mut [BenchResult]) {
     let snapshot = rows.to_vec();
@@ -496,6 +564,12 @@ fn validate(opts: &BenchOptions) -> Result<()> {
     if opts.suites.is_empty() {
         return Err(Error::bad("no suite selected"));
     }
+    if !(1..=REPEAT_MAX).contains(&opts.repeat) {
+        return Err(Error::bad(format!(
+            "bench repeat {} out of range: 1 to {REPEAT_MAX} runs of each suite",
+            opts.repeat
+        )));
+    }
     Ok(())
 }
 
@@ -525,14 +599,19 @@ pub fn run(opts: &BenchOptions) -> Result<BenchReport> {
                 notes: Vec::new(),
                 dram,
             };
-            match suite {
-                Suite::Peer => peer::run(&mut ctx, peer.as_ref())?,
-                Suite::Ordering => ordering::run(&mut ctx)?,
-                Suite::Record => record::run(&mut ctx)?,
-                Suite::Latency => latency::run(&mut ctx)?,
-                Suite::Allocation => allocation::run(&mut ctx)?,
-                Suite::Multiblock => multiblock::run(&mut ctx)?,
+            let mut runs = Vec::new();
+            for _ in 0..opts.repeat {
+                match suite {
+                    Suite::Peer => peer::run(&mut ctx, peer.as_ref())?,
+                    Suite::Ordering => ordering::run(&mut ctx)?,
+                    Suite::Record => record::run(&mut ctx)?,
+                    Suite::Latency => latency::run(&mut ctx)?,
+                    Suite::Allocation => allocation::run(&mut ctx)?,
+                    Suite::Multiblock => multiblock::run(&mut ctx)?,
+                }
+                runs.push(std::mem::take(&mut ctx.results));
             }
+            ctx.results = merge_runs(runs);
             link_baselines(&mut ctx.results);
             let t = match suite {
                 Suite::Peer => peer::targets(&ctx.results),

@@ -293,20 +293,21 @@ pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
     let mut out = Vec::new();
     let pages = super::page_sizes(rows);
     for page in pages {
-        let get = |name: &str, op: &str| {
+        let get_t = |name: &str, op: &str, threads: u32| {
             find(
                 rows,
                 &RowKey {
                     suite: SUITE,
                     op,
                     block_bytes: B,
-                    threads: 1,
+                    threads,
                     page_bytes: page,
                     x: None,
                 },
                 name,
             )
         };
+        let get = |name: &str, op: &str| get_t(name, op, 1);
         let fast_w = get("nvramdisk-fast", "write");
         let paper_w = get("nvramdisk-paper", "write");
         let blk_w = get("libpmemblk", "write");
@@ -339,11 +340,44 @@ pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
                 1.0,
             ));
         }
-        if let (Some(f), Some(r)) = (get("nvramdisk-fast", "read"), get("raw-read", "read")) {
+        if let (Some(p), Some(b)) = (
+            get_t("nvramdisk-paper", "write", 2),
+            get_t("libpmemblk", "write", 2),
+        ) {
+            out.push(Target::at_least(
+                SUITE,
+                page,
+                "paper write ops/s / libpmemblk (2 threads)",
+                p.ops_per_sec / b.ops_per_sec,
+                1.0,
+            ));
+        }
+        // Where the paper's rate is bounded: its seven persists cost at least floor-paper.
+        if let (Some(p), Some(fl)) = (paper_w, get("floor-paper", "write")) {
+            out.push(Target::at_most(
+                SUITE,
+                page,
+                "paper write median / floor-paper, its own floor (1 thread)",
+                p.median_ns / fl.median_ns,
+                1.15,
+            ));
+        }
+        let fast_r = get("nvramdisk-fast", "read");
+        if let (Some(f), Some(r)) = (fast_r, get("raw-read", "read")) {
             out.push(Target::at_most(
                 SUITE,
                 page,
                 "fast read median / raw 4 KiB copy (1 thread)",
+                f.median_ns / r.median_ns,
+                1.15,
+            ));
+        }
+        // Where the read is bounded: one dependent load from a block map not in the cache.
+        if let (Some(f), Some(r)) = (fast_r, get("raw-read-lookup", "read")) {
+            out.push(Target::at_most(
+                SUITE,
+                page,
+                "fast read median / raw-read-lookup, its own floor (1 thread)",
                 f.median_ns / r.median_ns,
                 1.15,
             ));

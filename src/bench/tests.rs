@@ -18,6 +18,7 @@ fn quick(suites: Vec<Suite>) -> (tempfile::TempDir, BenchReport) {
         quick_test: true,
         huge: false,
         latency_multiple: 1.0,
+        repeat: 1,
     };
     let r = run(&opts).unwrap();
     (dir, r)
@@ -296,10 +297,52 @@ fn bad_options_are_refused() {
             suites: Vec::new(),
             ..Default::default()
         },
+        BenchOptions {
+            repeat: 0,
+            ..Default::default()
+        },
+        BenchOptions {
+            repeat: REPEAT_MAX + 1,
+            ..Default::default()
+        },
     ];
     for o in bad {
         assert!(matches!(run(&o), Err(Error::BadInput(_))), "{o:?}");
     }
     assert!(Suite::parse_list("nope").is_err());
     assert_eq!(Suite::parse_list("all").unwrap().len(), SUITES.len());
+}
+
+#[test]
+fn repeated_runs_report_per_row_medians() {
+    let row = |name: &str, median: f64, ops: f64, fences: Option<f64>| {
+        let t = Timing {
+            ops_per_sec: ops,
+            median_ns: median,
+            p99_ns: median * 2.0,
+            ops: 100,
+        };
+        let mut r = Row::new(Suite::Peer, name, "write", 4096, 1);
+        if let Some(f) = fences {
+            r = r.fences(f);
+        }
+        r.timed(&t, 4096)
+    };
+    let runs = vec![
+        vec![row("a", 100.0, 10.0, Some(2.0)), row("b", 7.0, 1.0, None)],
+        vec![row("a", 300.0, 30.0, Some(2.0)), row("b", 5.0, 3.0, None)],
+        vec![row("a", 200.0, 20.0, Some(4.0)), row("b", 9.0, 2.0, None)],
+    ];
+    let m = merge_runs(runs);
+    assert_eq!(m.len(), 2);
+    assert_eq!((m[0].name.as_str(), m[0].repeats), ("a", 3));
+    assert_eq!(m[0].median_ns, 200.0);
+    assert_eq!(m[0].p99_ns, 400.0);
+    assert_eq!(m[0].ops_per_sec, 20.0);
+    assert_eq!(m[0].mb_per_sec, 20.0 * 4096.0 / 1e6);
+    assert_eq!(m[0].fences_per_op, Some(2.0));
+    assert_eq!(m[0].median_ns_runs, vec![100.0, 300.0, 200.0]);
+    assert_eq!(m[1].median_ns, 7.0);
+    assert_eq!(m[1].fences_per_op, None);
+    assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
 }

@@ -32,6 +32,9 @@ pub struct BenchArgs {
     /// more, L one persisted line, S each further line).
     #[arg(long, default_value = "1.0", value_parser = latency_arg)]
     latency: f64,
+    /// Run each suite this many times and report per-row medians (1 to 9).
+    #[arg(long, default_value_t = nvstack::bench::REPEAT_DEFAULT)]
+    repeat: u32,
     /// Do not also run on a huge-page tmpfs (which needs root).
     #[arg(long)]
     no_huge: bool,
@@ -72,6 +75,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         quick_test: false,
         huge: !a.no_huge,
         latency_multiple: a.latency,
+        repeat: a.repeat,
     };
     let r = bench::run(&o)?;
     if let Some(dir) = &a.plot {
