@@ -441,6 +441,13 @@ fn merge_runs(runs: Vec<Vec<BenchResult>>) -> Vec<BenchResult> {
         let fences = row
             .fences_per_op
             .map(|_| med(&|r| r.fences_per_op.unwrap_or(0.0)));
+        // Ratios a suite set itself (against a row link_baselines cannot match): their medians.
+        let time_ratio = row
+            .time_ratio
+            .map(|_| med(&|r| r.time_ratio.unwrap_or(f64::NAN)));
+        let throughput_ratio = row
+            .throughput_ratio
+            .map(|_| med(&|r| r.throughput_ratio.unwrap_or(f64::NAN)));
         let runs_ns: Vec<f64> = all.iter().map(|r| r.median_ns).collect();
         row.repeats = all.len() as u32;
         row.ops_per_sec = ops_per_sec;
@@ -448,6 +455,8 @@ fn merge_runs(runs: Vec<Vec<BenchResult>>) -> Vec<BenchResult> {
         row.p99_ns = p99_ns;
         row.mb_per_sec = ops_per_sec * row.block_bytes as f64 / 1e6;
         row.fences_per_op = fences;
+        row.time_ratio = time_ratio;
+        row.throughput_ratio = throughput_ratio;
         row.median_ns_runs = runs_ns;
     }
     merged

@@ -333,7 +333,13 @@ fn repeated_runs_report_per_row_medians() {
         vec![row("a", 300.0, 30.0, Some(2.0)), row("b", 5.0, 3.0, None)],
         vec![row("a", 200.0, 20.0, Some(4.0)), row("b", 9.0, 2.0, None)],
     ];
+    let mut runs = runs;
+    for (k, run) in runs.iter_mut().enumerate() {
+        // A ratio the suite set itself (the latency and ordering suites do).
+        run[1].time_ratio = Some([1.5, 0.5, 1.0][k]);
+    }
     let m = merge_runs(runs);
+    assert_eq!(m[1].time_ratio, Some(1.0));
     assert_eq!(m.len(), 2);
     assert_eq!((m[0].name.as_str(), m[0].repeats), ("a", 3));
     assert_eq!(m[0].median_ns, 200.0);
@@ -343,6 +349,7 @@ fn repeated_runs_report_per_row_medians() {
     assert_eq!(m[0].fences_per_op, Some(2.0));
     assert_eq!(m[0].median_ns_runs, vec![100.0, 300.0, 200.0]);
     assert_eq!(m[1].median_ns, 7.0);
+    assert_eq!(m[0].time_ratio, None);
     assert_eq!(m[1].fences_per_op, None);
     assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
 }
