@@ -7,11 +7,14 @@
 //! guard unmounts, detaches and stops everything on the way out, pass or fail, and another
 //! kills the workload.
 
+mod common;
+
+use common::Watched;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 static MOUNTS: Mutex<()> = Mutex::new(());
@@ -361,60 +364,6 @@ fn wait_gone(pid: u32) {
         !Path::new(&format!("/proc/{pid}")).exists(),
         "daemon {pid} did not end"
     );
-}
-
-/// A child process under a deadline: SIGKILLed by a watchdog thread once the deadline passes,
-/// and killed and reaped when dropped, so a failing (panicking) test never leaves it running.
-struct Watched {
-    child: Child,
-    /// Set, under the lock, once the child is reaped: the watchdog kills the pid only while
-    /// this is false, so it can never signal a reused pid.
-    reaped: Arc<Mutex<bool>>,
-}
-
-impl Watched {
-    fn spawn(cmd: &mut Command, limit: Duration) -> Watched {
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        let pid = child.id() as libc::pid_t;
-        let reaped = Arc::new(Mutex::new(false));
-        let r = reaped.clone();
-        std::thread::spawn(move || {
-            let t = Instant::now();
-            loop {
-                std::thread::sleep(Duration::from_millis(50));
-                let g = r.lock().unwrap_or_else(|e| e.into_inner());
-                if *g {
-                    return;
-                }
-                if t.elapsed() >= limit {
-                    // SAFETY: plain kill(2) of our own unreaped child.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    eprintln!("child {pid} killed: still running after {limit:?}");
-                    return;
-                }
-            }
-        });
-        Watched { child, reaped }
-    }
-
-    /// SIGKILL it (if still running) and reap it.
-    fn kill(&mut self) -> ExitStatus {
-        let mut g = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
-        if !*g {
-            let _ = self.child.kill();
-        }
-        let st = self.child.wait().expect("reap the child");
-        *g = true;
-        st
-    }
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// The workload's deadline: it is killed after every cycle, long before.

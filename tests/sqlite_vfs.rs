@@ -20,12 +20,15 @@
 //! Every child process runs under a deadline ([`Watched`]: killed when it passes, and when
 //! the test panics), so a hung child fails the test instead of hanging it.
 
+mod common;
+
+use common::Watched;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -33,83 +36,6 @@ const PYTHON: &str = "/usr/bin/python3";
 const SQLITE3: &str = "sqlite3";
 /// The deadline of a child that should end by itself (a check, an open, a workload).
 const CHILD_LIMIT: Duration = Duration::from_secs(120);
-
-/// A child process under a deadline: SIGKILLed by a watchdog thread once the deadline passes,
-/// and killed and reaped when dropped, so a failing (panicking) test never leaves it running.
-struct Watched {
-    child: Child,
-    /// Set, under the lock, once the child is reaped: the watchdog kills the pid only while
-    /// this is false, so it can never signal a reused pid.
-    reaped: Arc<Mutex<bool>>,
-    limit: Duration,
-}
-
-impl Watched {
-    fn spawn(cmd: &mut Command, limit: Duration) -> Watched {
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        let pid = child.id() as libc::pid_t;
-        let reaped = Arc::new(Mutex::new(false));
-        let r = reaped.clone();
-        std::thread::spawn(move || {
-            let t = Instant::now();
-            loop {
-                std::thread::sleep(Duration::from_millis(50));
-                let g = r.lock().unwrap_or_else(|e| e.into_inner());
-                if *g {
-                    return;
-                }
-                if t.elapsed() >= limit {
-                    // SAFETY: plain kill(2) of our own unreaped child.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    eprintln!("child {pid} killed: still running after {limit:?}");
-                    return;
-                }
-            }
-        });
-        Watched {
-            child,
-            reaped,
-            limit,
-        }
-    }
-
-    /// Its status once it ended (by itself, or killed by the deadline).
-    fn try_wait(&mut self) -> Option<ExitStatus> {
-        let mut g = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
-        let st = self.child.try_wait().expect("poll the child")?;
-        *g = true;
-        Some(st)
-    }
-
-    /// Wait for its end; the deadline still applies.
-    fn wait(&mut self) -> ExitStatus {
-        loop {
-            if let Some(st) = self.try_wait() {
-                return st;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// SIGKILL it (if still running) and reap it.
-    fn kill(&mut self) -> ExitStatus {
-        let mut g = self.reaped.lock().unwrap_or_else(|e| e.into_inner());
-        if !*g {
-            let _ = self.child.kill();
-        }
-        let st = self.child.wait().expect("reap the child");
-        *g = true;
-        st
-    }
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 /// Run `cmd` to its end under [`CHILD_LIMIT`], feeding it `input` on stdin; its output.
 fn output(cmd: &mut Command, input: Option<&[u8]>) -> Output {
