@@ -233,7 +233,6 @@ impl StripedCounter {
 }
 
 /// Map entries read and checked, and their new values, before they are stored.
-#[derive(Clone)]
 struct Prepared {
     /// Entries that change (a discard of an unmapped block changes nothing).
     k: usize,
@@ -276,6 +275,27 @@ fn corrupt_entry(lba: u64, raw: u64) -> Error {
     Error::finding(format!(
         "map entry of LBA {lba} is corrupt ({raw:#018x} fails its check bits): run `nvstack check`"
     ))
+}
+
+/// Index ranges of `v` in which each element is the previous one + 1, in order; every element a
+/// range of its own when `one_each` (stop points: a stop after element k's event must find
+/// exactly elements 0..=k stored).
+fn consecutive_runs<T: Copy + Into<u64>>(
+    v: &[T],
+    one_each: bool,
+) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        if i == v.len() {
+            return None;
+        }
+        let start = i;
+        i += 1;
+        while !one_each && i < v.len() && v[i].into() == v[i - 1].into() + 1 {
+            i += 1;
+        }
+        Some(start..i)
+    })
 }
 
 /// Read both superblock copies out of raw bytes and insist they agree.
@@ -873,6 +893,25 @@ impl<R: Region> NvramDisk<R> {
         guards
     }
 
+    /// The entry of `lba` from the mirror, with its raw word: Err when it does not decode or
+    /// names a page past the end (the message shows the media word).
+    fn look_up(&self, lba: u64) -> Result<(u64, Entry)> {
+        let raw = self.mirror[lba as usize].load(Ordering::Acquire);
+        match Entry::decode_checked_before(lba, raw) {
+            Ok(e) if e.vpn.is_none_or(|v| (v as u64) < self.geo.pages) => Ok((raw, e)),
+            _ => Err(corrupt_entry(
+                lba,
+                self.region.load_u64(self.geo.map_entry_off(lba)),
+            )),
+        }
+    }
+
+    /// The pair assertion of a writer's lookup (its stripe is held, so nothing is in flight):
+    /// the mirror word is the media word, or the zero word of an entry damaged at open.
+    fn mirror_is_media(&self, lba: u64, raw: u64) -> bool {
+        raw == 0 || self.region.load_u64(self.geo.map_entry_off(lba)) == raw
+    }
+
     fn validate_lbas(&self, lbas: &[u64]) -> Result<()> {
         if lbas.is_empty() || lbas.len() > ATOMIC_BLOCKS_MAX {
             return Err(Error::bad(format!(
@@ -942,7 +981,7 @@ impl<R: Region> NvramDisk<R> {
         let mut pages = [0u32; ATOMIC_BLOCKS_MAX];
         self.take_pages(&mut lane, n, &mut pages);
         // The entries are looked up after the data step, their lines prefetched now: the
-        // misses overlap the copy instead of stalling it (see write_one_fast).
+        // misses overlap the copy instead of stalling it (see write_one).
         for &lba in lbas {
             prefetch_cpu(self.mirror[lba as usize].as_ptr() as *const u8);
         }
@@ -950,22 +989,18 @@ impl<R: Region> NvramDisk<R> {
         if self.bug.is_none() || !self.seeded_data_step(&mut lane, lbas, data, &mut pages[..n])? {
             // Adjacent pages (take_pages sorts them, and a run freed together comes back
             // together) are one store: one copy streams through memory instead of n calls.
-            // With a hook (stop points), one store per block, so that a stop after block k's
-            // event finds exactly blocks 0..=k stored.
-            let mut i = 0;
-            while i < n {
-                let mut end = i + 1;
-                while end < n && pages[end] == pages[end - 1] + 1 && self.hook.is_none() {
-                    end += 1;
-                }
-                let off = self.geo.page_off(pages[i]);
-                lane.domain
-                    .store(r, self.ordering.data, off, &data[i * b..end * b]);
-                for k in i..end {
+            for run in consecutive_runs(&pages[..n], self.hook.is_some()) {
+                let off = self.geo.page_off(pages[run.start]);
+                lane.domain.store(
+                    r,
+                    self.ordering.data,
+                    off,
+                    &data[run.start * b..run.end * b],
+                );
+                for k in run {
                     let off = self.geo.page_off(pages[k]);
                     self.ev(Step::Data, Phase::Stored, off, b as u64, lbas[k])?;
                 }
-                i = end;
             }
             lane.domain.commit(r);
             self.ev(
@@ -1005,24 +1040,15 @@ impl<R: Region> NvramDisk<R> {
         self.ev(Step::Data, Phase::Stored, page_off, b, lba)?;
         lane.domain.commit(r);
         self.ev(Step::Data, Phase::Persisted, page_off, b, lba)?;
-        let raw = mirrored.load(Ordering::Relaxed);
-        // Pair assertion: the mirror is the media entry (the stripe lock is held).
-        debug_assert!(
-            raw == 0 || r.load_u64(entry_off) == raw,
-            "mirror of LBA {lba}"
-        );
-        let e = match Entry::decode_checked_before(lba, raw) {
-            Ok(e) => e,
-            Err(_) => {
+        let (raw, e) = match self.look_up(lba) {
+            Ok(x) => x,
+            Err(err) => {
                 // The shadow page holds the new data, but nothing names it: it goes back.
                 self.give_back(&[lba], &pages[..1]);
-                return Err(corrupt_entry(lba, r.load_u64(entry_off)));
+                return Err(err);
             }
         };
-        if e.vpn.is_some_and(|v| v as u64 >= self.geo.pages) {
-            self.give_back(&[lba], &pages[..1]);
-            return Err(corrupt_entry(lba, raw));
-        }
+        debug_assert!(self.mirror_is_media(lba, raw), "mirror of LBA {lba}");
         let new = e.next(Some(page)).encode(lba);
         match self.sb.protocol {
             Protocol::Fast => {
@@ -1158,40 +1184,28 @@ impl<R: Region> NvramDisk<R> {
 
     /// Read and check the map entries of `lbas` and compute their new values (pointing at
     /// `pages`, or unmapped). Nothing is stored. The caller holds the stripes of `lbas`, so
-    /// the entries cannot change before [`Self::apply_entries`]; a write calls this before its
-    /// data step, so the entries' cache misses overlap the data's stores instead of following
-    /// its fence. On a corrupt entry the pages go back to the pool.
+    /// the entries cannot change before [`Self::apply_entries`]; a write calls this after its
+    /// data step, having prefetched the entries' lines before it. On a corrupt entry the pages
+    /// go back to the pool.
     fn prepare_entries(&self, lbas: &[u64], pages: Option<&[u32]>, p: &mut Prepared) -> Result<()> {
-        let r = &*self.region;
         p.k = 0;
         p.freed_n = 0;
         for (i, &lba) in lbas.iter().enumerate() {
-            let raw = self.mirror[lba as usize].load(Ordering::Relaxed);
-            // Pair assertion: the mirror is the media entry (the caller holds the stripe).
-            debug_assert!(
-                raw == 0 || r.load_u64(self.geo.map_entry_off(lba)) == raw,
-                "mirror of LBA {lba}"
-            );
-            let e = match Entry::decode_checked_before(lba, raw) {
-                Ok(e) => e,
-                Err(_) => {
+            let (raw, e) = match self.look_up(lba) {
+                Ok(x) => x,
+                Err(err) => {
                     if let Some(pg) = pages {
                         self.give_back(lbas, pg);
                     }
-                    return Err(corrupt_entry(lba, r.load_u64(self.geo.map_entry_off(lba))));
+                    return Err(err);
                 }
             };
+            debug_assert!(self.mirror_is_media(lba, raw), "mirror of LBA {lba}");
             let vpn = pages.map(|pg| pg[i]);
             if vpn.is_none() && e.vpn.is_none() {
                 continue; // discarding a block that holds no page changes nothing
             }
             if let Some(old) = e.vpn {
-                if old as u64 >= self.geo.pages {
-                    if let Some(pg) = pages {
-                        self.give_back(lbas, pg);
-                    }
-                    return Err(corrupt_entry(lba, raw));
-                }
                 // Seeded bug fast-write-in-place: the page written in place stays mapped.
                 if self.bug.is_none() || vpn != Some(old) {
                     p.freed[p.freed_n] = old;
@@ -1219,7 +1233,7 @@ impl<R: Region> NvramDisk<R> {
             }
         }
         // The entries are durable: readers see the new pages from here on (see
-        // write_one_fast for why the old pages cannot be recycled under a reader).
+        // write_one for why the old pages cannot be recycled under a reader).
         for (&lba, &new) in p.lbas[..k].iter().zip(&p.news[..k]) {
             self.mirror[lba as usize].store(new, Ordering::Release);
         }
@@ -1347,20 +1361,20 @@ impl<R: Region> NvramDisk<R> {
     fn store_map_words(&self, d: &mut CommitDomain, lbas: &[u64], news: &[u64]) -> Result<()> {
         let r = &*self.region;
         // Runs of consecutive LBAs (every contiguous write) are consecutive map words: one
-        // call per run, still one 8-byte store per word. With a hook (stop points), one call
-        // per word, so that a stop after word k's event finds exactly words 0..=k stored.
-        let mut i = 0;
-        while i < lbas.len() {
-            let mut end = i + 1;
-            while end < lbas.len() && lbas[end] == lbas[end - 1] + 1 && self.hook.is_none() {
-                end += 1;
+        // call per run, still one 8-byte store per word.
+        for run in consecutive_runs(lbas, self.hook.is_some()) {
+            let off = self.geo.map_entry_off(lbas[run.start]);
+            d.store_words(r, self.ordering.map, off, &news[run.clone()]);
+            for k in run {
+                let lba = lbas[k];
+                self.ev(
+                    Step::Map,
+                    Phase::Stored,
+                    self.geo.map_entry_off(lba),
+                    8,
+                    lba,
+                )?;
             }
-            let off = self.geo.map_entry_off(lbas[i]);
-            d.store_words(r, self.ordering.map, off, &news[i..end]);
-            for (k, &lba) in lbas.iter().enumerate().take(end).skip(i) {
-                self.ev(Step::Map, Phase::Stored, off + (k - i) as u64 * 8, 8, lba)?;
-            }
-            i = end;
         }
         Ok(())
     }
@@ -1526,20 +1540,13 @@ impl<R: Region> NvramDisk<R> {
             let off = self.geo.map_entry_off(l);
             let mirrored = &self.mirror[l as usize];
             loop {
-                let raw = mirrored.load(Ordering::Acquire);
-                let e = Entry::decode_checked_before(l, raw)
-                    .map_err(|_| corrupt_entry(l, r.load_u64(off)))?;
+                let (raw, e) = self.look_up(l)?;
                 if self.hook.is_some() {
                     self.ev(Step::ReadLookup, Phase::Stored, off, 8, l)?;
                 }
                 match e.vpn {
                     None => dst.fill(0),
-                    Some(v) => {
-                        if v as u64 >= self.geo.pages {
-                            return Err(corrupt_entry(l, raw));
-                        }
-                        r.read(self.geo.page_off(v), dst);
-                    }
+                    Some(v) => r.read(self.geo.page_off(v), dst),
                 }
                 if !self.read_protection {
                     break;
