@@ -306,14 +306,17 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn at_least(
+    /// `row`'s rate over `base`'s, at least `limit`; None when either row did not run (a
+    /// target is checked only against figures of this run).
+    pub fn rate_at_least(
         suite: Suite,
         page_bytes: u64,
         what: &str,
-        measured: f64,
+        (row, base): (Option<&BenchResult>, Option<&BenchResult>),
         limit: f64,
-    ) -> Target {
-        Target {
+    ) -> Option<Target> {
+        let measured = row?.ops_per_sec / base?.ops_per_sec;
+        Some(Target {
             suite: suite.name(),
             page_bytes,
             what: what.to_string(),
@@ -321,10 +324,19 @@ impl Target {
             bound: "at least",
             limit,
             met: measured >= limit,
-        }
+        })
     }
-    pub fn at_most(suite: Suite, page_bytes: u64, what: &str, measured: f64, limit: f64) -> Target {
-        Target {
+
+    /// `row`'s median time over `base`'s, at most `limit`; None when either row did not run.
+    pub fn time_at_most(
+        suite: Suite,
+        page_bytes: u64,
+        what: &str,
+        (row, base): (Option<&BenchResult>, Option<&BenchResult>),
+        limit: f64,
+    ) -> Option<Target> {
+        let measured = row?.median_ns / base?.median_ns;
+        Some(Target {
             suite: suite.name(),
             page_bytes,
             what: what.to_string(),
@@ -332,7 +344,7 @@ impl Target {
             bound: "at most",
             limit,
             met: measured <= limit,
-        }
+        })
     }
 }
 

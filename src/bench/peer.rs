@@ -311,77 +311,52 @@ pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
         let fast_w = get("nvramdisk-fast", "write");
         let paper_w = get("nvramdisk-paper", "write");
         let blk_w = get("libpmemblk", "write");
-        let floor2 = get("floor-2fence", "write");
-        let huge = page >= super::place::HUGE_PAGE_BYTES;
-        if let (Some(f), Some(b)) = (fast_w, blk_w) {
-            out.push(Target::at_least(
-                SUITE,
-                page,
-                "fast write ops/s / libpmemblk (1 thread)",
-                f.ops_per_sec / b.ops_per_sec,
-                if huge { 1.6 } else { 1.4 },
-            ));
-        }
-        if let (Some(f), Some(fl)) = (fast_w, floor2) {
-            out.push(Target::at_most(
-                SUITE,
-                page,
-                "fast write median / floor-2fence (1 thread)",
-                f.median_ns / fl.median_ns,
-                1.15,
-            ));
-        }
-        if let (Some(p), Some(b)) = (paper_w, blk_w) {
-            out.push(Target::at_least(
-                SUITE,
-                page,
-                "paper write ops/s / libpmemblk (1 thread)",
-                p.ops_per_sec / b.ops_per_sec,
-                1.0,
-            ));
-        }
-        if let (Some(p), Some(b)) = (
-            get_t("nvramdisk-paper", "write", 2),
-            get_t("libpmemblk", "write", 2),
-        ) {
-            out.push(Target::at_least(
-                SUITE,
-                page,
-                "paper write ops/s / libpmemblk (2 threads)",
-                p.ops_per_sec / b.ops_per_sec,
-                1.0,
-            ));
-        }
-        // Where the paper's rate is bounded: its seven persists cost at least floor-paper.
-        if let (Some(p), Some(fl)) = (paper_w, get("floor-paper", "write")) {
-            out.push(Target::at_most(
-                SUITE,
-                page,
-                "paper write median / floor-paper, its own floor (1 thread)",
-                p.median_ns / fl.median_ns,
-                1.15,
-            ));
-        }
         let fast_r = get("nvramdisk-fast", "read");
-        if let (Some(f), Some(r)) = (fast_r, get("raw-read", "read")) {
-            out.push(Target::at_most(
-                SUITE,
-                page,
-                "fast read median / raw 4 KiB copy (1 thread)",
-                f.median_ns / r.median_ns,
-                1.15,
-            ));
-        }
+        let huge = page >= super::place::HUGE_PAGE_BYTES;
+        let at_least =
+            |what: &str, rows, limit| Target::rate_at_least(SUITE, page, what, rows, limit);
+        let at_most =
+            |what: &str, rows, limit| Target::time_at_most(SUITE, page, what, rows, limit);
+        out.extend(at_least(
+            "fast write ops/s / libpmemblk (1 thread)",
+            (fast_w, blk_w),
+            if huge { 1.6 } else { 1.4 },
+        ));
+        out.extend(at_most(
+            "fast write median / floor-2fence (1 thread)",
+            (fast_w, get("floor-2fence", "write")),
+            1.15,
+        ));
+        out.extend(at_least(
+            "paper write ops/s / libpmemblk (1 thread)",
+            (paper_w, blk_w),
+            1.0,
+        ));
+        out.extend(at_least(
+            "paper write ops/s / libpmemblk (2 threads)",
+            (
+                get_t("nvramdisk-paper", "write", 2),
+                get_t("libpmemblk", "write", 2),
+            ),
+            1.0,
+        ));
+        // Where the paper's rate is bounded: its seven persists cost at least floor-paper.
+        out.extend(at_most(
+            "paper write median / floor-paper, its own floor (1 thread)",
+            (paper_w, get("floor-paper", "write")),
+            1.15,
+        ));
+        out.extend(at_most(
+            "fast read median / raw 4 KiB copy (1 thread)",
+            (fast_r, get("raw-read", "read")),
+            1.15,
+        ));
         // Where the read is bounded: one dependent load from a block map not in the cache.
-        if let (Some(f), Some(r)) = (fast_r, get("raw-read-lookup", "read")) {
-            out.push(Target::at_most(
-                SUITE,
-                page,
-                "fast read median / raw-read-lookup, its own floor (1 thread)",
-                f.median_ns / r.median_ns,
-                1.15,
-            ));
-        }
+        out.extend(at_most(
+            "fast read median / raw-read-lookup, its own floor (1 thread)",
+            (fast_r, get("raw-read-lookup", "read")),
+            1.15,
+        ));
     }
     out
 }
