@@ -7,7 +7,7 @@
 #   libCacheSim LRU           libcachesim.LRU(256 MiB) over the same block-level trace, written
 #                             once (untimed) by `nvstack sim blocks` as oracleGeneral, whole
 #                             process: start Python, import libcachesim, open the trace,
-#                             process_trace, print (tests/libcachesim_lru.py)
+#                             process_trace, print (crates/cli/tests/libcachesim_lru.py)
 #   libCacheSim process_trace the process_trace call alone, timed inside those same processes
 # Every system runs --runs times (default 5) after one untimed warm-up, in an order rotated each
 # round; the table shows the median seconds, block accesses per second, and the ratio to
@@ -59,7 +59,7 @@ nv = [B, "sim", "cache", "--trace", trace, "--format", "cloudphysics", "--model"
 cmds = {
     "dirty": nv,
     "plain": nv + ["--delayed-writeback", "off"],
-    "lcs": [py, "tests/libcachesim_lru.py", "--trace", blocks, "--cache-bytes", str(cache_bytes)],
+    "lcs": [py, "crates/cli/tests/libcachesim_lru.py", "--trace", blocks, "--cache-bytes", str(cache_bytes)],
 }
 
 def run(name):

@@ -4,7 +4,7 @@
 need_pkgs=()
 command -v flock >/dev/null 2>&1 || need_pkgs+=(util-linux)
 command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)
-# The whole-stack tests (tests/serve.rs, tests/sqlite_vfs.rs) use the real kernel file systems,
+# The whole-stack tests (crates/cli/tests/serve.rs, sqlite-vfs/tests/sqlite_vfs.rs) use the real kernel file systems,
 # SQLite and fio: FUSE, loop devices, e2fsprogs, xfsprogs, the sqlite3 CLI, Debian's python3
 # (its sqlite3 module can load extensions).
 command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
@@ -16,9 +16,9 @@ command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
 [ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || [ -e /usr/lib/libsqlite3.so ] || need_pkgs+=(libsqlite3-dev)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)
 # PMDK's libpmemblk (a user-space Linux BTT): the peer `nvstack bench` loads at run time
-# (src/peer/pmemblk.rs, dlopen); without it the peer rows are skipped, never faked.
+# (crates/bench/src/pmemblk.rs, dlopen); without it the peer rows are skipped, never faked.
 [ -e /usr/lib/x86_64-linux-gnu/libpmemblk.so.1 ] || need_pkgs+=(libpmemblk-dev)
-# python3-venv: the libCacheSim venv below (tests/sim_libcachesim.rs, scripts/bench-sim.sh).
+# python3-venv: the libCacheSim venv below (crates/cli/tests/sim_libcachesim.rs, scripts/bench-sim.sh).
 /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
@@ -39,7 +39,7 @@ if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
   echo "/dev/shm is missing or not writable: nvstack emulates NVRAM with files there" >&2
   exit 3
 fi
-# libCacheSim (PyPI `libcachesim`), the reference LRU of tests/sim_libcachesim.rs and
+# libCacheSim (PyPI `libcachesim`), the reference LRU of crates/cli/tests/sim_libcachesim.rs and
 # scripts/bench-sim.sh: a venv under target/, made once. If it cannot be made, warn: that test
 # then skips its comparison and the rest still runs.
 lcs_venv="$PWD/target/venv-libcachesim"
@@ -47,7 +47,7 @@ if ! "$lcs_venv/bin/python" -c 'import libcachesim' >/dev/null 2>&1; then
   rm -rf "$lcs_venv"
   if ! { /usr/bin/python3 -m venv "$lcs_venv" &&
     "$lcs_venv/bin/pip" install -q --disable-pip-version-check 'libcachesim==0.3.5'; }; then
-    echo "warning: could not install libcachesim into $lcs_venv: tests/sim_libcachesim.rs will skip the exact LRU comparison" >&2
+    echo "warning: could not install libcachesim into $lcs_venv: crates/cli/tests/sim_libcachesim.rs will skip the exact LRU comparison" >&2
     rm -rf "$lcs_venv"
   fi
 fi

@@ -10,9 +10,9 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 use crate::registry::{self, OpenRegion};
+use crate::store::{FileId, StoreError};
 use crate::{params, set_last_error, VfsError};
 use libsqlite3_sys as sq;
-use nvstack::export::sqlite_store::{FileId, StoreError};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;

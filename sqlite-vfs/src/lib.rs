@@ -11,7 +11,7 @@
 //! shared-memory wal-index stay with `unix` (every method of the main file is passed through
 //! to it). Files SQLite opens with `SQLITE_OPEN_WAL`, `SQLITE_OPEN_MAIN_JOURNAL` or
 //! `SQLITE_OPEN_SUPER_JOURNAL` live in the region's journal store
-//! (`nvstack::export::sqlite_store`): each write is one atomic nvramdisk write, durable when it
+//! (`crate::store`): each write is one atomic nvramdisk write, durable when it
 //! returns, so xSync on them does nothing.
 //!
 //! URI parameters (on the database's `file:` URI):
@@ -21,7 +21,7 @@
 //! - `powercut=MODEL:SEED:DELAY_MS`: **testing only**. The region runs on the crash checker's
 //!   simulated region and, DELAY_MS after the database opens, power is cut: a crash image drawn
 //!   under fault model MODEL (M0, M1, M2) is written over the image file and the process exits
-//!   with code 86 (`nvstack::export::powercut`).
+//!   with code 86 (`nvstack_export::powercut`).
 //!
 //! One region serves one database; one process at a time holds it (a second process gets
 //! SQLITE_BUSY). Errors are reported with `sqlite3_log` and by the SQL function
@@ -29,12 +29,11 @@
 //!
 //! Only `ffi` contains `unsafe`.
 
-#![deny(unsafe_code)]
-
 #[allow(unsafe_code)]
 mod ffi;
 pub mod params;
 pub mod registry;
+pub mod store;
 
 use std::sync::Mutex;
 

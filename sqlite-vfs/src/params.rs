@@ -1,7 +1,7 @@
 //! The URI parameters of `file:DB?vfs=nvstack&region=PATH&region_size=SIZE[&powercut=...]`.
 
 use crate::VfsError;
-use nvstack::export::powercut::PowerCutSpec;
+use nvstack_export::powercut::PowerCutSpec;
 use std::path::PathBuf;
 
 /// The longest region path accepted.
@@ -14,7 +14,7 @@ pub struct Params {
     /// Its size: required to create it; when it exists, checked against it if given.
     pub region_size_bytes: Option<u64>,
     /// Testing only: run the region on the simulated region and cut power (see
-    /// `nvstack::export::powercut`).
+    /// `nvstack_export::powercut`).
     pub powercut: Option<PowerCutSpec>,
 }
 
@@ -43,7 +43,7 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Params, VfsError> {
     let region_size_bytes = match get("region_size") {
         None => None,
         Some(s) => Some(
-            nvstack::size::parse_size(&s)
+            nvstack_core::size::parse_size(&s)
                 .map_err(|e| VfsError::cantopen(format!("URI parameter region_size={s}: {e}")))?,
         ),
     };

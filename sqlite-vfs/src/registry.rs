@@ -6,12 +6,12 @@
 //! file using it are closed.
 
 use crate::params::Params;
+use crate::store::{AtomicBlockDevice, FileKind, Store};
 use crate::VfsError;
 use libsqlite3_sys as sq;
-use nvstack::export::powercut::PowerCut;
-use nvstack::export::sqlite_store::{AtomicBlockDevice, FileKind, Store};
-use nvstack::nvramdisk::disk::{FormatOptions, NvramDisk, OpenOptions};
-use nvstack::nvramdisk::image;
+use nvstack_export::powercut::PowerCut;
+use nvstack_nvramdisk::disk::{FormatOptions, NvramDisk, OpenOptions};
+use nvstack_nvramdisk::image;
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -65,7 +65,7 @@ fn canonical(path: &Path) -> Result<PathBuf, VfsError> {
 }
 
 /// Map an nvstack error met while opening a region: a lock held elsewhere is SQLITE_BUSY.
-fn open_error(path: &Path, e: nvstack::Error) -> VfsError {
+fn open_error(path: &Path, e: nvstack_core::Error) -> VfsError {
     let msg = e.to_string();
     if msg.contains("locked by another process") {
         busy(path)

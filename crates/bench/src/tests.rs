@@ -1,0 +1,357 @@
+//! Every suite, run small: each produces its rows, well formed, with its images deleted and its
+//! figures written. Nothing here asserts a time (the machines are shared and noisy); the fence
+//! counts come from the devices' own counters and are exact.
+
+use super::*;
+
+/// A small run of `suites` in a fresh directory under /dev/shm (4 KiB pages only).
+fn quick(suites: Vec<Suite>) -> (tempfile::TempDir, BenchReport) {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let opts = BenchOptions {
+        suites,
+        dir: dir.path().to_path_buf(),
+        size_bytes: QUICK_TEST_SIZE_MIN,
+        ops: Some(400),
+        quick: true,
+        seed: 7,
+        quick_test: true,
+        huge: false,
+        latency_multiple: 1.0,
+        repeat: 1,
+    };
+    let r = run(&opts, &nvstack_core::NoProgress).unwrap();
+    (dir, r)
+}
+
+fn assert_well_formed(r: &BenchReport, dir: &Path) {
+    assert!(!r.results.is_empty());
+    for row in &r.results {
+        let what = format!("{} {} {} x{}", row.suite, row.name, row.op, row.threads);
+        for v in [row.ops_per_sec, row.median_ns, row.p99_ns, row.mb_per_sec] {
+            assert!(v.is_finite() && v > 0.0, "{what}: {v}");
+        }
+        assert!(row.p99_ns >= row.median_ns, "{what}");
+        assert!(row.op == "read" || row.op == "write", "{what}");
+        assert!(row.block_bytes >= 8 && row.threads >= 1, "{what}");
+        assert!(row.page_bytes >= 4096, "{what}: page size measured");
+        assert!(
+            !row.persist_method.is_empty(),
+            "{what}: persist method named"
+        );
+        assert_eq!(row.x.is_some(), row.x_name.is_some(), "{what}");
+        if let Some(b) = &row.baseline {
+            let t = row
+                .time_ratio
+                .unwrap_or_else(|| panic!("{what}: no row {b} to compare"));
+            assert!(t.is_finite() && t > 0.0, "{what}");
+            assert!(row.throughput_ratio.unwrap() > 0.0, "{what}");
+        }
+        if row.name.starts_with("nvramdisk") {
+            assert!(row.protocol.is_some() && row.ordering.is_some(), "{what}");
+            assert_eq!(row.fences_per_op.is_some(), row.op == "write", "{what}");
+        }
+    }
+    // The image files are gone.
+    assert_eq!(
+        std::fs::read_dir(dir).unwrap().count(),
+        0,
+        "images left behind"
+    );
+    let table = format_table(r);
+    for row in &r.results {
+        assert!(
+            table.contains(&row.name),
+            "{} missing from\n{table}",
+            row.name
+        );
+    }
+    // The JSON holds the fields scripts rely on.
+    let v: serde_json::Value = serde_json::to_value(r).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), r.results.len());
+    for key in [
+        "suite",
+        "name",
+        "op",
+        "block_bytes",
+        "threads",
+        "page_bytes",
+        "protocol",
+        "ordering",
+        "persist_method",
+        "ops_per_sec",
+        "median_ns",
+        "p99_ns",
+    ] {
+        assert!(rows.iter().all(|x| x.get(key).is_some()), "no {key}");
+    }
+    // The figures are written and are SVG.
+    let plots = tempfile::tempdir().unwrap();
+    let files = write_plots(r, plots.path()).unwrap();
+    assert!(!files.is_empty());
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        assert!(text.contains("<svg"), "{}", f.display());
+    }
+}
+
+fn names(r: &BenchReport, op: &str) -> Vec<String> {
+    let mut v: Vec<String> = r
+        .results
+        .iter()
+        .filter(|x| x.op == op)
+        .map(|x| x.name.clone())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn row<'a>(r: &'a BenchReport, name: &str, op: &str, threads: u32) -> &'a BenchResult {
+    r.results
+        .iter()
+        .find(|x| x.name == name && x.op == op && x.threads == threads)
+        .unwrap_or_else(|| panic!("no row {name} {op} x{threads}"))
+}
+
+#[test]
+fn peer_suite() {
+    let (dir, r) = quick(vec![Suite::Peer]);
+    assert_well_formed(&r, dir.path());
+    let blk = crate::pmemblk::PmemBlkLib::load().is_ok();
+    let mut want = vec![
+        "floor-2fence",
+        "floor-nt",
+        "floor-paper",
+        "nvramdisk-fast",
+        "nvramdisk-paper",
+    ];
+    if blk {
+        want.insert(3, "libpmemblk");
+    } else {
+        assert!(r.notes.iter().any(|n| n.contains("libpmemblk: not loaded")));
+    }
+    assert_eq!(names(&r, "write"), want);
+    for name in &want {
+        for threads in [1, 2] {
+            row(&r, name, "write", threads);
+        }
+    }
+    // The protocols' fence counts (docs/format.md 6.5), one 4 KiB block per write.
+    assert_eq!(
+        row(&r, "nvramdisk-fast", "write", 1).fences_per_op,
+        Some(2.0)
+    );
+    assert_eq!(
+        row(&r, "nvramdisk-paper", "write", 1).fences_per_op,
+        Some(7.0)
+    );
+    let reads = names(&r, "read");
+    assert!(reads.contains(&"raw-read".to_string()), "{reads:?}");
+    assert!(reads.contains(&"raw-read-lookup".to_string()), "{reads:?}");
+    assert_eq!(
+        row(&r, "raw-read-lookup", "read", 1).baseline.as_deref(),
+        Some("raw-read")
+    );
+    assert!(reads.contains(&"nvramdisk-fast".to_string()), "{reads:?}");
+    assert_eq!(reads.contains(&"libpmemblk".to_string()), blk);
+    // Every write and read is 4 KiB; the targets are computed from this run's rows.
+    assert!(r.results.iter().all(|x| x.block_bytes == 4096));
+    assert!(!r.targets.is_empty());
+    for t in &r.targets {
+        assert!(t.measured.is_finite() && t.measured > 0.0, "{t:?}");
+        assert_eq!(
+            t.met,
+            if t.bound == "at least" {
+                t.measured >= t.limit
+            } else {
+                t.measured <= t.limit
+            }
+        );
+    }
+    assert_eq!(r.libpmemblk_persist_method.is_some(), blk);
+}
+
+#[test]
+fn ordering_suite() {
+    let (dir, r) = quick(vec![Suite::Ordering]);
+    assert_well_formed(&r, dir.path());
+    // Raw stores of 8 B and 4 KiB, and 4 KiB writes under every policy.
+    let sizes: Vec<u64> = r.results.iter().map(|x| x.block_bytes).collect();
+    assert!(sizes.contains(&8) && sizes.contains(&4096));
+    use nvstack_pmem::ordering::{check_available, POLICIES};
+    for p in POLICIES.iter().filter(|p| check_available(p).is_ok()) {
+        assert!(
+            r.results
+                .iter()
+                .any(|x| x.ordering.as_deref() == Some(p.name)),
+            "no row under ordering policy {}",
+            p.name
+        );
+    }
+    // Per-range commit against global commit on 2 threads.
+    assert!(r.results.iter().any(|x| x.threads == 2));
+}
+
+#[test]
+fn record_suite() {
+    let (dir, r) = quick(vec![Suite::Record]);
+    assert_well_formed(&r, dir.path());
+    let mut sizes: Vec<u64> = r.results.iter().map(|x| x.block_bytes).collect();
+    sizes.dedup();
+    assert_eq!(sizes.first(), Some(&4096));
+    assert_eq!(sizes.last(), Some(&(256 << 10)));
+    for name in ["nvramdisk-fast", "floor-nt"] {
+        assert!(r
+            .results
+            .iter()
+            .any(|x| x.name == name && x.block_bytes == 256 << 10));
+    }
+    // A 256 KiB atomic write is 64 blocks in one transaction: the fast protocol's record path,
+    // 4 fences (docs/format.md 6.5).
+    let big = r
+        .results
+        .iter()
+        .find(|x| x.name == "nvramdisk-fast" && x.block_bytes == 256 << 10)
+        .unwrap();
+    assert_eq!(big.fences_per_op, Some(4.0));
+    // Without the ordering guarantee nothing is fenced.
+    let async_row = r
+        .results
+        .iter()
+        .find(|x| x.name == "nvramdisk-fast-async" && x.block_bytes == 4096)
+        .unwrap();
+    assert_eq!(async_row.fences_per_op, Some(0.0));
+}
+
+#[test]
+fn latency_suite() {
+    let (dir, r) = quick(vec![Suite::Latency]);
+    assert_well_formed(&r, dir.path());
+    let xs: Vec<f64> = r.results.iter().filter_map(|x| x.x).collect();
+    assert!(xs.contains(&1.0) && xs.contains(&3.0), "{xs:?}");
+    assert!(r.dram_store_latency_ns > 0.0);
+}
+
+#[test]
+fn allocation_suite() {
+    let (dir, r) = quick(vec![Suite::Allocation]);
+    assert_well_formed(&r, dir.path());
+    let names = names(&r, "write");
+    assert_eq!(names.len(), 2, "{names:?}");
+    let sizes: Vec<u64> = r.results.iter().map(|x| x.block_bytes).collect();
+    assert!(sizes.contains(&4096) && sizes.contains(&(1 << 20)));
+}
+
+#[test]
+fn multiblock_suite() {
+    let (dir, r) = quick(vec![Suite::Multiblock]);
+    assert_well_formed(&r, dir.path());
+    let xs: Vec<f64> = r.results.iter().filter_map(|x| x.x).collect();
+    assert!(xs.contains(&2.0) && xs.contains(&64.0), "{xs:?}");
+    for name in [
+        "nvramdisk-fast-atomic",
+        "nvramdisk-fast-singles",
+        "floor-copy-2fence",
+    ] {
+        assert!(r.results.iter().any(|x| x.name == name), "no {name}");
+    }
+    // One transaction of n >= 2 blocks: the record path's 4 fences; n single writes: 2n
+    // (docs/format.md 6.5).
+    for x in r
+        .results
+        .iter()
+        .filter(|x| x.name.starts_with("nvramdisk-fast"))
+    {
+        let n = x.x.unwrap();
+        let want = if x.name.ends_with("atomic") {
+            4.0
+        } else {
+            2.0 * n
+        };
+        assert_eq!(x.fences_per_op, Some(want), "{} x{n}", x.name);
+    }
+}
+
+#[test]
+fn bad_options_are_refused() {
+    let bad = [
+        BenchOptions {
+            size_bytes: 256 << 20,
+            ..Default::default()
+        },
+        BenchOptions {
+            size_bytes: (1 << 30) + 4096,
+            ..Default::default()
+        },
+        BenchOptions {
+            ops: Some(0),
+            ..Default::default()
+        },
+        BenchOptions {
+            latency_multiple: 3.5,
+            ..Default::default()
+        },
+        BenchOptions {
+            suites: Vec::new(),
+            ..Default::default()
+        },
+        BenchOptions {
+            repeat: 0,
+            ..Default::default()
+        },
+        BenchOptions {
+            repeat: REPEAT_MAX + 1,
+            ..Default::default()
+        },
+    ];
+    for o in bad {
+        assert!(
+            matches!(run(&o, &nvstack_core::NoProgress), Err(Error::BadInput(_))),
+            "{o:?}"
+        );
+    }
+    assert!(Suite::parse_list("nope").is_err());
+    assert_eq!(Suite::parse_list("all").unwrap().len(), SUITES.len());
+}
+
+#[test]
+fn repeated_runs_report_per_row_medians() {
+    let row = |name: &str, median: f64, ops: f64, fences: Option<f64>| {
+        let t = Timing {
+            ops_per_sec: ops,
+            median_ns: median,
+            p99_ns: median * 2.0,
+            ops: 100,
+        };
+        let mut r = Row::new(Suite::Peer, name, "write", 4096, 1);
+        if let Some(f) = fences {
+            r = r.fences(f);
+        }
+        r.timed(&t, 4096)
+    };
+    let runs = vec![
+        vec![row("a", 100.0, 10.0, Some(2.0)), row("b", 7.0, 1.0, None)],
+        vec![row("a", 300.0, 30.0, Some(2.0)), row("b", 5.0, 3.0, None)],
+        vec![row("a", 200.0, 20.0, Some(4.0)), row("b", 9.0, 2.0, None)],
+    ];
+    let mut runs = runs;
+    for (k, run) in runs.iter_mut().enumerate() {
+        // A ratio the suite set itself (the latency and ordering suites do).
+        run[1].time_ratio = Some([1.5, 0.5, 1.0][k]);
+    }
+    let m = merge_runs(runs);
+    assert_eq!(m[1].time_ratio, Some(1.0));
+    assert_eq!(m.len(), 2);
+    assert_eq!((m[0].name.as_str(), m[0].repeats), ("a", 3));
+    assert_eq!(m[0].median_ns, 200.0);
+    assert_eq!(m[0].p99_ns, 400.0);
+    assert_eq!(m[0].ops_per_sec, 20.0);
+    assert_eq!(m[0].mb_per_sec, 20.0 * 4096.0 / 1e6);
+    assert_eq!(m[0].fences_per_op, Some(2.0));
+    assert_eq!(m[0].median_ns_runs, vec![100.0, 300.0, 200.0]);
+    assert_eq!(m[1].median_ns, 7.0);
+    assert_eq!(m[0].time_ratio, None);
+    assert_eq!(m[1].fences_per_op, None);
+    assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+}

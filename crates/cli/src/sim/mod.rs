@@ -1,0 +1,308 @@
+//! `nvstack sim`: the trace-driven simulator's subcommands.
+
+pub mod analyze;
+pub mod blocks;
+pub mod lfs;
+pub mod stat;
+
+use clap::{Args, Subcommand};
+use nvstack_core::error::{Error, Result};
+use nvstack_core::size::format_size;
+use nvstack_policy::PolicyKind;
+use nvstack_sim::cache::{
+    self, CacheConfig, CacheRun, CacheStats, Model, DELAYED_WRITEBACK_DEFAULT_S,
+};
+use nvstack_sim::trace::{self, BlockAccesses, ReaderOptions, TraceFormat, BLOCK_BYTES_DEFAULT};
+use std::path::PathBuf;
+
+/// The trace arguments every subcommand shares.
+#[derive(Args, Clone, Debug)]
+pub struct TraceArgs {
+    /// Trace file.
+    #[arg(long)]
+    pub trace: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: TraceFormat,
+    /// Block size in bytes (a power of two, 512 to 1 MiB).
+    #[arg(long, default_value_t = BLOCK_BYTES_DEFAULT)]
+    pub block_size: u32,
+    /// Skip malformed lines (and count them) instead of stopping with exit 2.
+    #[arg(long)]
+    pub skip_bad_lines: bool,
+    /// fio iolog v2 only (it has no times): microseconds between requests.
+    #[arg(long)]
+    pub interarrival: Option<u64>,
+}
+
+impl TraceArgs {
+    pub fn validate(&self) -> Result<()> {
+        if !self.block_size.is_power_of_two() || !(512..=1 << 20).contains(&self.block_size) {
+            return Err(Error::bad(format!(
+                "--block-size {}: must be a power of two from 512 to 1048576",
+                self.block_size
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn reader_options(&self) -> ReaderOptions {
+        ReaderOptions {
+            skip_bad_lines: self.skip_bad_lines,
+            interarrival_ns: self.interarrival.map(|us| us.saturating_mul(1000)),
+        }
+    }
+
+    /// Open the trace as a stream of block accesses.
+    pub fn open(&self) -> Result<BlockAccesses> {
+        self.validate()?;
+        let src = trace::open(&self.trace, self.format, &self.reader_options())?;
+        Ok(BlockAccesses::new(src, self.block_size))
+    }
+}
+
+#[derive(Args)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    cmd: SimCmd,
+}
+
+#[derive(Subcommand)]
+enum SimCmd {
+    /// One cache model over a trace: misses, write-backs, dirty blocks at the end, NVRAM
+    /// accesses (seed 002 section 2.1).
+    Cache(CacheArgs),
+    /// Write the block-level trace (one record per block access, the stream every model sees)
+    /// for other simulators: libCacheSim's oracleGeneral binary format or CSV.
+    Blocks(crate::sim::blocks::BlocksArgs),
+    /// Byte lifetimes: net write traffic against a fixed write-back delay from an infinite
+    /// cache (seed 002 Figure 2).
+    Lifetimes(crate::sim::analyze::LifetimesArgs),
+    /// The fate of written blocks: overwritten, written back, remaining (seed 002 Table 2).
+    Fate(crate::sim::analyze::FateArgs),
+    /// Net write traffic against NVRAM size, omniscient write buffer (seed 002 Figure 3).
+    NvramSize(crate::sim::analyze::NvramSizeArgs),
+    /// LRU against random against omniscient NVRAM replacement (seed 002 Figure 4).
+    Policies(crate::sim::analyze::PoliciesArgs),
+    /// Total traffic of the three models as memory is added (seed 002 Figures 5 and 6).
+    Models(crate::sim::analyze::ModelsArgs),
+    /// NVRAM accesses and memory-bus traffic of write-aside and unified (seed 002 section 2.6).
+    Bus(crate::sim::analyze::BusArgs),
+    /// Every analysis over a grid, in parallel: sweep.csv, sweep.json, tables and figures.
+    Sweep(crate::sim::analyze::SweepArgs),
+    /// LFS segment writes without and with an NVRAM write buffer: full and partial (sync,
+    /// timeout) segments, disk write accesses, metadata overhead (seed 002 Tables 3 and 4).
+    Lfs(crate::sim::lfs::LfsArgs),
+    /// What a trace holds as the simulator reads it: requests, block accesses, distinct
+    /// blocks, streams, time span, skipped lines.
+    Stat(crate::sim::stat::StatArgs),
+}
+
+pub fn run(a: SimArgs) -> Result<i32> {
+    match a.cmd {
+        SimCmd::Cache(a) => cache(a),
+        SimCmd::Blocks(a) => crate::sim::blocks::run(a),
+        SimCmd::Lifetimes(a) => crate::sim::analyze::lifetimes_cmd(a),
+        SimCmd::Fate(a) => crate::sim::analyze::fate_cmd(a),
+        SimCmd::NvramSize(a) => crate::sim::analyze::nvram_size_cmd(a),
+        SimCmd::Policies(a) => crate::sim::analyze::policies_cmd(a),
+        SimCmd::Models(a) => crate::sim::analyze::models_cmd(a),
+        SimCmd::Bus(a) => crate::sim::analyze::bus_cmd(a),
+        SimCmd::Sweep(a) => crate::sim::analyze::sweep_cmd(a),
+        SimCmd::Lfs(a) => crate::sim::lfs::run(a),
+        SimCmd::Stat(a) => crate::sim::stat::run(a),
+    }
+}
+
+#[derive(Args)]
+pub struct CacheArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+    #[arg(long, value_enum)]
+    model: Model,
+    /// NVRAM replacement policy (the volatile cache is always LRU).
+    #[arg(long, value_enum, default_value_t = PolicyKind::Lru)]
+    policy: PolicyKind,
+    /// Volatile cache size (a multiple of the block size).
+    #[arg(long, value_parser = crate::size_arg)]
+    volatile: u64,
+    /// NVRAM size (a multiple of the block size; 0 for the volatile model).
+    #[arg(long, value_parser = crate::size_arg)]
+    nvram: u64,
+    /// Volatile model: write back blocks dirty for more than SECONDS (the cleaner runs every
+    /// 5 s), or `off`. Default 30.
+    #[arg(long, value_name = "SECONDS|off")]
+    delayed_writeback: Option<String>,
+    /// Seed of the random policy.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Bytes to blocks; a size that is not a whole number of blocks is refused, never rounded.
+pub fn size_in_blocks(flag: &str, bytes: u64, block_bytes: u32) -> Result<u64> {
+    let b = u64::from(block_bytes);
+    if !bytes.is_multiple_of(b) {
+        return Err(Error::bad(format!(
+            "{flag} {bytes}: not a multiple of the block size ({b} bytes)"
+        )));
+    }
+    Ok(bytes / b)
+}
+
+/// `--delayed-writeback SECONDS|off` for `model`: None = off.
+pub fn delayed_writeback(model: Model, arg: Option<&str>) -> Result<Option<u64>> {
+    let parse = |s: &str| -> Result<Option<u64>> {
+        if s == "off" {
+            return Ok(None);
+        }
+        match s.parse::<u64>() {
+            Ok(secs) if secs <= DELAYED_WRITEBACK_MAX_S => Ok(Some(secs * 1_000_000_000)),
+            _ => Err(Error::bad(format!(
+                "--delayed-writeback '{s}': expected whole seconds (0 to {DELAYED_WRITEBACK_MAX_S}) or 'off'"
+            ))),
+        }
+    };
+    match (model, arg) {
+        (Model::Volatile, None) => Ok(Some(DELAYED_WRITEBACK_DEFAULT_S * 1_000_000_000)),
+        (Model::Volatile, Some(s)) => parse(s),
+        (_, None) => Ok(None),
+        (m, Some(_)) => Err(Error::bad(format!(
+            "--delayed-writeback: the {} model keeps dirty blocks in NVRAM and has no delayed write-back (only --model volatile takes it)",
+            m.name()
+        ))),
+    }
+}
+
+/// A week: longer than any trace here; a larger delay is a typo, not a setting.
+pub const DELAYED_WRITEBACK_MAX_S: u64 = 7 * 24 * 3600;
+
+fn cache(a: CacheArgs) -> Result<i32> {
+    a.trace.validate()?;
+    let cfg = CacheConfig {
+        model: a.model,
+        policy: a.policy,
+        volatile_blocks: size_in_blocks("--volatile", a.volatile, a.trace.block_size)?,
+        nvram_blocks: size_in_blocks("--nvram", a.nvram, a.trace.block_size)?,
+        delayed_writeback_ns: delayed_writeback(a.model, a.delayed_writeback.as_deref())?,
+        seed: a.seed,
+    };
+    cfg.validate()?;
+    let run = cache::simulate(&|| a.trace.open(), &cfg)?;
+    if a.json {
+        crate::print_json(&CacheReport::new(&a, run))?;
+    } else {
+        print_cache_table(&a, &run)?;
+    }
+    Ok(0)
+}
+
+#[derive(serde::Serialize)]
+struct CacheReport {
+    trace: String,
+    format: TraceFormat,
+    block_bytes: u32,
+    model: Model,
+    policy: PolicyKind,
+    volatile_bytes: u64,
+    nvram_bytes: u64,
+    delayed_writeback_s: Option<u64>,
+    seed: u64,
+    requests: u64,
+    read_bytes: u64,
+    write_bytes: u64,
+    skipped_lines: u64,
+    #[serde(flatten)]
+    stats: CacheStats,
+}
+
+impl CacheReport {
+    fn new(a: &CacheArgs, run: CacheRun) -> CacheReport {
+        CacheReport {
+            trace: a.trace.trace.display().to_string(),
+            format: a.trace.format,
+            block_bytes: a.trace.block_size,
+            model: a.model,
+            policy: a.policy,
+            volatile_bytes: a.volatile,
+            nvram_bytes: a.nvram,
+            delayed_writeback_s: run.config.delayed_writeback_ns.map(|ns| ns / 1_000_000_000),
+            seed: a.seed,
+            requests: run.requests,
+            read_bytes: run.read_bytes,
+            write_bytes: run.write_bytes,
+            skipped_lines: run.skipped_lines,
+            stats: run.stats,
+        }
+    }
+}
+
+fn print_cache_table(a: &CacheArgs, run: &CacheRun) -> Result<()> {
+    let s = &run.stats;
+    let pct = |x: f64| format!("{:.2} %", 100.0 * x);
+    let dw = match run.config.delayed_writeback_ns {
+        Some(ns) => format!("{} s", ns / 1_000_000_000),
+        None => "off".to_string(),
+    };
+    let rows: Vec<(&str, String)> = vec![
+        (
+            "trace",
+            format!("{} ({})", a.trace.trace.display(), a.trace.format.name()),
+        ),
+        (
+            "cache",
+            format!(
+                "{} / {} policy / volatile {} / NVRAM {} / delayed write-back {}",
+                a.model.name(),
+                a.policy.name(),
+                format_size(a.volatile),
+                format_size(a.nvram),
+                dw
+            ),
+        ),
+        ("requests", run.requests.to_string()),
+        ("skipped lines", run.skipped_lines.to_string()),
+        ("block accesses", s.block_accesses.to_string()),
+        ("reads / writes", format!("{} / {}", s.reads, s.writes)),
+        (
+            "misses (read / write)",
+            format!("{} ({} / {})", s.misses, s.read_misses, s.write_misses),
+        ),
+        ("miss ratio", pct(s.miss_ratio)),
+        (
+            "hits (volatile / NVRAM)",
+            format!("{} / {}", s.hits_volatile, s.hits_nvram),
+        ),
+        ("write-backs", s.writebacks.to_string()),
+        (
+            "  eviction / replacement / cleaner / sync / through",
+            format!(
+                "{} / {} / {} / {} / {}",
+                s.writebacks_eviction,
+                s.writebacks_replacement,
+                s.writebacks_cleaner,
+                s.writebacks_sync,
+                s.writebacks_through
+            ),
+        ),
+        ("overwrites absorbed", s.overwrites_absorbed.to_string()),
+        ("dirty at end", s.dirty_at_end.to_string()),
+        ("net write traffic", pct(s.net_write_traffic)),
+        ("net total traffic", pct(s.net_total_traffic)),
+        (
+            "NVRAM accesses (reads / writes)",
+            format!(
+                "{} ({} / {})",
+                s.nvram_accesses, s.nvram_reads, s.nvram_writes
+            ),
+        ),
+        ("moves NVRAM -> volatile", s.moves_to_volatile.to_string()),
+        ("memory-bus blocks", s.bus_blocks.to_string()),
+    ];
+    let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in rows {
+        out.push_str(&format!("{k:<w$}  {v}\n"));
+    }
+    crate::output::out(out.as_bytes())
+}

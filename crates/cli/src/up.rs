@@ -1,0 +1,473 @@
+//! `nvstack up` and `nvstack down`: the one-command path from an image to a mounted file
+//! system, and back.
+//!
+//! `up` creates (or reuses) the image, serves it (`nvstack serve`, daemonised) at
+//! `/run/nvstack/<id>/fuse/disk`, attaches a loop device to that file with the device's block
+//! size as its sector size (so every kernel I/O is whole blocks and no write needs a
+//! read-modify-write), makes the file system when the device has none, and mounts it. Each
+//! step is printed; if one fails, the steps already done are undone. What was done is kept in
+//! `/run/nvstack/<id>/state.json`, which `down` reads to undo it all in reverse. `<id>` is the
+//! canonical mount path with `/` turned into `-`.
+
+use super::serve::{check_mountpoint, is_mount_point, Backend};
+use nvstack_core::error::{Error, Result};
+use nvstack_nvramdisk::disk::FormatOptions;
+use nvstack_nvramdisk::image::{format_image, peek};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub const STATE_ROOT: &str = "/run/nvstack";
+const DAEMON_STOP_WAIT: Duration = Duration::from_secs(20);
+const SIZE_DEFAULT_BYTES: u64 = 1 << 30;
+
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum FsKind {
+    Ext4,
+    Xfs,
+}
+
+impl FsKind {
+    fn name(self) -> &'static str {
+        match self {
+            FsKind::Ext4 => "ext4",
+            FsKind::Xfs => "xfs",
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UpArgs {
+    /// The image: reused when it exists, created (under /dev/shm, say) when it does not.
+    #[arg(long)]
+    pub image: PathBuf,
+    /// Size of a new image (default 1GiB); for an existing one it must match.
+    #[arg(long, value_parser = crate::size_arg)]
+    pub size: Option<u64>,
+    /// File system to make when the device has none.
+    #[arg(long, value_enum, default_value_t = FsKind::Ext4)]
+    pub fs: FsKind,
+    /// Where to mount it (an existing empty directory).
+    #[arg(long)]
+    pub mount: PathBuf,
+    #[arg(long, value_enum, default_value_t = Backend::Nvramdisk)]
+    pub backend: Backend,
+    /// FUSE threads of the daemon.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// Attach the loop device with direct I/O (no page cache for the loop's backing file).
+    #[arg(long)]
+    pub loop_direct_io: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DownArgs {
+    /// The mount point given to `nvstack up`.
+    #[arg(long)]
+    pub mount: PathBuf,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct UpState {
+    pub version: u32,
+    pub mount: PathBuf,
+    pub image: PathBuf,
+    pub backend: String,
+    pub fs: FsKind,
+    pub fuse_dir: PathBuf,
+    pub loop_dev: Option<String>,
+    pub daemon_pid: Option<u32>,
+    pub stats: PathBuf,
+    pub log: PathBuf,
+    pub mounted: bool,
+}
+
+pub fn state_dir(mount: &Path) -> Result<PathBuf> {
+    let canon = super::serve::resolve(mount)?;
+    let id = canon.to_string_lossy().trim_matches('/').replace('/', "-");
+    let id = if id.is_empty() { "root".into() } else { id };
+    Ok(Path::new(STATE_ROOT).join(id))
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<String> {
+    let out = cmd
+        .output()
+        .map_err(|e| Error::env(format!("{what}: cannot run: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::env(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn need_tool(tool: &str, package: &str) -> Result<()> {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
+    if found {
+        Ok(())
+    } else {
+        Err(Error::env(format!(
+            "{tool} not found: install the Debian package {package}"
+        )))
+    }
+}
+
+/// Loop devices attached to `file`, from `losetup -j`.
+fn loops_on(file: &Path) -> Result<Vec<String>> {
+    let out = run(Command::new("losetup").arg("-j").arg(file), "losetup -j")?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split(':').next())
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect())
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            let c = String::from_utf8_lossy(&c);
+            c.contains("nvstack") && c.contains("serve")
+        })
+        .unwrap_or(false)
+}
+
+fn save(dir: &Path, st: &UpState) -> Result<()> {
+    let p = dir.join("state.json");
+    let tmp = dir.join("state.json.tmp");
+    let s = serde_json::to_string_pretty(st).expect("state serialises");
+    std::fs::write(&tmp, s)
+        .and_then(|_| std::fs::rename(&tmp, &p))
+        .map_err(|e| Error::env(format!("{}: cannot write: {e}", p.display())))
+}
+
+fn load(dir: &Path) -> Result<Option<UpState>> {
+    let p = dir.join("state.json");
+    match std::fs::read_to_string(&p) {
+        Ok(s) => serde_json::from_str(&s).map(Some).map_err(|e| {
+            Error::env(format!(
+                "{}: unreadable state ({e}); remove it by hand after checking mounts and loops",
+                p.display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::env(format!("{}: {e}", p.display()))),
+    }
+}
+
+pub fn up(a: UpArgs) -> Result<i32> {
+    for (tool, pkg) in [
+        ("losetup", "mount"),
+        ("blkid", "util-linux"),
+        ("mount", "mount"),
+        (
+            if a.fs == FsKind::Ext4 {
+                "mkfs.ext4"
+            } else {
+                "mkfs.xfs"
+            },
+            if a.fs == FsKind::Ext4 {
+                "e2fsprogs"
+            } else {
+                "xfsprogs"
+            },
+        ),
+    ] {
+        need_tool(tool, pkg)?;
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err(Error::env("/dev/fuse is missing: the kernel has no FUSE"));
+    }
+    check_mountpoint(&a.mount)?;
+    let dir = state_dir(&a.mount)?;
+    if let Some(st) = load(&dir)? {
+        return Err(Error::env(format!(
+            "{} is already up according to {} (daemon pid {}{}, loop {}): run `nvstack down \
+             --mount {}` first",
+            a.mount.display(),
+            dir.join("state.json").display(),
+            st.daemon_pid.map_or("none".into(), |p| p.to_string()),
+            if st.daemon_pid.is_some_and(pid_alive) {
+                ", running"
+            } else {
+                ", not running"
+            },
+            st.loop_dev.as_deref().unwrap_or("none"),
+            a.mount.display()
+        )));
+    }
+    // The image: reuse or create.
+    let created = prepare_image(&a)?;
+    let fuse_dir = dir.join("fuse");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::env(format!("{}: cannot create: {e}", dir.display())))?;
+    if is_mount_point(&fuse_dir)? {
+        return Err(Error::env(format!(
+            "{} is still mounted (a stale daemon?): `umount -l {}` first",
+            fuse_dir.display(),
+            fuse_dir.display()
+        )));
+    }
+    std::fs::create_dir_all(&fuse_dir)
+        .map_err(|e| Error::env(format!("{}: cannot create: {e}", fuse_dir.display())))?;
+    let mut st = UpState {
+        version: 1,
+        mount: std::fs::canonicalize(&a.mount).unwrap_or(a.mount.clone()),
+        image: std::fs::canonicalize(&a.image).unwrap_or(a.image.clone()),
+        backend: match a.backend {
+            Backend::Nvramdisk => "nvramdisk".into(),
+            Backend::Raw => "raw".into(),
+        },
+        fs: a.fs,
+        fuse_dir: fuse_dir.clone(),
+        loop_dev: None,
+        daemon_pid: None,
+        // On tmpfs, where the daemon maps it (/run need not be tmpfs).
+        stats: Path::new("/dev/shm").join(format!(
+            "nvstack-{}.stats",
+            dir.file_name().map_or("up".into(), |n| n.to_string_lossy())
+        )),
+        log: dir.join("serve.log"),
+        mounted: false,
+    };
+    if let Some(what) = created {
+        crate::say!("image: {what}")?;
+    } else {
+        crate::say!("image: reusing {}", a.image.display())?;
+    }
+    match bring_up(&a, &dir, &mut st) {
+        Ok(()) => {
+            crate::say!(
+                "up: {} on {} ({} over {} over {})",
+                st.fs.name(),
+                st.mount.display(),
+                st.loop_dev.as_deref().unwrap_or("?"),
+                st.fuse_dir.join("disk").display(),
+                st.image.display()
+            )?;
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("nvstack up: {e}; undoing what was done");
+            let _ = tear_down(&dir, &st);
+            Err(e)
+        }
+    }
+}
+
+fn prepare_image(a: &UpArgs) -> Result<Option<String>> {
+    if a.image.exists() {
+        let len = std::fs::metadata(&a.image)
+            .map_err(|e| Error::env(format!("{}: {e}", a.image.display())))?
+            .len();
+        if let Some(s) = a.size {
+            if s != len {
+                return Err(Error::bad(format!(
+                    "{}: exists with {len} bytes, not the {s} asked for (omit --size to reuse it, \
+                     or remove it)",
+                    a.image.display()
+                )));
+            }
+        }
+        if a.backend == Backend::Nvramdisk {
+            peek(&a.image)?;
+        }
+        return Ok(None);
+    }
+    let size = a.size.unwrap_or(SIZE_DEFAULT_BYTES);
+    match a.backend {
+        Backend::Nvramdisk => {
+            let sb = format_image(&a.image, size, &FormatOptions::default(), false)?;
+            Ok(Some(format!(
+                "formatted {} ({} blocks of {} B)",
+                a.image.display(),
+                sb.geometry.blocks,
+                sb.geometry.block_bytes
+            )))
+        }
+        Backend::Raw => {
+            if size == 0 || !size.is_multiple_of(4096) {
+                return Err(Error::bad(format!(
+                    "--size {size}: a raw region must be a positive multiple of 4096 bytes"
+                )));
+            }
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&a.image)
+                .map_err(|e| Error::env(format!("{}: cannot create: {e}", a.image.display())))?;
+            nvstack_pmem::mmap::allocate_file(&f, &a.image, size)?;
+            Ok(Some(format!(
+                "created raw region {} ({size} bytes)",
+                a.image.display()
+            )))
+        }
+    }
+}
+
+fn bring_up(a: &UpArgs, dir: &Path, st: &mut UpState) -> Result<()> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::env(format!("cannot find the nvstack executable: {e}")))?;
+    // Read before the daemon takes the image's lock.
+    let block_bytes = match a.backend {
+        Backend::Nvramdisk => peek(&a.image)?.geometry.block_bytes,
+        Backend::Raw => nvstack_export::raw::RAW_BLOCK_BYTES,
+    };
+    let pid_file = dir.join("serve.pid");
+    let mut serve = Command::new(exe);
+    serve
+        .arg("serve")
+        .arg(&a.image)
+        .arg("--mountpoint")
+        .arg(&st.fuse_dir)
+        .arg("--threads")
+        .arg(a.threads.to_string())
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .arg("--stats")
+        .arg(&st.stats)
+        .arg("--log")
+        .arg(&st.log)
+        .arg("--backend")
+        .arg(&st.backend);
+    let msg = run(&mut serve, "nvstack serve")?;
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| Error::env(format!("{}: no pid written", pid_file.display())))?;
+    st.daemon_pid = Some(pid);
+    save(dir, st)?;
+    crate::say!("serve: {msg}")?;
+    let disk = st.fuse_dir.join("disk");
+    let mut losetup = Command::new("losetup");
+    losetup
+        .arg("--find")
+        .arg("--show")
+        .arg("--sector-size")
+        .arg(block_bytes.to_string());
+    if a.loop_direct_io {
+        losetup.arg("--direct-io=on");
+    }
+    let dev = run(losetup.arg(&disk), "losetup")?;
+    st.loop_dev = Some(dev.clone());
+    save(dir, st)?;
+    crate::say!(
+        "loop: {dev} attached to {} (sector size {block_bytes})",
+        disk.display()
+    )?;
+    // blkid -p exits 2 when it finds no signature.
+    let probe = Command::new("blkid")
+        .args(["-p", "-o", "value", "-s", "TYPE", &dev])
+        .output()
+        .map_err(|e| Error::env(format!("blkid: cannot run: {e}")))?;
+    let found = String::from_utf8_lossy(&probe.stdout).trim().to_string();
+    if found.is_empty() {
+        let mut mkfs = Command::new(format!("mkfs.{}", a.fs.name()));
+        match a.fs {
+            FsKind::Ext4 => mkfs.args(["-q", "-F"]),
+            FsKind::Xfs => mkfs.args(["-q", "-f"]),
+        };
+        run(mkfs.arg(&dev), &format!("mkfs.{}", a.fs.name()))?;
+        crate::say!("mkfs: made {} on {dev}", a.fs.name())?;
+    } else {
+        if found != a.fs.name() {
+            crate::say!("mkfs: {dev} already holds {found}; mounting that")?;
+        } else {
+            crate::say!("mkfs: {dev} already holds {found}; kept")?;
+        }
+        st.fs = match found.as_str() {
+            "xfs" => FsKind::Xfs,
+            _ => FsKind::Ext4,
+        };
+    }
+    run(
+        Command::new("mount").arg(&dev).arg(&st.mount),
+        &format!("mount {dev} {}", st.mount.display()),
+    )?;
+    st.mounted = true;
+    save(dir, st)?;
+    crate::say!("mount: {dev} on {}", st.mount.display())?;
+    Ok(())
+}
+
+pub fn down(a: DownArgs) -> Result<i32> {
+    let dir = state_dir(&a.mount)?;
+    let Some(st) = load(&dir)? else {
+        return Err(Error::env(format!(
+            "nothing is up at {}: no state in {}",
+            a.mount.display(),
+            dir.display()
+        )));
+    };
+    tear_down(&dir, &st)?;
+    crate::say!("down: {}", st.mount.display())?;
+    Ok(0)
+}
+
+/// Undo, in reverse, whatever `st` records; stop at the first step that cannot be undone
+/// (a busy mount), leaving the state file for a later `down`.
+fn tear_down(dir: &Path, st: &UpState) -> Result<()> {
+    if is_mount_point(&st.mount)? {
+        run(
+            Command::new("umount").arg(&st.mount),
+            &format!("umount {}", st.mount.display()),
+        )
+        .map_err(|e| Error::env(format!("{e} (is something using it?)")))?;
+        crate::say!("umount: {}", st.mount.display())?;
+    }
+    if let Some(dev) = &st.loop_dev {
+        let disk = st.fuse_dir.join("disk");
+        let attached = std::fs::read_to_string(format!(
+            "/sys/block/{}/loop/backing_file",
+            dev.trim_start_matches("/dev/")
+        ))
+        .map(|b| Path::new(b.trim()) == disk)
+        .unwrap_or(false);
+        if attached {
+            run(Command::new("losetup").arg("-d").arg(dev), "losetup -d")?;
+            // Detach is asynchronous: wait until the loop lets go of the file.
+            let t = Instant::now();
+            while loops_on(&disk).is_ok_and(|l| !l.is_empty()) && t.elapsed() < DAEMON_STOP_WAIT {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            crate::say!("loop: {dev} detached")?;
+        }
+    }
+    if let Some(pid) = st.daemon_pid {
+        if pid_alive(pid) {
+            run(
+                Command::new("kill").arg("-TERM").arg(pid.to_string()),
+                "kill -TERM",
+            )?;
+            let t = Instant::now();
+            while pid_alive(pid) && t.elapsed() < DAEMON_STOP_WAIT {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if pid_alive(pid) {
+                return Err(Error::env(format!(
+                    "the daemon (pid {pid}) did not stop within {} s",
+                    DAEMON_STOP_WAIT.as_secs()
+                )));
+            }
+            crate::say!("serve: daemon {pid} stopped")?;
+        }
+    }
+    if is_mount_point(&st.fuse_dir)? {
+        // The daemon died without unmounting (killed): detach the dead mount.
+        run(
+            Command::new("umount").arg("-l").arg(&st.fuse_dir),
+            "umount -l",
+        )?;
+        crate::say!("serve: stale FUSE mount {} detached", st.fuse_dir.display())?;
+    }
+    let _ = std::fs::remove_file(&st.stats);
+    std::fs::remove_dir_all(dir)
+        .map_err(|e| Error::env(format!("{}: cannot remove the state: {e}", dir.display())))?;
+    Ok(())
+}

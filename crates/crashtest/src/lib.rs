@@ -1,0 +1,149 @@
+//! The crash checker (`nvstack crashtest`): the device runs unchanged on a simulated region
+//! that logs every store, flush and fence; the checker crashes it at every point (exhaustive
+//! tier) or at random points of random workloads (randomized tier), builds the post-crash
+//! images a fault model allows, runs the real recovery on each, and judges every touched block
+//! with a generic oracle. docs/crashtest.md describes the models, tiers and reports.
+
+pub mod exhaustive;
+pub mod oracle;
+pub mod random;
+pub mod scenario;
+
+use nvstack_nvramdisk::bugs::SeededBug;
+use nvstack_nvramdisk::Protocol;
+use nvstack_pmem::crash::FaultModel;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Violations kept in full in a report (all are counted).
+pub const VIOLATIONS_KEPT: usize = 50;
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Violation {
+    pub fault: FaultModel,
+    pub protocol: Protocol,
+    pub ordering: &'static str,
+    pub scenario: &'static str,
+    pub seed: u64,
+    /// The crash point (event index), or the cycle for the randomized tier.
+    pub step: usize,
+    /// 1: a crash in the workload; 2: a second crash inside recovery.
+    pub depth: u8,
+    pub lba: Option<u64>,
+    pub what: String,
+    /// Which pending words reached media, and with which value (the garbage named).
+    pub image: String,
+}
+
+/// Counters shared by every worker thread of a run.
+#[derive(Default)]
+pub struct Counters {
+    pub crash_points: AtomicU64,
+    /// Images judged, per model (an image shared by M0, M1 and M2 counts under each).
+    pub images_checked: AtomicU64,
+    /// Recoveries actually run and judged (each shared image once): the work done.
+    pub images_run: AtomicU64,
+    pub depth2_images: AtomicU64,
+    pub cycles: AtomicU64,
+    pub points_exhaustive: AtomicU64,
+    pub points_sampled: AtomicU64,
+    /// Sum over sampled points of checked/possible (for the covered fraction), in 1e-9 units.
+    sampled_fraction_nano: AtomicU64,
+    pub violations: AtomicU64,
+    pub first_violation_images: AtomicU64,
+    pub first_violation_points: AtomicU64,
+    /// When the first violation was found.
+    pub first_violation_at: Mutex<Option<std::time::Instant>>,
+    kept: Mutex<Vec<Violation>>,
+    states: Mutex<BTreeSet<(String, String)>>,
+    pub images_possible: Mutex<u128>,
+    /// M3: media faults injected, and how they came out.
+    pub media_faults: AtomicU64,
+    pub media_detected_at_open: AtomicU64,
+    pub media_detected_on_read: AtomicU64,
+    pub media_no_effect: AtomicU64,
+}
+
+impl Counters {
+    pub fn crash_point(&self, possible: u128, checked: u128, exhaustive: bool) {
+        self.crash_points.fetch_add(1, Ordering::Relaxed);
+        let mut g = self.images_possible.lock().unwrap();
+        *g = g.saturating_add(possible);
+        drop(g);
+        if exhaustive {
+            self.points_exhaustive.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.points_sampled.fetch_add(1, Ordering::Relaxed);
+            let f = (checked as f64 / possible as f64 * 1e9) as u64;
+            self.sampled_fraction_nano.fetch_add(f, Ordering::Relaxed);
+        }
+    }
+    pub fn media_fault(&self, o: random::MediaOutcome) {
+        self.media_faults.fetch_add(1, Ordering::Relaxed);
+        let c = match o {
+            random::MediaOutcome::DetectedAtOpen => &self.media_detected_at_open,
+            random::MediaOutcome::DetectedOnRead => &self.media_detected_on_read,
+            random::MediaOutcome::NoEffect => &self.media_no_effect,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn image(&self) {
+        self.images_checked.fetch_add(1, Ordering::Relaxed);
+        self.images_run.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn depth2_image(&self) {
+        self.depth2_images.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn cycle(&self) {
+        self.cycles.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn state(&self, p: Protocol, name: &str) {
+        let key = (p.name().to_string(), name.to_string());
+        let mut s = self.states.lock().unwrap();
+        if !s.contains(&key) {
+            s.insert(key);
+        }
+    }
+    pub fn violation(&self, v: Violation) {
+        if self.violations.fetch_add(1, Ordering::Relaxed) == 0 {
+            *self.first_violation_at.lock().unwrap() = Some(std::time::Instant::now());
+            self.first_violation_images.store(
+                self.images_checked.load(Ordering::Relaxed),
+                Ordering::Relaxed,
+            );
+            self.first_violation_points
+                .store(self.crash_points.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        let mut k = self.kept.lock().unwrap();
+        if k.len() < VIOLATIONS_KEPT {
+            k.push(v);
+        }
+    }
+    pub fn kept(&self) -> Vec<Violation> {
+        self.kept.lock().unwrap().clone()
+    }
+    pub fn states(&self) -> Vec<(String, String)> {
+        self.states.lock().unwrap().iter().cloned().collect()
+    }
+    /// Add `f` (a sum of per-point fractions) to the sampled-fraction total.
+    pub fn add_sampled_fraction(&self, f: f64) {
+        self.sampled_fraction_nano
+            .fetch_add((f * 1e9) as u64, Ordering::Relaxed);
+    }
+
+    /// Mean fraction of the image space checked at the sampled crash points (1.0 if none).
+    pub fn sampled_fraction(&self) -> f64 {
+        let n = self.points_sampled.load(Ordering::Relaxed);
+        if n == 0 {
+            1.0
+        } else {
+            self.sampled_fraction_nano.load(Ordering::Relaxed) as f64 / 1e9 / n as f64
+        }
+    }
+}
+
+/// Names a seeded bug must be caught with, for reports.
+pub fn bug_name(b: Option<SeededBug>) -> Option<&'static str> {
+    b.map(|b| nvstack_nvramdisk::bugs::info(b).name)
+}

@@ -1,0 +1,433 @@
+//! The randomized tier: chains of cycles on an image of 1,024 blocks and 4 lanes. A cycle runs
+//! 8 to 16 random operations (single and multi-block writes, discards, verified reads) on a
+//! recording region, crashes at a random event with a random image of the fault model, runs
+//! recovery, verifies every touched block, recovers again (recovery must be idempotent) and
+//! carries the recovered image to the next cycle. One seed reproduces everything.
+
+use super::oracle::{block, decode_block, Expect, OpRecord};
+use super::{Counters, Violation};
+use nvstack_core::blockdev::BlockDevice;
+use nvstack_nvramdisk::bugs::SeededBug;
+use nvstack_nvramdisk::{format_region, FormatOptions, Geometry, NvramDisk, OpenOptions, Protocol};
+use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimRegion};
+use nvstack_pmem::ordering::OrderingPolicy;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const BLOCKS: u64 = 1024;
+pub const LANES: u32 = 4;
+pub const BLOCK_BYTES: u32 = 512;
+/// Cycles per chain (one image carried from cycle to cycle).
+pub const CHAIN_CYCLES: u64 = 64;
+pub const OPS_MIN: usize = 8;
+pub const OPS_MAX: usize = 16;
+
+#[derive(Clone, Copy)]
+pub struct RandomJob {
+    pub protocol: Protocol,
+    pub ordering: OrderingPolicy,
+    pub model: FaultModel,
+    pub bug: Option<SeededBug>,
+    pub seed: u64,
+}
+
+fn mix(a: u64, b: u64) -> u64 {
+    let mut x = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Run the cycles of one chain, `chain` numbering it within the run. `upto` limits the
+/// cycles (replay). Returns the first violation, if any.
+pub fn run_chain(
+    job: &RandomJob,
+    chain: u64,
+    cycles: u64,
+    counters: &Counters,
+) -> Result<(), Violation> {
+    let len = Geometry::region_bytes_for(BLOCKS, BLOCK_BYTES, LANES).expect("valid geometry");
+    let region = SimRegion::zeroed(len);
+    let fo = FormatOptions {
+        block_bytes: BLOCK_BYTES,
+        lanes: LANES,
+        protocol: job.protocol,
+        ordering: job.ordering,
+    };
+    let g = format_region(&region, &fo)
+        .expect("format a fresh sim region")
+        .geometry;
+    let mut base = region.snapshot();
+    // What each block durably holds, as far as the oracle knows (absent: never written).
+    let mut known: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+    let mut version = 0u64;
+    for c in 0..cycles {
+        let cycle = chain * CHAIN_CYCLES + c;
+        let seed = mix(job.seed, cycle);
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let viol = |what: String, lba: Option<u64>, image: String, step: usize| Violation {
+            fault: job.model,
+            protocol: job.protocol,
+            ordering: job.ordering.name,
+            scenario: "random",
+            seed: job.seed,
+            step: cycle as usize,
+            depth: 1,
+            lba,
+            what: format!("{what} (crash at event {step})"),
+            image,
+        };
+        // 1. The workload, recorded.
+        let region = Arc::new(SimRegion::from_base(base.clone()));
+        region.start_recording();
+        let oo = OpenOptions {
+            ordering: Some(job.ordering),
+            seeded_bug: job.bug,
+            ..Default::default()
+        };
+        let dev = NvramDisk::open(region.clone(), oo).map_err(|e| {
+            viol(
+                format!("open before the workload failed: {e}"),
+                None,
+                String::new(),
+                0,
+            )
+        })?;
+        let mut exp = Expect::default();
+        let n_ops = rng.gen_range(OPS_MIN..=OPS_MAX);
+        let bs = BLOCK_BYTES as usize;
+        // Work on a window of blocks so that operations overlap.
+        let window = rng.gen_range(0..BLOCKS - 64);
+        let mut buf = vec![0u8; bs * 8];
+        for _ in 0..n_ops {
+            let kind = rng.gen_range(0..100);
+            let start = region.event_count();
+            if kind < 40 {
+                let l = window + rng.gen_range(0..64);
+                version += 1;
+                exp.initial
+                    .entry(l)
+                    .or_insert_with(|| known.get(&l).copied().flatten());
+                dev.write(l, &block(l, version, bs)).map_err(|e| {
+                    viol(format!("write failed: {e}"), Some(l), String::new(), start)
+                })?;
+                exp.ops.push(OpRecord {
+                    blocks: vec![(l, Some(version))],
+                    atomic: false,
+                    start,
+                    ack: region.event_count(),
+                });
+            } else if kind < 60 {
+                let n = rng.gen_range(2..=8);
+                let mut lbas: Vec<u64> = Vec::new();
+                while lbas.len() < n {
+                    let l = window + rng.gen_range(0..64);
+                    if !lbas.contains(&l) {
+                        lbas.push(l);
+                    }
+                }
+                version += 1;
+                let mut data = Vec::with_capacity(n * bs);
+                for &l in &lbas {
+                    exp.initial
+                        .entry(l)
+                        .or_insert_with(|| known.get(&l).copied().flatten());
+                    data.extend_from_slice(&block(l, version, bs));
+                }
+                dev.write_atomic(&lbas, &data).map_err(|e| {
+                    viol(
+                        format!("atomic write failed: {e}"),
+                        Some(lbas[0]),
+                        String::new(),
+                        start,
+                    )
+                })?;
+                exp.ops.push(OpRecord {
+                    blocks: lbas.iter().map(|&l| (l, Some(version))).collect(),
+                    atomic: true,
+                    start,
+                    ack: region.event_count(),
+                });
+            } else if kind < 70 {
+                let l = window + rng.gen_range(0..60);
+                let n = rng.gen_range(1..=4u64);
+                for x in l..l + n {
+                    exp.initial
+                        .entry(x)
+                        .or_insert_with(|| known.get(&x).copied().flatten());
+                }
+                dev.discard(l, n).map_err(|e| {
+                    viol(
+                        format!("discard failed: {e}"),
+                        Some(l),
+                        String::new(),
+                        start,
+                    )
+                })?;
+                exp.ops.push(OpRecord {
+                    blocks: (l..l + n).map(|x| (x, None)).collect(),
+                    atomic: n > 1,
+                    start,
+                    ack: region.event_count(),
+                });
+            } else {
+                // A read while nothing is in flight must return the latest acknowledged value.
+                let l = window + rng.gen_range(0..60);
+                let n = rng.gen_range(1..=4usize);
+                dev.read(l, &mut buf[..n * bs]).map_err(|e| {
+                    viol(format!("read failed: {e}"), Some(l), String::new(), start)
+                })?;
+                for i in 0..n {
+                    let x = l + i as u64;
+                    let want = exp
+                        .ops
+                        .iter()
+                        .rev()
+                        .find_map(|o| o.blocks.iter().find(|b| b.0 == x).map(|b| b.1))
+                        .unwrap_or_else(|| known.get(&x).copied().flatten());
+                    let got = decode_block(x, &buf[i * bs..(i + 1) * bs]).map_err(|w| {
+                        viol(
+                            format!("read while running: {w}"),
+                            Some(x),
+                            String::new(),
+                            start,
+                        )
+                    })?;
+                    if got != want {
+                        return Err(viol(
+                            format!("read while running returned {got:?}, expected {want:?}"),
+                            Some(x),
+                            String::new(),
+                            start,
+                        ));
+                    }
+                }
+            }
+        }
+        drop(dev);
+        let events = region.take_events();
+        // 2. The crash: a random event, a random image of the model.
+        let k = rng.gen_range(0..=events.len());
+        let mut cs = CrashState::new(base.clone());
+        for e in &events[..k] {
+            cs.apply(e);
+        }
+        let space = ImageSpace::new(&cs, job.model, seed);
+        let choice: Vec<u16> = space
+            .slots
+            .iter()
+            .map(|s| rng.gen_range(0..s.options.len()) as u16)
+            .collect();
+        counters.image();
+        if job.model == FaultModel::M3 {
+            // A media fault on top of the crash: nvstack must detect it, never return it.
+            let faulty = space.image(&choice);
+            let what = media_fault(&faulty, &g, job.protocol, &exp, &cs, &mut rng);
+            match judge_media_fault(Arc::new(faulty), &exp, k, job) {
+                Ok(outcome) => counters.media_fault(outcome),
+                Err(w) => {
+                    return Err(viol(
+                        format!("media fault ({what}) not detected: {w}"),
+                        None,
+                        space.describe(&choice),
+                        k,
+                    ))
+                }
+            }
+        }
+        let img = Arc::new(space.image(&choice));
+        // 3. Recovery and the oracle; then recovery again on the recovered image, which must
+        // change nothing a reader sees (recovery is idempotent).
+        let first = recover_and_read(&img, &exp, k, job, &space, &choice, &viol)?;
+        let again = Arc::new(SimRegion::from_base(img.snapshot()));
+        let second = recover_and_read(&again, &exp, k, job, &space, &choice, &viol)?;
+        if first != second {
+            return Err(viol(
+                "recovery is not idempotent: a second recovery reads differently".into(),
+                None,
+                space.describe(&choice),
+                k,
+            ));
+        }
+        for (l, v) in first {
+            known.insert(l, v);
+        }
+        // Carry the recovered image (everything durable) forward.
+        base = again.snapshot();
+        counters.cycle();
+    }
+    Ok(())
+}
+
+/// Recover `img` in place (recovery's stores land in it) and judge every touched block.
+fn recover_and_read(
+    img: &Arc<SimRegion>,
+    exp: &Expect,
+    k: usize,
+    job: &RandomJob,
+    space: &ImageSpace,
+    choice: &[u16],
+    viol: &dyn Fn(String, Option<u64>, String, usize) -> Violation,
+) -> Result<BTreeMap<u64, Option<u64>>, Violation> {
+    let oo = OpenOptions {
+        ordering: Some(job.ordering),
+        seeded_bug: job.bug.filter(|b| b.in_recovery()),
+        ..Default::default()
+    };
+    let dev = NvramDisk::open(img.clone(), oo).map_err(|e| {
+        viol(
+            format!("recovery refused the image: {e}"),
+            None,
+            space.describe(choice),
+            k,
+        )
+    })?;
+    let bs = dev.block_bytes() as usize;
+    let mut buf = vec![0u8; bs];
+    let mut got = BTreeMap::new();
+    for l in exp.touched() {
+        dev.read(l, &mut buf).map_err(|e| {
+            viol(
+                format!("read failed: {e}"),
+                Some(l),
+                space.describe(choice),
+                k,
+            )
+        })?;
+        let v = decode_block(l, &buf).map_err(|w| viol(w, Some(l), space.describe(choice), k))?;
+        got.insert(l, v);
+    }
+    exp.judge(&got, k)
+        .map_err(|f| viol(f.what, f.lba, space.describe(choice), k))?;
+    Ok(got)
+}
+
+/// Inject one media fault into durable metadata of `img`: a bit flip in a touched block's map
+/// entry, another entry's word written into one (a misdirected write), a bit flip in a
+/// superblock copy, or in a journal slot (idle or holding an update in flight). Words still
+/// pending at the crash are not targets (they are not yet on media). Returns a description.
+fn media_fault(
+    img: &SimRegion,
+    g: &Geometry,
+    protocol: Protocol,
+    exp: &Expect,
+    cs: &CrashState,
+    rng: &mut SmallRng,
+) -> String {
+    let pending: std::collections::BTreeSet<u64> = cs.pending_words().collect();
+    let touched = exp.touched();
+    for _ in 0..64 {
+        let bit = 1u64 << rng.gen_range(0..64);
+        let (word, value, what) = match rng.gen_range(0..4) {
+            0 if !touched.is_empty() => {
+                let l = touched[rng.gen_range(0..touched.len())];
+                let w = g.map_entry_off(l) / 8;
+                (
+                    w,
+                    img.peek(w) ^ bit,
+                    format!("bit flip in the map entry of LBA {l}"),
+                )
+            }
+            1 if touched.len() > 1 => {
+                let a = touched[rng.gen_range(0..touched.len())];
+                let b = touched[rng.gen_range(0..touched.len())];
+                if a == b {
+                    continue;
+                }
+                let w = g.map_entry_off(a) / 8;
+                (
+                    w,
+                    img.peek(g.map_entry_off(b) / 8),
+                    format!("misdirected write: LBA {b}'s map entry written into LBA {a}'s"),
+                )
+            }
+            2 => {
+                let copy = rng.gen_range(0..2u64);
+                let w = copy * (g.sb2_off / 8) + rng.gen_range(0..16);
+                (
+                    w,
+                    img.peek(w) ^ bit,
+                    format!("bit flip in superblock copy {} word {}", copy + 1, w % 512),
+                )
+            }
+            _ => {
+                // Any of the slot's first 40 words: the fast record's first copy (header and
+                // entries), the paper replicas, commit word and intent body; busy or idle.
+                let lane = rng.gen_range(0..g.lanes);
+                let w = g.slot_off(lane) / 8 + rng.gen_range(0..40u64);
+                let _ = protocol;
+                (
+                    w,
+                    img.peek(w) ^ bit,
+                    format!(
+                        "bit flip in the journal slot of lane {lane}, word {}",
+                        w - g.slot_off(lane) / 8
+                    ),
+                )
+            }
+        };
+        if pending.contains(&word) || img.peek(word) == value {
+            continue;
+        }
+        img.poke(word, value);
+        return what;
+    }
+    "none (no durable target)".into()
+}
+
+/// How a media fault came out.
+#[derive(Clone, Copy, Debug)]
+pub enum MediaOutcome {
+    /// Recovery refused the image, naming the damage.
+    DetectedAtOpen,
+    /// A read of an affected block failed, naming the damage.
+    DetectedOnRead,
+    /// Every block read back is one the oracle allows (the fault hit nothing in use, or
+    /// recovery repaired it).
+    NoEffect,
+}
+
+/// Recover an image carrying a media fault: the damage must be reported, or have no effect
+/// on what reads return. Err names data returned in its place.
+fn judge_media_fault(
+    img: Arc<SimRegion>,
+    exp: &Expect,
+    k: usize,
+    job: &RandomJob,
+) -> Result<MediaOutcome, String> {
+    let oo = OpenOptions {
+        ordering: Some(job.ordering),
+        ..Default::default()
+    };
+    let dev = match NvramDisk::open(img, oo) {
+        Ok(d) => d,
+        Err(nvstack_core::error::Error::Finding(_))
+        | Err(nvstack_core::error::Error::BadInput(_)) => return Ok(MediaOutcome::DetectedAtOpen),
+        Err(e) => return Err(format!("recovery failed without naming damage: {e}")),
+    };
+    let bs = dev.block_bytes() as usize;
+    let mut buf = vec![0u8; bs];
+    let mut got = BTreeMap::new();
+    let mut detected = false;
+    for l in exp.touched() {
+        match dev.read(l, &mut buf) {
+            Err(nvstack_core::error::Error::Finding(_)) => detected = true,
+            Err(e) => return Err(format!("read of LBA {l} failed without naming damage: {e}")),
+            Ok(()) => {
+                let v = decode_block(l, &buf).map_err(|w| format!("LBA {l} {w}"))?;
+                got.insert(l, v);
+            }
+        }
+    }
+    exp.judge(&got, k)
+        .map_err(|f| format!("LBA {:?} {}", f.lba, f.what))?;
+    Ok(if detected {
+        MediaOutcome::DetectedOnRead
+    } else {
+        MediaOutcome::NoEffect
+    })
+}

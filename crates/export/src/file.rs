@@ -1,0 +1,443 @@
+//! A byte-addressed file over a block device: the data path of `nvstack serve`.
+//!
+//! Reads and writes come at any offset and length; the device takes whole blocks. A write is
+//! turned into exactly one device write of the blocks it touches (the partial first and last
+//! blocks are read, patched and written back with it), so it is atomic and durable when it
+//! returns: after a crash the file holds all of it or none of it. The device is atomic up to
+//! [`ATOMIC_BLOCKS_MAX`] blocks, so a write touching more blocks is refused, never split into
+//! pieces (a split write would not be atomic).
+//!
+//! How many blocks a write touches depends on its alignment as well as its length: `len` bytes
+//! starting `head` bytes into a block touch `ceil((head + len) / block)` blocks, so a write of
+//! exactly 64 blocks' worth of bytes at an unaligned offset touches 65. The longest write that
+//! touches at most [`ATOMIC_BLOCKS_MAX`] blocks *at every offset* is therefore
+//! `ATOMIC_BLOCKS_MAX - 1` blocks ([`BlockFile::atomic_write_bytes_max`]; `head <= block - 1`
+//! gives `head + len <= 64 x block - 1`). FUSE is told that `max_write` (and the kernel never
+//! sends a longer write), so every write the kernel sends is one atomic device write.
+//!
+//! Concurrent writers to the same block must not lose each other's bytes through the
+//! read-patch-write of a partial block, so every write holds the stripe locks of the blocks it
+//! touches (taken in ascending stripe order, so two writers can never wait on each other in a
+//! cycle). Reads take no lock: nvramdisk returns each block whole, old or new.
+
+use nvstack_core::blockdev::BlockDevice;
+use nvstack_core::error::{Error, Result};
+use nvstack_nvramdisk::layout::ATOMIC_BLOCKS_MAX;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Stripe locks for partial-block writes. A power of two; more stripes than FUSE threads times
+/// blocks per write keeps unrelated writers apart.
+const STRIPES: usize = 1024;
+
+/// Counters a daemon reports (and the kill tests read).
+#[derive(Debug, Default)]
+pub struct FileCounters {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    /// Writes whose blocks were only partly covered (read-modify-write).
+    pub partial_writes: AtomicU64,
+    pub discards: AtomicU64,
+    pub flushes: AtomicU64,
+}
+
+pub struct BlockFile {
+    dev: Arc<dyn BlockDevice>,
+    block_bytes: u64,
+    size_bytes: u64,
+    stripes: Vec<Mutex<()>>,
+    pub counters: FileCounters,
+}
+
+impl BlockFile {
+    pub fn new(dev: Arc<dyn BlockDevice>) -> BlockFile {
+        let block_bytes = dev.block_bytes() as u64;
+        assert!(block_bytes.is_power_of_two() && block_bytes >= 512);
+        let size_bytes = dev
+            .blocks()
+            .checked_mul(block_bytes)
+            .expect("device size fits in u64");
+        BlockFile {
+            dev,
+            block_bytes,
+            size_bytes,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            counters: FileCounters::default(),
+        }
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    pub fn block_bytes(&self) -> u64 {
+        self.block_bytes
+    }
+
+    /// The longest whole-block length that is one atomic device write whatever its alignment:
+    /// `ATOMIC_BLOCKS_MAX - 1` blocks (a write of that length touches at most
+    /// `ATOMIC_BLOCKS_MAX` blocks at any offset; the exact bound is one byte more, and two
+    /// bytes more touch 65 blocks at the last offset of a block). This is the FUSE `max_write`
+    /// of `nvstack serve`.
+    pub fn atomic_write_bytes_max(&self) -> u64 {
+        (ATOMIC_BLOCKS_MAX as u64 - 1) * self.block_bytes
+    }
+
+    /// How many blocks `len` bytes at `offset` touch (0 for an empty range).
+    pub fn blocks_touched(&self, offset: u64, len: u64) -> u64 {
+        if len == 0 {
+            return 0;
+        }
+        let bb = self.block_bytes;
+        (offset.saturating_add(len) - 1) / bb - offset / bb + 1
+    }
+
+    /// Read up to `buf.len()` bytes at `offset`; returns the bytes read (short at the end of
+    /// the file, 0 at or past it).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        if offset >= self.size_bytes || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(self.size_bytes - offset) as usize;
+        let buf = &mut buf[..n];
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        let bb = self.block_bytes;
+        let first = offset / bb;
+        let last = (offset + n as u64 - 1) / bb;
+        let head = (offset % bb) as usize;
+        if head == 0 && (n as u64).is_multiple_of(bb) {
+            // Aligned: straight into the caller's buffer.
+            self.dev.read(first, buf)?;
+            return Ok(n);
+        }
+        let mut tmp = vec![0u8; ((last - first + 1) * bb) as usize];
+        self.dev.read(first, &mut tmp)?;
+        buf.copy_from_slice(&tmp[head..head + n]);
+        Ok(n)
+    }
+
+    /// Write `data` at `offset` as one device write: atomic and durable on return. A write that
+    /// touches more than [`ATOMIC_BLOCKS_MAX`] blocks is refused (splitting it would not be
+    /// atomic; see the module comment), as is writing past the end of the file (the file has
+    /// the device's fixed size) or a write that starts inside and runs past it.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= self.size_bytes)
+            .ok_or_else(|| {
+                Error::bad(format!(
+                    "write of {} bytes at offset {offset} runs past the end of the {}-byte device",
+                    data.len(),
+                    self.size_bytes
+                ))
+            })?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let blocks = self.blocks_touched(offset, data.len() as u64);
+        if blocks > ATOMIC_BLOCKS_MAX as u64 {
+            return Err(Error::bad(format!(
+                "write of {} bytes at offset {offset} touches {blocks} blocks, more than the \
+                 {ATOMIC_BLOCKS_MAX} of one atomic write (at most {} bytes at any offset)",
+                data.len(),
+                self.atomic_write_bytes_max()
+            )));
+        }
+        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .write_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.write_piece(offset, data)
+    }
+
+    /// One atomic device write covering `[offset, offset + data.len())`.
+    fn write_piece(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let bb = self.block_bytes;
+        let first = offset / bb;
+        let last = (offset + data.len() as u64 - 1) / bb;
+        let blocks = last - first + 1;
+        assert!(
+            blocks <= ATOMIC_BLOCKS_MAX as u64,
+            "one device write of {blocks} blocks"
+        );
+        let _locks = self.lock_blocks(first, blocks);
+        let head = (offset % bb) as usize;
+        let aligned = head == 0 && (data.len() as u64).is_multiple_of(bb);
+        if aligned {
+            return self.dev.write(first, data);
+        }
+        self.counters.partial_writes.fetch_add(1, Ordering::Relaxed);
+        let mut tmp = vec![0u8; (blocks * bb) as usize];
+        // Only the first and last blocks need their old contents.
+        self.dev.read(first, &mut tmp[..bb as usize])?;
+        if blocks > 1 {
+            let off = ((blocks - 1) * bb) as usize;
+            self.dev.read(last, &mut tmp[off..])?;
+        }
+        tmp[head..head + data.len()].copy_from_slice(data);
+        self.dev.write(first, &tmp)
+    }
+
+    /// Make `[offset, offset + len)` read as zeros: whole blocks are discarded (their pages
+    /// return to the free pool), the partial edges are written with zeros. Past the end of
+    /// the file is refused.
+    pub fn punch_hole(&self, offset: u64, len: u64) -> Result<()> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.size_bytes)
+            .ok_or_else(|| {
+                Error::bad(format!(
+                    "hole of {len} bytes at offset {offset} runs past the end of the {}-byte device",
+                    self.size_bytes
+                ))
+            })?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.counters.discards.fetch_add(1, Ordering::Relaxed);
+        let bb = self.block_bytes;
+        let first_whole = offset.div_ceil(bb);
+        let end_whole = end / bb;
+        if first_whole >= end_whole {
+            // Inside one or two blocks: zeros.
+            return self.write_at(offset, &vec![0u8; len as usize]);
+        }
+        if offset < first_whole * bb {
+            self.write_at(offset, &vec![0u8; (first_whole * bb - offset) as usize])?;
+        }
+        // Discards of at most STRIPES blocks at a time under their stripe locks, so a
+        // concurrent partial write cannot resurrect a block mid-discard.
+        let mut b = first_whole;
+        while b < end_whole {
+            let n = (end_whole - b).min(ATOMIC_BLOCKS_MAX as u64);
+            let _locks = self.lock_blocks(b, n);
+            self.dev.discard(b, n)?;
+            b += n;
+        }
+        if end > end_whole * bb {
+            self.write_at(end_whole * bb, &vec![0u8; (end - end_whole * bb) as usize])?;
+        }
+        Ok(())
+    }
+
+    /// Make everything written durable (for nvramdisk already true; the device decides).
+    pub fn flush(&self) -> Result<()> {
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        self.dev.flush()
+    }
+
+    fn lock_blocks(&self, first: u64, blocks: u64) -> Vec<MutexGuard<'_, ()>> {
+        assert!(blocks as usize <= STRIPES);
+        let mut idx: Vec<usize> = (first..first + blocks)
+            .map(|b| (b as usize) & (STRIPES - 1))
+            .collect();
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter()
+            .map(|i| self.stripes[i].lock().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvstack_nvramdisk::disk::{FormatOptions, NvramDisk, OpenOptions};
+    use nvstack_pmem::MmapRegion;
+    use proptest::prelude::*;
+
+    fn file(blocks_bytes: u32) -> BlockFile {
+        let size = 8 << 20;
+        let r = Arc::new(MmapRegion::anonymous(size).unwrap());
+        let fo = FormatOptions {
+            block_bytes: blocks_bytes,
+            lanes: 2,
+            ..Default::default()
+        };
+        nvstack_nvramdisk::disk::format_region(&*r, &fo).unwrap();
+        let d = NvramDisk::open(r, OpenOptions::default()).unwrap();
+        BlockFile::new(Arc::new(d))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Any sequence of unaligned writes, holes and reads matches a plain byte array.
+        #[test]
+        fn matches_a_byte_array(ops in proptest::collection::vec(
+            (0u8..3, 0u64..(1 << 20), 1usize..20_000, any::<u8>()), 1..40)) {
+            let f = file(4096);
+            let size = f.size_bytes();
+            let mut model = vec![0u8; size as usize];
+            for (kind, off, len, fill) in ops {
+                let off = off % size;
+                let len = (len as u64).min(size - off) as usize;
+                match kind {
+                    0 => {
+                        let data: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
+                        f.write_at(off, &data).unwrap();
+                        model[off as usize..off as usize + len].copy_from_slice(&data);
+                    }
+                    1 => {
+                        f.punch_hole(off, len as u64).unwrap();
+                        model[off as usize..off as usize + len].fill(0);
+                    }
+                    _ => {
+                        let mut buf = vec![0u8; len];
+                        let n = f.read_at(off, &mut buf).unwrap();
+                        prop_assert_eq!(n, len);
+                        prop_assert_eq!(&buf[..], &model[off as usize..off as usize + len]);
+                    }
+                }
+            }
+            let mut all = vec![0u8; size as usize];
+            prop_assert_eq!(f.read_at(0, &mut all).unwrap(), size as usize);
+            prop_assert!(all == model, "final contents differ");
+        }
+    }
+
+    #[test]
+    fn refuses_past_the_end_and_reads_short() {
+        let f = file(512);
+        let size = f.size_bytes();
+        assert!(f.write_at(size - 1, &[1, 2]).is_err());
+        assert!(f.write_at(u64::MAX, &[1]).is_err());
+        assert!(f.punch_hole(size, 1).is_err());
+        f.write_at(size - 1, &[7]).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(f.read_at(size - 1, &mut buf).unwrap(), 1);
+        assert_eq!(buf[0], 7);
+        assert_eq!(f.read_at(size, &mut buf).unwrap(), 0);
+    }
+
+    /// A device that records every write it is asked for (first LBA, blocks).
+    struct Counting {
+        inner: Arc<dyn BlockDevice>,
+        writes: Mutex<Vec<(u64, u64)>>,
+    }
+
+    impl BlockDevice for Counting {
+        fn block_bytes(&self) -> u32 {
+            self.inner.block_bytes()
+        }
+        fn blocks(&self) -> u64 {
+            self.inner.blocks()
+        }
+        fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+            self.inner.read(lba, buf)
+        }
+        fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+            let n = data.len() as u64 / self.inner.block_bytes() as u64;
+            self.writes.lock().unwrap().push((lba, n));
+            self.inner.write(lba, data)
+        }
+        fn discard(&self, lba: u64, count: u64) -> Result<()> {
+            self.inner.discard(lba, count)
+        }
+        fn flush(&self) -> Result<()> {
+            self.inner.flush()
+        }
+    }
+
+    fn counting_file(block_bytes: u32) -> (BlockFile, Arc<Counting>) {
+        let f = file(block_bytes);
+        let c = Arc::new(Counting {
+            inner: f.dev.clone(),
+            writes: Mutex::new(Vec::new()),
+        });
+        (BlockFile::new(c.clone()), c)
+    }
+
+    /// The FUSE `max_write` (`atomic_write_bytes_max`) at every alignment within a block,
+    /// 4093 included (the offset at which a 64-block write would touch 65 blocks), is exactly
+    /// one device write of at most 64 blocks, and lands whole.
+    #[test]
+    fn a_maximal_write_at_any_alignment_is_one_device_write() {
+        for bb in [4096u32, 512] {
+            let (f, dev) = counting_file(bb);
+            let bb = bb as u64;
+            let max = f.atomic_write_bytes_max();
+            assert_eq!(max, (ATOMIC_BLOCKS_MAX as u64 - 1) * bb);
+            let mut heads: Vec<u64> = vec![0, 1, bb / 2, bb - 3, bb - 1];
+            if bb == 4096 {
+                heads.push(4093);
+            }
+            for (i, head) in heads.into_iter().enumerate() {
+                let offset = (3 + i as u64 * 100) * bb + head;
+                let data: Vec<u8> = (0..max).map(|k| (k % 249) as u8 ^ i as u8).collect();
+                dev.writes.lock().unwrap().clear();
+                f.write_at(offset, &data).unwrap();
+                let writes = dev.writes.lock().unwrap().clone();
+                assert_eq!(
+                    writes.len(),
+                    1,
+                    "block {bb}, head {head}: {} bytes became device writes {writes:?}",
+                    data.len()
+                );
+                let (lba, n) = writes[0];
+                assert_eq!(lba, offset / bb);
+                assert!(n <= ATOMIC_BLOCKS_MAX as u64, "{n} blocks in one write");
+                assert_eq!(n, f.blocks_touched(offset, max));
+                let mut back = vec![0u8; data.len()];
+                f.read_at(offset, &mut back).unwrap();
+                assert!(back == data, "block {bb}, head {head}: contents differ");
+            }
+        }
+    }
+
+    /// A write touching 65 blocks (64 blocks' worth at an unaligned offset, what a 256 KiB
+    /// max_write let the kernel send; one byte past an aligned 64-block span; the 63-block
+    /// max_write plus two bytes at the last offset of a block) is refused, with no device
+    /// write: splitting it would not be atomic.
+    #[test]
+    fn a_write_touching_more_than_64_blocks_is_refused_not_split() {
+        let (f, dev) = counting_file(4096);
+        let bb = f.block_bytes();
+        let span = ATOMIC_BLOCKS_MAX as u64 * bb;
+        let before = vec![0x77u8; (span + 2 * bb) as usize];
+        f.write_at(0, &before[..span as usize]).unwrap();
+        f.write_at(span, &before[span as usize..]).unwrap();
+        dev.writes.lock().unwrap().clear();
+        assert_eq!(f.blocks_touched(4093, span), 65);
+        let max = f.atomic_write_bytes_max();
+        for (offset, len) in [(4093, span), (0, span + 1), (bb - 1, max + 2), (1, 300_000)] {
+            let e = f.write_at(offset, &vec![1u8; len as usize]).unwrap_err();
+            assert!(e.to_string().contains("atomic"), "{e}");
+        }
+        assert!(
+            dev.writes.lock().unwrap().is_empty(),
+            "a refused write reached the device"
+        );
+        let mut back = vec![0u8; before.len()];
+        f.read_at(0, &mut back).unwrap();
+        assert!(back == before, "a refused write changed the file");
+        // A whole aligned 64-block write is still one atomic write.
+        f.write_at(0, &vec![2u8; span as usize]).unwrap();
+        assert_eq!(*dev.writes.lock().unwrap(), vec![(0, 64)]);
+    }
+
+    #[test]
+    fn concurrent_partial_writes_to_one_block_lose_nothing() {
+        let f = Arc::new(file(4096));
+        // Eight threads each own every eighth byte of the first two blocks.
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let f = f.clone();
+                s.spawn(move || {
+                    for round in 0..200u64 {
+                        for i in (t..8192).step_by(8 * 97) {
+                            f.write_at(i, &[(round as u8) ^ (t as u8 + 1)]).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        let mut buf = vec![0u8; 8192];
+        f.read_at(0, &mut buf).unwrap();
+        for t in 0..8u64 {
+            for i in (t..8192).step_by(8 * 97) {
+                assert_eq!(buf[i as usize], 199u8 ^ (t as u8 + 1), "byte {i} lost");
+            }
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Exports: the ways unmodified software reaches an nvstack device.
+//!
+//! - [`file`]: a byte-addressed file over a `BlockDevice` (any offset and length, each write
+//!   atomic and durable when it returns): the data path of `nvstack serve`.
+//! - [`fuse`]: that file served through FUSE as `DIR/disk`, for a loop device to attach.
+//! - [`raw`]: the region as plain blocks with no transactions (the `--backend raw` baseline).
+//! - [`stats`]: the daemon's counters, mirrored to tmpfs so they outlive a SIGKILL.
+//! - [`powercut`]: run a device on the simulated region and cut power at a random instant,
+//!   leaving a crash image drawn from a fault model (whole-stack power-cut tests).
+
+pub mod file;
+pub mod fuse;
+pub mod powercut;
+pub mod raw;
+pub mod stats;

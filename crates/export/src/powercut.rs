@@ -1,0 +1,279 @@
+//! Power cuts of a running stack (testing only).
+//!
+//! A process kill leaves every store in /dev/shm, so it cannot catch a missing flush or fence.
+//! Here the device runs on the crash checker's simulated region instead of a mapping: the image
+//! file is loaded into a [`SimRegion`] that logs every store, flush and fence. At the cut the
+//! region's lock is taken (no thread can store, flush or fence after that instant, and any
+//! acknowledgement already sent was for work whose fence is in the log), the log is replayed,
+//! one crash image is drawn at random under the chosen fault model (M1: stores reach media only
+//! by a flush or fence, in any subset per line; M2: also torn and garbage words, see
+//! docs/crashtest.md), written over the image file, and the process ends at once with
+//! [`POWER_CUT_EXIT`], running no destructor. The next start recovers from that image like a
+//! machine that lost power.
+//!
+//! The simulated region keeps the whole log in memory: use small images (tens of MiB) and short
+//! workloads.
+
+use nvstack_core::error::{Error, Result};
+use nvstack_nvramdisk::image::open_image_file;
+use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimEvent, SimRegion};
+use nvstack_pmem::LINE_BYTES;
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The exit code of a process whose power was cut.
+pub const POWER_CUT_EXIT: i32 = 86;
+
+/// Images larger than this are refused: the simulated region copies the image into memory and
+/// logs every store.
+pub const POWER_CUT_IMAGE_BYTES_MAX: u64 = 1 << 30;
+
+/// A power-cut specification: `MODEL:SEED:DELAY_MS` (for example `M2:7:150`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PowerCutSpec {
+    pub model: FaultModel,
+    pub seed: u64,
+    pub delay_ms: u64,
+}
+
+impl PowerCutSpec {
+    pub fn parse(s: &str) -> Result<PowerCutSpec> {
+        let bad = |why: &str| {
+            Error::bad(format!(
+                "power cut '{s}': {why} (expected MODEL:SEED:DELAY_MS, MODEL one of M0, M1, M2)"
+            ))
+        };
+        let parts: Vec<&str> = s.split(':').collect();
+        if parts.len() != 3 {
+            return Err(bad("three fields separated by ':' are needed"));
+        }
+        let model = match FaultModel::parse(parts[0]) {
+            Some(m @ (FaultModel::M0 | FaultModel::M1 | FaultModel::M2)) => m,
+            _ => return Err(bad("unknown fault model")),
+        };
+        let seed = parts[1].parse::<u64>().map_err(|_| bad("bad seed"))?;
+        let delay_ms = parts[2].parse::<u64>().map_err(|_| bad("bad delay"))?;
+        if delay_ms > 3_600_000 {
+            return Err(bad("delay over one hour"));
+        }
+        Ok(PowerCutSpec {
+            model,
+            seed,
+            delay_ms,
+        })
+    }
+}
+
+/// An image file loaded into a recording simulated region, with its lock held.
+pub struct PowerCut {
+    path: PathBuf,
+    file: File,
+    base: Arc<Vec<u64>>,
+    region: Arc<SimRegion>,
+    spec: PowerCutSpec,
+}
+
+impl PowerCut {
+    /// Load the image at `path` (validated and locked like any writer's open).
+    pub fn load(path: &Path, spec: PowerCutSpec) -> Result<Arc<PowerCut>> {
+        let (file, _sb) = open_image_file(path)?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
+            .len();
+        if len > POWER_CUT_IMAGE_BYTES_MAX {
+            return Err(Error::bad(format!(
+                "{}: {len} bytes is too large for a power-cut run (at most {} bytes)",
+                path.display(),
+                POWER_CUT_IMAGE_BYTES_MAX
+            )));
+        }
+        assert!(len.is_multiple_of(4096), "validated images are whole pages");
+        let mut bytes = vec![0u8; len as usize];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
+        let words: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
+            .collect();
+        let base = Arc::new(words);
+        let region = Arc::new(SimRegion::from_base(base.clone()));
+        region.start_recording();
+        Ok(Arc::new(PowerCut {
+            path: path.to_path_buf(),
+            file,
+            base,
+            region,
+            spec,
+        }))
+    }
+
+    /// The region to open the device on.
+    pub fn region(&self) -> Arc<SimRegion> {
+        self.region.clone()
+    }
+
+    pub fn spec(&self) -> PowerCutSpec {
+        self.spec
+    }
+
+    /// Cut power after the spec's delay, from a thread of its own.
+    pub fn arm(self: &Arc<Self>) {
+        self.arm_with(|| {})
+    }
+
+    /// Cut power after the spec's delay, from a thread of its own; `before_cut` runs first,
+    /// on that thread, just before the region is frozen (the serve daemon uses it to pick its
+    /// instant and to freeze its counters, so that nothing is acknowledged after the cut).
+    pub fn arm_with(self: &Arc<Self>, before_cut: impl FnOnce() + Send + 'static) {
+        let me = self.clone();
+        let delay = Duration::from_millis(self.spec.delay_ms);
+        std::thread::Builder::new()
+            .name("power-cut".into())
+            .spawn(move || {
+                std::thread::sleep(delay);
+                before_cut();
+                me.cut_now()
+            })
+            .expect("spawn the power-cut thread");
+    }
+
+    /// An orderly shutdown instead of a cut: write what loads see (every store, as if all
+    /// caches were written back) to the image file.
+    pub fn write_back_all(&self) -> Result<()> {
+        let image = self.region.snapshot();
+        let mut bytes = Vec::with_capacity(image.len() * 8);
+        for w in image.iter() {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        self.file
+            .write_all_at(&bytes, 0)
+            .and_then(|_| self.file.sync_all())
+            .map_err(|e| Error::env(format!("{}: cannot write: {e}", self.path.display())))
+    }
+
+    /// Cut power now: freeze the region, write one crash image, end the process.
+    pub fn cut_now(&self) -> ! {
+        self.region.with_frozen_events(|events| {
+            // Fold the quiescent prefix with plain stores (cheap), replay only the rest.
+            let q = quiescent_prefix(events);
+            let mut folded = (*self.base).clone();
+            for ev in &events[..q] {
+                if let SimEvent::Store { word, value, .. } = *ev {
+                    folded[word as usize] = value;
+                }
+            }
+            let mut cs = CrashState::new(Arc::new(folded));
+            for ev in &events[q..] {
+                cs.apply(ev);
+            }
+            let space = ImageSpace::new(&cs, self.spec.model, self.spec.seed);
+            let choice = space.random_choice(self.spec.seed ^ events.len() as u64);
+            let image = space.image(&choice).snapshot();
+            let mut bytes = Vec::with_capacity(image.len() * 8);
+            for w in image.iter() {
+                bytes.extend_from_slice(&w.to_le_bytes());
+            }
+            let wrote = self
+                .file
+                .write_all_at(&bytes, 0)
+                .and_then(|_| self.file.sync_all());
+            let code = match wrote {
+                Ok(()) => {
+                    eprintln!(
+                        "nvstack: power cut ({}, seed {}) after {} events: crash image written to {}",
+                        self.spec.model.name(),
+                        self.spec.seed,
+                        events.len(),
+                        self.path.display()
+                    );
+                    POWER_CUT_EXIT
+                }
+                Err(e) => {
+                    eprintln!("nvstack: power cut: cannot write {}: {e}", self.path.display());
+                    3
+                }
+            };
+            // End at once: `exit` runs no destructor on any stack (a clean close would be a clean
+            // shutdown), and the other threads stay blocked on the frozen region meanwhile.
+            std::process::exit(code)
+        })
+    }
+}
+
+/// The length of the longest prefix of `events` that ends at a fence with nothing pending:
+/// every non-temporal store before a fence is durable after it, and a cached store is durable
+/// once its line was flushed after it and a fence followed (the rules of `CrashState`). At
+/// such a point the durable image is simply the base with every store applied in order, so
+/// the (costly) replay of `CrashState` is needed only for what follows.
+pub fn quiescent_prefix(events: &[SimEvent]) -> usize {
+    let words_per_line = LINE_BYTES / 8;
+    // Lines with cached stores not yet durable: (flushed since the last store, flush pending
+    // a fence).
+    let mut dirty: HashMap<u64, bool> = HashMap::new();
+    let mut last = 0;
+    for (i, ev) in events.iter().enumerate() {
+        match *ev {
+            SimEvent::Store {
+                word, nt: false, ..
+            } => {
+                dirty.insert(word / words_per_line, false);
+            }
+            SimEvent::Store { nt: true, .. } => {}
+            SimEvent::Flush { line } => {
+                if let Some(f) = dirty.get_mut(&line) {
+                    *f = true;
+                }
+            }
+            SimEvent::Fence => {
+                dirty.retain(|_, flushed| !*flushed);
+                if dirty.is_empty() {
+                    last = i + 1;
+                }
+            }
+        }
+    }
+    last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvstack_pmem::{FlushKind, Region};
+
+    /// The fold agrees with a full replay: same durable image at every quiescent point.
+    #[test]
+    fn quiescent_prefix_matches_the_full_replay() {
+        let r = SimRegion::zeroed(8192);
+        r.start_recording();
+        r.write_nt(0, &[1u8; 64]);
+        r.fence();
+        r.write(128, &[2u8; 16]); // cached, not flushed: not quiescent after the next fence
+        r.write_nt(256, &[3u8; 8]);
+        r.fence();
+        let mid = r.event_count();
+        r.flush(128, 16, FlushKind::Clflushopt);
+        r.fence();
+        let end = r.event_count();
+        r.write_nt(512, &[4u8; 8]); // pending at the end
+        let events = r.take_events();
+        assert_eq!(quiescent_prefix(&events[..mid]), 9);
+        assert_eq!(quiescent_prefix(&events), end);
+        let mut full = CrashState::new(Arc::new(vec![0u64; 1024]));
+        for ev in &events[..end] {
+            full.apply(ev);
+        }
+        assert!(full.quiescent());
+        let mut folded = vec![0u64; 1024];
+        for ev in &events[..end] {
+            if let SimEvent::Store { word, value, .. } = *ev {
+                folded[word as usize] = value;
+            }
+        }
+        assert_eq!(*full.durable_image(), folded);
+    }
+}

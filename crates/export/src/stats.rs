@@ -1,0 +1,189 @@
+//! The serve daemon's counters, mirrored into a small file on tmpfs (`--stats FILE`) so that
+//! they survive the daemon's death: after a SIGKILL the kill tests read how many writes had
+//! been acknowledged and how many of those an fsync had covered.
+//!
+//! File format (4096 bytes, little-endian u64 words): 0 magic `NVSTATS1`, 1 version (1),
+//! 2 daemon pid, 3 writes made durable, 4 writes acknowledged, 5 fsyncs completed,
+//! 6 writes covered by a completed fsync, 7 discards. Words are updated under one mutex, so
+//! the file always shows one consistent moment. Bounds: `writes_acked` counts a write only
+//! after its acknowledgement was sent (a lower bound), and an fsync covers every write counted
+//! durable when it began (an upper bound); so `writes_acked - fsync_covered`, when positive,
+//! is a lower bound on the acknowledged writes that no fsync had covered.
+
+use nvstack_core::error::{Error, Result};
+use nvstack_pmem::mmap::Backing;
+use nvstack_pmem::{Access, MmapRegion, Region};
+use std::fs::OpenOptions;
+use std::path::Path;
+use std::sync::Mutex;
+
+pub const STATS_MAGIC: u64 = u64::from_le_bytes(*b"NVSTATS1");
+pub const STATS_VERSION: u64 = 1;
+pub const STATS_FILE_BYTES: u64 = 4096;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatsSnapshot {
+    pub pid: u64,
+    pub writes_durable: u64,
+    pub writes_acked: u64,
+    pub fsyncs: u64,
+    pub fsync_covered: u64,
+    pub discards: u64,
+}
+
+impl StatsSnapshot {
+    /// Acknowledged writes no completed fsync covered (a lower bound).
+    pub fn acked_not_fsynced(&self) -> u64 {
+        self.writes_acked.saturating_sub(self.fsync_covered)
+    }
+
+    fn words(&self) -> [u64; 8] {
+        [
+            STATS_MAGIC,
+            STATS_VERSION,
+            self.pid,
+            self.writes_durable,
+            self.writes_acked,
+            self.fsyncs,
+            self.fsync_covered,
+            self.discards,
+        ]
+    }
+}
+
+pub struct ServeStats {
+    now: Mutex<StatsSnapshot>,
+    mirror: Option<MmapRegion>,
+}
+
+impl ServeStats {
+    /// Counters, mirrored into `path` (created or replaced; must be on tmpfs) when given.
+    pub fn new(path: Option<&Path>) -> Result<ServeStats> {
+        let now = StatsSnapshot {
+            pid: std::process::id() as u64,
+            ..Default::default()
+        };
+        let mirror = match path {
+            None => None,
+            Some(p) => {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(p)
+                    .map_err(|e| {
+                        Error::env(format!("{}: cannot create stats file: {e}", p.display()))
+                    })?;
+                f.set_len(STATS_FILE_BYTES).map_err(|e| {
+                    Error::env(format!("{}: cannot size stats file: {e}", p.display()))
+                })?;
+                let r = MmapRegion::map_file(f, p, Access::Shared)?;
+                if r.backing() != Backing::EmulatedTmpfs {
+                    return Err(Error::bad(format!(
+                        "{}: the stats file must be on tmpfs (/dev/shm or /run)",
+                        p.display()
+                    )));
+                }
+                Some(r)
+            }
+        };
+        let s = ServeStats {
+            now: Mutex::new(now),
+            mirror,
+        };
+        s.publish(&now);
+        Ok(s)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut StatsSnapshot)) {
+        let mut g = self.now.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut g);
+        self.publish(&g);
+    }
+
+    fn publish(&self, s: &StatsSnapshot) {
+        if let Some(r) = &self.mirror {
+            for (i, w) in s.words().iter().enumerate() {
+                r.store_u64(i as u64 * 8, *w);
+            }
+        }
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        *self.now.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stop the counters for good at the first instant (polled every 100 us, for at most
+    /// `wait`) at which `ready` holds, or when `wait` runs out: the lock is never released, so
+    /// every later update (a write's durable count before its acknowledgement, an fsync's
+    /// completion before its reply) blocks forever and the file keeps that instant. For a power
+    /// cut: after it, nothing more is acknowledged, and the file shows what had been. Returns
+    /// the frozen counters and whether `ready` held.
+    pub fn freeze_when(
+        &self,
+        ready: impl Fn(&StatsSnapshot) -> bool,
+        wait: std::time::Duration,
+    ) -> (StatsSnapshot, bool) {
+        let t = std::time::Instant::now();
+        loop {
+            let g = self.now.lock().unwrap_or_else(|e| e.into_inner());
+            let now = *g;
+            let hit = ready(&now);
+            if hit || t.elapsed() >= wait {
+                std::mem::forget(g);
+                return (now, hit);
+            }
+            drop(g);
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+
+    pub fn write_durable(&self) {
+        self.update(|s| s.writes_durable += 1)
+    }
+    pub fn write_acked(&self) {
+        self.update(|s| s.writes_acked += 1)
+    }
+    pub fn discard(&self) {
+        self.update(|s| s.discards += 1)
+    }
+    /// Returns the writes this fsync covers: every one made durable before it began.
+    pub fn fsync_begin(&self) -> u64 {
+        self.snapshot().writes_durable
+    }
+    pub fn fsync_done(&self, covered: u64) {
+        self.update(|s| {
+            s.fsyncs += 1;
+            s.fsync_covered = s.fsync_covered.max(covered);
+        })
+    }
+}
+
+/// Read a stats file (the daemon may be dead).
+pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
+    let b = std::fs::read(path)
+        .map_err(|e| Error::env(format!("{}: cannot read stats file: {e}", path.display())))?;
+    if b.len() as u64 != STATS_FILE_BYTES {
+        return Err(Error::bad(format!(
+            "{}: not a stats file (length {})",
+            path.display(),
+            b.len()
+        )));
+    }
+    let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    if w(0) != STATS_MAGIC || w(1) != STATS_VERSION {
+        return Err(Error::bad(format!(
+            "{}: not a version-1 stats file",
+            path.display()
+        )));
+    }
+    Ok(StatsSnapshot {
+        pid: w(2),
+        writes_durable: w(3),
+        writes_acked: w(4),
+        fsyncs: w(5),
+        fsync_covered: w(6),
+        discards: w(7),
+    })
+}

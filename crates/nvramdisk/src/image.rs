@@ -1,0 +1,217 @@
+//! Images: nvramdisk regions kept in files. Opening validates everything it can from the file
+//! with ordinary reads (length, both superblock copies) before anything is mapped, so a short,
+//! empty or foreign file gets a clear error and no SIGBUS, and nothing is ever written to a
+//! file that failed validation. Every open takes a lock on the file: exclusive for writers,
+//! shared for readers.
+
+use super::disk::{format_region, validate_superblocks, FormatOptions, NvramDisk, OpenOptions};
+use super::layout::{Superblock, SB_PAGE_BYTES, SB_USED_BYTES};
+use nvstack_core::error::{Error, Result};
+use nvstack_pmem::mmap::allocate_file;
+use nvstack_pmem::{Access, MmapRegion};
+use std::fs::{File, OpenOptions as FsOpen, TryLockError};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+pub type Disk = NvramDisk<MmapRegion>;
+
+fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
+    let r = if exclusive {
+        file.try_lock()
+    } else {
+        file.try_lock_shared()
+    };
+    match r {
+        Ok(()) => Ok(()),
+        Err(TryLockError::WouldBlock) => Err(Error::env(format!(
+            "{}: image is locked by another process (another nvstack command or daemon has it \
+             open{})",
+            path.display(),
+            if exclusive { "" } else { " for writing" }
+        ))),
+        Err(TryLockError::Error(e)) => {
+            Err(Error::env(format!("{}: cannot lock: {e}", path.display())))
+        }
+    }
+}
+
+/// Create and format a new image of `size` bytes. An existing file is refused unless `force`.
+///
+/// The new image is built in a temporary file beside the target and renamed over it only once
+/// it is complete, so a format that fails (no space, say) leaves no half-made file and does not
+/// destroy the image it was asked to replace. An existing image is locked first: one in use by
+/// another process is never replaced.
+pub fn format_image(path: &Path, size: u64, fo: &FormatOptions, force: bool) -> Result<Superblock> {
+    // Validate the arguments before touching the file system.
+    super::layout::Geometry::compute(size, fo.block_bytes, fo.lanes)?;
+    nvstack_pmem::ordering::check_available(&fo.ordering)?;
+    let _old = if path.exists() {
+        if !force {
+            return Err(Error::bad(format!(
+                "{}: file exists; pass --force to overwrite it",
+                path.display()
+            )));
+        }
+        let f = open_file(path, false)?;
+        lock(&f, path, true)?;
+        Some(f) // held until the new image has replaced it
+    } else {
+        None
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::bad(format!("{}: not a file name", path.display())))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.nvstack-format-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    struct RemoveOnDrop<'a>(&'a Path, bool);
+    impl Drop for RemoveOnDrop<'_> {
+        fn drop(&mut self) {
+            if self.1 {
+                let _ = std::fs::remove_file(self.0);
+            }
+        }
+    }
+    let mut guard = RemoveOnDrop(&tmp, true);
+    let file = FsOpen::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| Error::env(format!("{}: cannot create: {e}", tmp.display())))?;
+    lock(&file, &tmp, true)?;
+    allocate_file(&file, path, size)?;
+    let region = MmapRegion::map_file(file, path, Access::Shared)?;
+    let sb = format_region(&region, fo)?;
+    drop(region);
+    std::fs::rename(&tmp, path).map_err(|e| {
+        Error::env(format!(
+            "{}: cannot move the new image into place: {e}",
+            path.display()
+        ))
+    })?;
+    guard.1 = false;
+    Ok(sb)
+}
+
+/// Read and validate both superblock copies of an open file, with plain reads.
+fn validate_file(file: &File, path: &Path) -> Result<(Superblock, u64)> {
+    let len = file
+        .metadata()
+        .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
+        .len();
+    if len == 0 {
+        return Err(Error::bad(format!(
+            "{}: file is empty (0 bytes): not an nvstack image",
+            path.display()
+        )));
+    }
+    if len < 2 * SB_PAGE_BYTES {
+        return Err(Error::bad(format!(
+            "{}: file is {len} bytes, too small to be an nvstack image",
+            path.display()
+        )));
+    }
+    let (c1, c2) = read_copies(file, path, len)?;
+    let sb = validate_superblocks(&c1, &c2, len)
+        .map_err(|e| Error::bad(format!("{}: {e}", path.display())))?;
+    Ok((sb, len))
+}
+
+fn read_copies(file: &File, path: &Path, len: u64) -> Result<(Vec<u8>, Vec<u8>)> {
+    let mut c1 = vec![0u8; SB_USED_BYTES];
+    let mut c2 = vec![0u8; SB_USED_BYTES];
+    let rd = |buf: &mut [u8], off: u64| {
+        file.read_exact_at(buf, off).map_err(|e| {
+            Error::bad(format!(
+                "{}: cannot read superblock at {off}: {e}",
+                path.display()
+            ))
+        })
+    };
+    rd(&mut c1, 0)?;
+    rd(&mut c2, len - SB_PAGE_BYTES)?;
+    Ok((c1, c2))
+}
+
+fn open_file(path: &Path, write: bool) -> Result<File> {
+    FsOpen::new()
+        .read(true)
+        .write(write)
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::bad(format!("{}: no such image", path.display()))
+            } else {
+                Error::env(format!("{}: cannot open: {e}", path.display()))
+            }
+        })
+}
+
+/// Open an image for writing: exclusive lock, shared mapping, recovery runs on the media.
+pub fn open_image(path: &Path, oo: OpenOptions) -> Result<Disk> {
+    let file = open_file(path, true)?;
+    lock(&file, path, true)?;
+    validate_file(&file, path)?;
+    let region = MmapRegion::map_file(file, path, Access::Shared)?;
+    NvramDisk::open(Arc::new(region), oo)
+}
+
+/// Open an image file for writing without mapping it: exclusive lock, validated superblocks.
+/// For layers that bring their own region (the power-cut tests load it into a simulated
+/// region); the lock is held as long as the returned file is.
+pub fn open_image_file(path: &Path) -> Result<(File, Superblock)> {
+    let file = open_file(path, true)?;
+    lock(&file, path, true)?;
+    let (sb, _len) = validate_file(&file, path)?;
+    Ok((file, sb))
+}
+
+/// Open an image for reading only: shared lock, private copy-on-write mapping, so recovery
+/// runs in memory and nothing reaches the file.
+pub fn open_image_readonly(path: &Path, oo: OpenOptions) -> Result<Disk> {
+    let file = open_file(path, false)?;
+    lock(&file, path, false)?;
+    validate_file(&file, path)?;
+    let region = MmapRegion::map_file(file, path, Access::PrivateCopy)?;
+    NvramDisk::open(Arc::new(region), oo)
+}
+
+/// If exactly one superblock copy is damaged and the other intact, rewrite the damaged one
+/// from the intact one. Returns what was repaired. Both damaged: an error, nothing written.
+pub fn repair_superblock(path: &Path) -> Result<Option<String>> {
+    let file = open_file(path, true)?;
+    lock(&file, path, true)?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
+        .len();
+    if len < 2 * SB_PAGE_BYTES {
+        return validate_file(&file, path).map(|_| None);
+    }
+    let (c1, c2) = read_copies(&file, path, len)?;
+    let s1 = Superblock::decode(&c1, len);
+    let s2 = Superblock::decode(&c2, len);
+    let (good, bad_off, which, why) = match (&s1, &s2) {
+        (Ok(_), Err(e)) => (&c1, len - SB_PAGE_BYTES, 2, e.clone()),
+        (Err(e), Ok(_)) => (&c2, 0, 1, e.clone()),
+        _ => return validate_file(&file, path).map(|_| None),
+    };
+    file.write_all_at(good, bad_off)
+        .and_then(|_| file.sync_all())
+        .map_err(|e| Error::env(format!("{}: cannot write superblock: {e}", path.display())))?;
+    Ok(Some(format!(
+        "superblock copy {which} (offset {bad_off}) was damaged ({why}); rewritten from the intact copy"
+    )))
+}
+
+/// Validate an image and return its superblock without mapping it (shared lock, plain
+/// reads). Commands use it to check their arguments before opening the image for writing.
+pub fn peek(path: &Path) -> Result<Superblock> {
+    let file = open_file(path, false)?;
+    lock(&file, path, false)?;
+    validate_file(&file, path).map(|(sb, _)| sb)
+}

@@ -1,0 +1,932 @@
+//! The client-cache models of seed 002 section 2.1, driven by block accesses in virtual time.
+//!
+//! Units: a block of `--block-size` bytes; every count is per block access. A read or write of a
+//! block the cache does not hold is a miss and brings the block in (write-allocate; a write needs
+//! no fill read because a partial write dirties the whole block). Server traffic is fills (read
+//! misses) and write-backs; "net" traffic also counts the blocks still dirty at the end, as the
+//! paper does ("all bytes left in the NVRAM at the end are eventually written back").
+//!
+//! ## volatile
+//! One LRU cache of `volatile` blocks, clean or dirty. The least recently accessed block is
+//! replaced whether clean or dirty, and written back at once if dirty. A cleaner runs every 5 s
+//! of virtual time (ticks at `t0 + k * 5 s`, k >= 1, t0 the first access) and writes back every
+//! block that became dirty more than `delayed_writeback` ago (strictly: `tick - dirtied > delay`);
+//! a block re-written while dirty keeps the time it first became dirty, as Sprite ages its oldest
+//! dirty data. Ticks due at or before an access run before it. A write flagged sync (blkparse
+//! S/F, fio fsync) is written back as soon as it is made: the volatile cache cannot hold it.
+//! With `delayed_writeback` off and no sync flags this is a plain write-back LRU cache.
+//!
+//! ## write-aside
+//! The volatile LRU cache as above, but with no delayed write-back: every dirty block also has a
+//! copy in the NVRAM (a set of at most `nvram` blocks, always a subset of the volatile cache),
+//! which is only written, never read. A write puts the block in the volatile cache (evicting the
+//! LRU block: written back and dropped from NVRAM if dirty) and then in the NVRAM; if the NVRAM is
+//! full, the policy's victim is written back and leaves the NVRAM (its volatile copy stays,
+//! clean). The NVRAM policy sees only writes (reads never reach the NVRAM). With no NVRAM, writes
+//! are written through. Sync flags change nothing: NVRAM data is as durable as the server's.
+//!
+//! ## unified
+//! A block lives in at most one memory. Dirty blocks live only in the NVRAM; clean blocks in
+//! either. Writes go to the NVRAM (a clean volatile copy is invalidated). When the NVRAM must
+//! make room, the policy's victim is written back if dirty, then compared with the volatile
+//! cache: it takes a free volatile slot, or replaces the volatile LRU block if that one was
+//! accessed less recently, or is dropped. A read miss fills a free volatile slot; else a free
+//! NVRAM slot; else, if the NVRAM holds the least recently accessed block of both memories, the
+//! NVRAM makes room (as above) and takes the block; else the volatile LRU block is dropped for
+//! it. The volatile cache stays strictly LRU by access time (a block moved down from the NVRAM
+//! keeps its access time). With no NVRAM, writes are written through and kept clean.
+//!
+//! ## NVRAM accesses and bus traffic (section 2.6)
+//! `nvram_writes` counts blocks written into the NVRAM (application writes, and clean fills in
+//! unified); `nvram_reads` blocks read out of it (reads served from it in unified, and a unified
+//! block leaving it to be written back or moved down). Write-aside writes back from the
+//! volatile copy, so it never reads the NVRAM. `bus_blocks` counts block copies on the client's
+//! memory bus: every block delivered to or taken from the application, every fill, every
+//! write-back, every extra copy into the NVRAM (write-aside) and every move between memories.
+
+use crate::trace::{BlockAccess, BlockAccesses, Op};
+use nvstack_core::error::{Error, Result};
+use nvstack_policy::{Policy, PolicyKind, SlotList, Touch, NEVER, NIL};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
+
+/// The cleaner's period (Sprite: every five seconds).
+pub const CLEANER_PERIOD_NS: u64 = 5_000_000_000;
+/// Sprite's delayed write-back.
+pub const DELAYED_WRITEBACK_DEFAULT_S: u64 = 30;
+/// The largest cache either memory may have, in blocks (4 TiB of 4 KiB blocks; slot numbers
+/// must stay below the unified index's NVRAM bit). State grows
+/// with the blocks actually cached, never with the configured size.
+pub const CACHE_BLOCKS_MAX: u64 = 1 << 30;
+/// The most block accesses an omniscient run takes (its next-write pass keeps 8 bytes each:
+/// 8 GiB at this limit).
+pub const OMNISCIENT_ACCESSES_MAX: u64 = 1 << 30;
+
+const CLEAN: u64 = u64::MAX;
+/// Marks an NVRAM slot in the unified model's index.
+const NV_BIT: u32 = 1 << 31;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Model {
+    Volatile,
+    WriteAside,
+    Unified,
+}
+
+impl Model {
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::Volatile => "volatile",
+            Model::WriteAside => "write-aside",
+            Model::Unified => "unified",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CacheConfig {
+    pub model: Model,
+    /// NVRAM replacement (the volatile cache is always LRU).
+    pub policy: PolicyKind,
+    pub volatile_blocks: u64,
+    pub nvram_blocks: u64,
+    /// Volatile model only: the cleaner's age threshold; None = no delayed write-back.
+    pub delayed_writeback_ns: Option<u64>,
+    pub seed: u64,
+}
+
+impl CacheConfig {
+    /// The rules of the command-line contract, as errors naming the flag.
+    pub fn validate(&self) -> Result<()> {
+        for (flag, n) in [
+            ("--volatile", self.volatile_blocks),
+            ("--nvram", self.nvram_blocks),
+        ] {
+            if n > CACHE_BLOCKS_MAX {
+                return Err(Error::bad(format!(
+                    "{flag}: {n} blocks is more than the simulator's limit of {CACHE_BLOCKS_MAX}"
+                )));
+            }
+        }
+        match self.model {
+            Model::Volatile => {
+                if self.nvram_blocks != 0 {
+                    return Err(Error::bad(
+                        "--model volatile has no NVRAM: it requires --nvram 0",
+                    ));
+                }
+                if self.policy != PolicyKind::Lru {
+                    return Err(Error::bad(format!(
+                        "--policy {}: the volatile model is LRU; --policy chooses the NVRAM's replacement (write-aside, unified)",
+                        self.policy.name()
+                    )));
+                }
+            }
+            Model::WriteAside | Model::Unified => {
+                if self.delayed_writeback_ns.is_some() {
+                    return Err(Error::bad(format!(
+                        "--delayed-writeback: the {} model keeps dirty blocks in NVRAM and has no delayed write-back (only --model volatile takes it)",
+                        self.model.name()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn needs_next_writes(&self) -> bool {
+        self.policy == PolicyKind::Omniscient && self.model != Model::Volatile
+    }
+}
+
+/// What a run counted. Every count is in blocks.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct CacheStats {
+    pub block_accesses: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub misses: u64,
+    pub read_misses: u64,
+    pub write_misses: u64,
+    pub miss_ratio: f64,
+    pub hits_volatile: u64,
+    pub hits_nvram: u64,
+    /// Blocks written to the server or disk during the run, for any reason below.
+    pub writebacks: u64,
+    /// ... because the volatile LRU replaced a dirty block.
+    pub writebacks_eviction: u64,
+    /// ... because the NVRAM replaced a dirty block.
+    pub writebacks_replacement: u64,
+    /// ... by the cleaner (delayed write-back).
+    pub writebacks_cleaner: u64,
+    /// ... because the write was synchronous (volatile model).
+    pub writebacks_sync: u64,
+    /// ... because there is no NVRAM to hold it (NVRAM models with `--nvram 0`).
+    pub writebacks_through: u64,
+    /// Writes to a block that was already dirty: the earlier data never leaves the cache.
+    pub overwrites_absorbed: u64,
+    /// Dirty blocks when the trace ends.
+    pub dirty_at_end: u64,
+    pub nvram_reads: u64,
+    pub nvram_writes: u64,
+    pub nvram_accesses: u64,
+    /// Unified: blocks moved from the NVRAM down to the volatile cache.
+    pub moves_to_volatile: u64,
+    pub bus_blocks: u64,
+    /// (writebacks + dirty_at_end) / writes.
+    pub net_write_traffic: f64,
+    /// (read_misses + writebacks + dirty_at_end) / block_accesses.
+    pub net_total_traffic: f64,
+}
+
+impl CacheStats {
+    pub(crate) fn finish(&mut self) {
+        self.misses = self.read_misses + self.write_misses;
+        self.nvram_accesses = self.nvram_reads + self.nvram_writes;
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        self.miss_ratio = ratio(self.misses, self.block_accesses);
+        self.net_write_traffic = ratio(self.writebacks + self.dirty_at_end, self.writes);
+        self.net_total_traffic = ratio(
+            self.read_misses + self.writebacks + self.dirty_at_end,
+            self.block_accesses,
+        );
+        // Pair assertions: every access is a read or a write, hit or miss, and every block
+        // write ends as exactly one of absorbed, written back, or still dirty.
+        assert_eq!(self.reads + self.writes, self.block_accesses);
+        assert_eq!(
+            self.hits_volatile + self.hits_nvram + self.misses,
+            self.block_accesses
+        );
+        assert_eq!(
+            self.writebacks,
+            self.writebacks_eviction
+                + self.writebacks_replacement
+                + self.writebacks_cleaner
+                + self.writebacks_sync
+                + self.writebacks_through
+        );
+        assert_eq!(
+            self.writes,
+            self.overwrites_absorbed + self.writebacks + self.dirty_at_end,
+            "a block write was lost or counted twice"
+        );
+    }
+}
+
+/// Slot numbers handed out up to a capacity, reused after release.
+#[derive(Clone, Debug)]
+struct Slots {
+    cap: u64,
+    used: u64,
+    next: u32,
+    free: Vec<u32>,
+}
+
+impl Slots {
+    fn new(cap: u64) -> Slots {
+        Slots {
+            cap,
+            used: 0,
+            next: 0,
+            free: Vec::new(),
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.used == self.cap
+    }
+
+    fn take(&mut self) -> u32 {
+        assert!(self.used < self.cap);
+        self.used += 1;
+        self.free.pop().unwrap_or_else(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+
+    fn give(&mut self, s: u32) {
+        assert!(self.used > 0);
+        self.used -= 1;
+        self.free.push(s);
+    }
+}
+
+fn set<T: Clone>(v: &mut Vec<T>, i: u32, x: T, fill: T) {
+    let i = i as usize;
+    if v.len() <= i {
+        v.resize(i + 1, fill);
+    }
+    v[i] = x;
+}
+
+struct Volatile {
+    delay_ns: Option<u64>,
+    origin_ns: Option<u64>,
+    index: FxHashMap<u64, u32>,
+    slots: Slots,
+    key: Vec<u64>,
+    dirty_since: Vec<u64>,
+    lru: SlotList,
+    /// Dirty slots in the order they became dirty (the cleaner's queue).
+    dirty: SlotList,
+}
+
+impl Volatile {
+    fn new(cfg: &CacheConfig) -> Volatile {
+        Volatile {
+            delay_ns: cfg.delayed_writeback_ns,
+            origin_ns: None,
+            index: FxHashMap::default(),
+            slots: Slots::new(cfg.volatile_blocks),
+            key: Vec::new(),
+            dirty_since: Vec::new(),
+            lru: SlotList::new(),
+            dirty: SlotList::new(),
+        }
+    }
+
+    fn clean_due(&mut self, now_ns: u64, s: &mut CacheStats) {
+        let (Some(delay), Some(origin)) = (self.delay_ns, self.origin_ns) else {
+            return;
+        };
+        while let Some(slot) = self.dirty.front() {
+            let since = self.dirty_since[slot as usize];
+            debug_assert!(since != CLEAN && since >= origin);
+            // The first tick strictly more than `delay` after the block became dirty.
+            let after = since.saturating_add(delay);
+            let tick = origin.saturating_add(
+                ((after - origin) / CLEANER_PERIOD_NS + 1).saturating_mul(CLEANER_PERIOD_NS),
+            );
+            if tick > now_ns {
+                break;
+            }
+            self.dirty.remove(slot);
+            self.dirty_since[slot as usize] = CLEAN;
+            s.writebacks += 1;
+            s.writebacks_cleaner += 1;
+            s.bus_blocks += 1;
+        }
+    }
+
+    fn access(&mut self, a: &BlockAccess, s: &mut CacheStats) {
+        self.origin_ns.get_or_insert(a.time_ns);
+        self.clean_due(a.time_ns, s);
+        let write = a.op == Op::Write;
+        s.bus_blocks += 1; // to or from the application
+        let slot = match self.index.get(&a.key) {
+            Some(&slot) => {
+                s.hits_volatile += 1;
+                self.lru.move_to_back(slot);
+                slot
+            }
+            None => {
+                if write {
+                    s.write_misses += 1;
+                } else {
+                    s.read_misses += 1;
+                    s.bus_blocks += 1; // the fill
+                }
+                if self.slots.cap == 0 {
+                    if write {
+                        s.writebacks += 1;
+                        s.writebacks_through += 1;
+                        s.bus_blocks += 1;
+                    }
+                    return;
+                }
+                if self.slots.full() {
+                    let victim = self.lru.front().expect("a full cache has an LRU block");
+                    self.lru.remove(victim);
+                    if self.dirty_since[victim as usize] != CLEAN {
+                        self.dirty.remove(victim);
+                        self.dirty_since[victim as usize] = CLEAN;
+                        s.writebacks += 1;
+                        s.writebacks_eviction += 1;
+                        s.bus_blocks += 1;
+                    }
+                    let removed = self.index.remove(&self.key[victim as usize]);
+                    assert_eq!(removed, Some(victim));
+                    self.slots.give(victim);
+                }
+                let slot = self.slots.take();
+                set(&mut self.key, slot, a.key, 0);
+                set(&mut self.dirty_since, slot, CLEAN, CLEAN);
+                self.index.insert(a.key, slot);
+                self.lru.push_back(slot);
+                slot
+            }
+        };
+        if !write {
+            return;
+        }
+        let si = slot as usize;
+        if self.dirty_since[si] == CLEAN {
+            self.dirty_since[si] = a.time_ns;
+            self.dirty.push_back(slot);
+        } else {
+            s.overwrites_absorbed += 1;
+        }
+        if a.sync {
+            self.dirty.remove(slot);
+            self.dirty_since[si] = CLEAN;
+            s.writebacks += 1;
+            s.writebacks_sync += 1;
+            s.bus_blocks += 1;
+        }
+    }
+
+    fn dirty_blocks(&self) -> u64 {
+        u64::from(self.dirty.len())
+    }
+}
+
+struct WriteAside {
+    index: FxHashMap<u64, u32>,
+    vslots: Slots,
+    key: Vec<u64>,
+    /// The NVRAM slot holding the dirty copy of a volatile slot, or NIL (clean).
+    nv_of: Vec<u32>,
+    lru: SlotList,
+    nslots: Slots,
+    /// The volatile slot each NVRAM slot copies.
+    v_of: Vec<u32>,
+    policy: Policy,
+}
+
+impl WriteAside {
+    fn new(cfg: &CacheConfig) -> WriteAside {
+        WriteAside {
+            index: FxHashMap::default(),
+            vslots: Slots::new(cfg.volatile_blocks),
+            key: Vec::new(),
+            nv_of: Vec::new(),
+            lru: SlotList::new(),
+            nslots: Slots::new(cfg.nvram_blocks),
+            v_of: Vec::new(),
+            policy: Policy::new(cfg.policy, cfg.seed),
+        }
+    }
+
+    fn drop_nvram_copy(&mut self, vslot: u32) {
+        let n = self.nv_of[vslot as usize];
+        assert!(n != NIL && self.v_of[n as usize] == vslot);
+        self.policy.remove(n);
+        self.nslots.give(n);
+        self.v_of[n as usize] = NIL;
+        self.nv_of[vslot as usize] = NIL;
+    }
+
+    fn access(&mut self, a: &BlockAccess, t: Touch, s: &mut CacheStats) {
+        let write = a.op == Op::Write;
+        s.bus_blocks += 1; // to or from the application
+        let vslot = match self.index.get(&a.key) {
+            Some(&v) => {
+                s.hits_volatile += 1;
+                self.lru.move_to_back(v);
+                Some(v)
+            }
+            None => {
+                if write {
+                    s.write_misses += 1;
+                } else {
+                    s.read_misses += 1;
+                    s.bus_blocks += 1;
+                }
+                if self.vslots.cap == 0 {
+                    None
+                } else {
+                    if self.vslots.full() {
+                        let victim = self.lru.front().expect("a full cache has an LRU block");
+                        self.lru.remove(victim);
+                        if self.nv_of[victim as usize] != NIL {
+                            self.drop_nvram_copy(victim);
+                            s.writebacks += 1;
+                            s.writebacks_eviction += 1;
+                            s.bus_blocks += 1;
+                        }
+                        let removed = self.index.remove(&self.key[victim as usize]);
+                        assert_eq!(removed, Some(victim));
+                        self.vslots.give(victim);
+                    }
+                    let v = self.vslots.take();
+                    set(&mut self.key, v, a.key, 0);
+                    set(&mut self.nv_of, v, NIL, NIL);
+                    self.index.insert(a.key, v);
+                    self.lru.push_back(v);
+                    Some(v)
+                }
+            }
+        };
+        if !write {
+            return;
+        }
+        let Some(v) = vslot else {
+            // No volatile cache to hold even a copy: the write goes straight to the server.
+            s.writebacks += 1;
+            s.writebacks_through += 1;
+            s.bus_blocks += 1;
+            return;
+        };
+        let n = self.nv_of[v as usize];
+        if n != NIL {
+            s.overwrites_absorbed += 1;
+            s.nvram_writes += 1;
+            s.bus_blocks += 1;
+            self.policy.touch(n, t);
+            return;
+        }
+        if self.nslots.cap == 0 {
+            s.writebacks += 1;
+            s.writebacks_through += 1;
+            s.bus_blocks += 1;
+            return;
+        }
+        if self.nslots.full() {
+            let victim = self.policy.victim().expect("a full NVRAM has a victim");
+            let vv = self.v_of[victim as usize];
+            self.drop_nvram_copy(vv);
+            s.writebacks += 1;
+            s.writebacks_replacement += 1;
+            s.bus_blocks += 1;
+        }
+        let n = self.nslots.take();
+        set(&mut self.v_of, n, v, NIL);
+        self.nv_of[v as usize] = n;
+        self.policy.insert(n, t);
+        s.nvram_writes += 1;
+        s.bus_blocks += 1;
+    }
+
+    fn dirty_blocks(&self) -> u64 {
+        self.nslots.used
+    }
+}
+
+struct Unified {
+    /// Key -> volatile slot, or NVRAM slot | NV_BIT.
+    index: FxHashMap<u64, u32>,
+    vslots: Slots,
+    vkey: Vec<u64>,
+    vseq: Vec<u64>,
+    /// Volatile slots ordered by last access.
+    vorder: BTreeSet<(u64, u32)>,
+    nslots: Slots,
+    nkey: Vec<u64>,
+    nseq: Vec<u64>,
+    ndirty: Vec<bool>,
+    /// NVRAM slots ordered by last access (blocks enter the NVRAM only when accessed, so a
+    /// list suffices); the policy may order them differently.
+    nrecency: SlotList,
+    policy: Policy,
+    dirty: u64,
+}
+
+impl Unified {
+    fn new(cfg: &CacheConfig) -> Unified {
+        Unified {
+            index: FxHashMap::default(),
+            vslots: Slots::new(cfg.volatile_blocks),
+            vkey: Vec::new(),
+            vseq: Vec::new(),
+            vorder: BTreeSet::new(),
+            nslots: Slots::new(cfg.nvram_blocks),
+            nkey: Vec::new(),
+            nseq: Vec::new(),
+            ndirty: Vec::new(),
+            nrecency: SlotList::new(),
+            policy: Policy::new(cfg.policy, cfg.seed),
+            dirty: 0,
+        }
+    }
+
+    fn volatile_insert(&mut self, key: u64, seq: u64) {
+        let v = self.vslots.take();
+        set(&mut self.vkey, v, key, 0);
+        set(&mut self.vseq, v, seq, 0);
+        self.vorder.insert((seq, v));
+        self.index.insert(key, v);
+    }
+
+    fn volatile_remove(&mut self, v: u32) {
+        let removed = self.vorder.remove(&(self.vseq[v as usize], v));
+        assert!(removed);
+        let r = self.index.remove(&self.vkey[v as usize]);
+        assert_eq!(r, Some(v));
+        self.vslots.give(v);
+    }
+
+    fn volatile_lru(&self) -> Option<(u64, u32)> {
+        self.vorder.first().copied()
+    }
+
+    /// Make room in a full NVRAM: the policy's victim is written back if dirty, then moved
+    /// down to the volatile cache if that has room or holds an older block.
+    fn nvram_evict(&mut self, s: &mut CacheStats) {
+        let n = self.policy.victim().expect("a full NVRAM has a victim");
+        let ni = n as usize;
+        let (key, seq) = (self.nkey[ni], self.nseq[ni]);
+        self.policy.remove(n);
+        self.nrecency.remove(n);
+        let r = self.index.remove(&key);
+        assert_eq!(r, Some(n | NV_BIT));
+        self.nslots.give(n);
+        let was_dirty = self.ndirty[ni];
+        if was_dirty {
+            self.ndirty[ni] = false;
+            self.dirty -= 1;
+            s.writebacks += 1;
+            s.writebacks_replacement += 1;
+            s.bus_blocks += 1;
+        }
+        let move_down = if self.vslots.cap == 0 {
+            false
+        } else if !self.vslots.full() {
+            true
+        } else {
+            let (lru_seq, lru) = self.volatile_lru().expect("a full cache has an LRU block");
+            if lru_seq < seq {
+                self.volatile_remove(lru);
+                true
+            } else {
+                false
+            }
+        };
+        if was_dirty || move_down {
+            s.nvram_reads += 1;
+        }
+        if move_down {
+            self.volatile_insert(key, seq);
+            s.moves_to_volatile += 1;
+            s.bus_blocks += 1;
+        }
+    }
+
+    fn nvram_insert(&mut self, key: u64, t: Touch, dirty: bool, s: &mut CacheStats) {
+        let n = self.nslots.take();
+        set(&mut self.nkey, n, key, 0);
+        set(&mut self.nseq, n, t.seq, 0);
+        set(&mut self.ndirty, n, dirty, false);
+        if dirty {
+            self.dirty += 1;
+        }
+        self.nrecency.push_back(n);
+        self.policy.insert(n, t);
+        self.index.insert(key, n | NV_BIT);
+        s.nvram_writes += 1;
+    }
+
+    fn access(&mut self, a: &BlockAccess, t: Touch, s: &mut CacheStats) {
+        let write = a.op == Op::Write;
+        s.bus_blocks += 1; // to or from the application
+        match self.index.get(&a.key).copied() {
+            Some(loc) if loc & NV_BIT != 0 => {
+                let n = loc & !NV_BIT;
+                let ni = n as usize;
+                s.hits_nvram += 1;
+                self.policy.touch(n, t);
+                self.nrecency.move_to_back(n);
+                self.nseq[ni] = t.seq;
+                if write {
+                    s.nvram_writes += 1;
+                    if self.ndirty[ni] {
+                        s.overwrites_absorbed += 1;
+                    } else {
+                        self.ndirty[ni] = true;
+                        self.dirty += 1;
+                    }
+                } else {
+                    s.nvram_reads += 1;
+                }
+            }
+            Some(v) => {
+                s.hits_volatile += 1;
+                if write {
+                    // The clean volatile copy is superseded; the new data goes to the NVRAM.
+                    self.volatile_remove(v);
+                    self.write_to_nvram(a.key, t, s);
+                } else {
+                    let vi = v as usize;
+                    let removed = self.vorder.remove(&(self.vseq[vi], v));
+                    assert!(removed);
+                    self.vseq[vi] = t.seq;
+                    self.vorder.insert((t.seq, v));
+                }
+            }
+            None if write => {
+                s.write_misses += 1;
+                self.write_to_nvram(a.key, t, s);
+            }
+            None => {
+                s.read_misses += 1;
+                s.bus_blocks += 1; // the fill
+                self.read_fill(a.key, t, s);
+            }
+        }
+    }
+
+    fn write_to_nvram(&mut self, key: u64, t: Touch, s: &mut CacheStats) {
+        if self.nslots.cap == 0 {
+            s.writebacks += 1;
+            s.writebacks_through += 1;
+            s.bus_blocks += 1;
+            // Kept as a clean block where a clean block may live.
+            self.place_clean_in_volatile(key, t.seq);
+            return;
+        }
+        if self.nslots.full() {
+            self.nvram_evict(s);
+        }
+        self.nvram_insert(key, t, true, s);
+    }
+
+    fn place_clean_in_volatile(&mut self, key: u64, seq: u64) {
+        if self.vslots.cap == 0 {
+            return;
+        }
+        if self.vslots.full() {
+            let (_, lru) = self.volatile_lru().expect("a full cache has an LRU block");
+            self.volatile_remove(lru);
+        }
+        self.volatile_insert(key, seq);
+    }
+
+    fn read_fill(&mut self, key: u64, t: Touch, s: &mut CacheStats) {
+        if self.vslots.cap > 0 && !self.vslots.full() {
+            self.volatile_insert(key, t.seq);
+            return;
+        }
+        if self.nslots.cap == 0 {
+            self.place_clean_in_volatile(key, t.seq);
+            return;
+        }
+        if !self.nslots.full() {
+            self.nvram_insert(key, t, false, s);
+            return;
+        }
+        let nvram_oldest = self.nseq[self.nrecency.front().expect("full NVRAM") as usize];
+        let nvram_holds_lru = match self.volatile_lru() {
+            None => true,
+            Some((vseq, _)) => nvram_oldest < vseq,
+        };
+        if nvram_holds_lru {
+            self.nvram_evict(s);
+            // The victim may have moved down into the volatile cache; the new block still goes
+            // to the NVRAM, where room was made.
+            self.nvram_insert(key, t, false, s);
+        } else {
+            self.place_clean_in_volatile(key, t.seq);
+        }
+    }
+}
+
+enum ModelState {
+    Volatile(Volatile),
+    WriteAside(WriteAside),
+    Unified(Unified),
+}
+
+/// One cache being simulated.
+pub struct Cache {
+    state: ModelState,
+    stats: CacheStats,
+    seq: u64,
+}
+
+impl Cache {
+    pub fn new(cfg: &CacheConfig) -> Result<Cache> {
+        cfg.validate()?;
+        let state = match cfg.model {
+            Model::Volatile => ModelState::Volatile(Volatile::new(cfg)),
+            Model::WriteAside => ModelState::WriteAside(WriteAside::new(cfg)),
+            Model::Unified => ModelState::Unified(Unified::new(cfg)),
+        };
+        Ok(Cache {
+            state,
+            stats: CacheStats::default(),
+            seq: 0,
+        })
+    }
+
+    /// One block access. `next_write` is the index of this block's next write access (from
+    /// [`next_writes`]), or [`NEVER`]; only the omniscient policy reads it.
+    #[inline]
+    pub fn access(&mut self, a: &BlockAccess, next_write: u64) {
+        self.seq += 1;
+        let s = &mut self.stats;
+        s.block_accesses += 1;
+        match a.op {
+            Op::Read => s.reads += 1,
+            Op::Write => s.writes += 1,
+        }
+        let t = Touch {
+            seq: self.seq,
+            next_write,
+        };
+        match &mut self.state {
+            ModelState::Volatile(m) => m.access(a, s),
+            ModelState::WriteAside(m) => m.access(a, t, s),
+            ModelState::Unified(m) => m.access(a, t, s),
+        }
+    }
+
+    pub fn finish(mut self) -> CacheStats {
+        self.stats.dirty_at_end = match &self.state {
+            ModelState::Volatile(m) => m.dirty_blocks(),
+            ModelState::WriteAside(m) => m.dirty_blocks(),
+            ModelState::Unified(m) => m.dirty,
+        };
+        self.stats.finish();
+        self.stats
+    }
+}
+
+/// For each access, the index of the same block's next write access after it, or [`NEVER`].
+pub fn next_writes(accesses: &[(u64, bool)]) -> Vec<u64> {
+    let mut b = NextWrites::default();
+    for &(key, write) in accesses {
+        b.push(key, write);
+    }
+    b.finish()
+}
+
+/// [`next_writes`] in one forward pass over a streamed trace, keeping one integer per access
+/// (the answer) and one map entry per block: the accesses themselves are never stored.
+///
+/// How: until a block's next write is seen, its waiting accesses form a chain threaded through
+/// the answer vector (each waiting slot holds the index of the previous waiting access of the
+/// same block, [`NEVER`] ending the chain; the map holds the newest). A write of the block
+/// walks the chain, replacing every link with its own index, then starts a new chain of one.
+/// Every access is resolved once, so the pass is O(accesses).
+#[derive(Default)]
+pub struct NextWrites {
+    next: Vec<u64>,
+    /// Per block: the newest access still waiting for the block's next write.
+    waiting: FxHashMap<u64, u64>,
+}
+
+impl NextWrites {
+    pub fn len(&self) -> u64 {
+        self.next.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.next.is_empty()
+    }
+
+    pub fn push(&mut self, key: u64, write: bool) {
+        let i = self.next.len() as u64;
+        assert!(i < NEVER, "access index collides with the NEVER sentinel");
+        let newest = self.waiting.insert(key, i);
+        if write {
+            if let Some(head) = newest {
+                self.resolve(head, i);
+            }
+            self.next.push(NEVER);
+        } else {
+            self.next.push(newest.unwrap_or(NEVER));
+        }
+    }
+
+    /// Set every access of the chain from `head` to `value`.
+    fn resolve(&mut self, head: u64, value: u64) {
+        let mut at = head;
+        loop {
+            let link = self.next[at as usize];
+            // A chain only links back to older waiting accesses.
+            assert!(link == NEVER || link < at, "chain link {link} at {at}");
+            self.next[at as usize] = value;
+            if link == NEVER {
+                break;
+            }
+            at = link;
+        }
+    }
+
+    pub fn finish(mut self) -> Vec<u64> {
+        let heads: Vec<u64> = self.waiting.values().copied().collect();
+        for head in heads {
+            self.resolve(head, NEVER);
+        }
+        self.next
+    }
+}
+
+/// What `simulate` returns: the counts, and what was read.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CacheRun {
+    pub config: CacheConfig,
+    pub requests: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub skipped_lines: u64,
+    pub stats: CacheStats,
+}
+
+/// Run one cache over a trace. `open` opens the trace afresh: the omniscient policy reads it
+/// twice (its next-write pass, then the simulation), every other configuration once.
+pub fn simulate(open: &dyn Fn() -> Result<BlockAccesses>, cfg: &CacheConfig) -> Result<CacheRun> {
+    simulate_with(open, cfg, false)
+}
+
+/// [`simulate`], with the trace's reads left out when `writes_only` (an NVRAM write buffer that
+/// never sees reads, as in the paper's Figure 3).
+pub fn simulate_with(
+    open: &dyn Fn() -> Result<BlockAccesses>,
+    cfg: &CacheConfig,
+    writes_only: bool,
+) -> Result<CacheRun> {
+    let keep =
+        |a: &Result<BlockAccess>| !writes_only || a.as_ref().map_or(true, |a| a.op == Op::Write);
+    let mut cache = Cache::new(cfg)?;
+    let next = if cfg.needs_next_writes() {
+        let mut b = NextWrites::default();
+        for a in open()?.filter(keep) {
+            let a = a?;
+            if b.len() >= OMNISCIENT_ACCESSES_MAX {
+                return Err(Error::bad(format!(
+                    "the omniscient policy takes at most {OMNISCIENT_ACCESSES_MAX} block accesses"
+                )));
+            }
+            b.push(a.key, a.op == Op::Write);
+        }
+        Some(b.finish())
+    } else {
+        None
+    };
+    let mut src = open()?;
+    let changed = |src: &BlockAccesses| {
+        Error::bad(format!(
+            "{}: the trace changed between the two passes",
+            src.path().display()
+        ))
+    };
+    let mut i = 0usize;
+    while let Some(a) = src.next() {
+        if !keep(&a) {
+            continue;
+        }
+        let a = a?;
+        let nw = match &next {
+            Some(n) => match n.get(i) {
+                Some(&nw) => nw,
+                None => return Err(changed(&src)),
+            },
+            None => NEVER,
+        };
+        cache.access(&a, nw);
+        i += 1;
+    }
+    if next.as_ref().is_some_and(|n| n.len() != i) {
+        return Err(changed(&src));
+    }
+    Ok(CacheRun {
+        config: cfg.clone(),
+        requests: src.requests,
+        read_bytes: src.read_bytes,
+        write_bytes: src.write_bytes,
+        skipped_lines: src.skipped_lines(),
+        stats: cache.finish(),
+    })
+}

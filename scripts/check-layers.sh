@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The architecture invariants of ARCHITECTURE.md, checked on the crate graph (`cargo tree`):
+# exits 1 naming every edge that the layering forbids. Run by scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail=0
+# All dependencies (transitive, normal edges only: what a crate's library links) of a package.
+deps_all() { cargo tree --locked -q -e normal -p "$1" --prefix none -f '{p}' | awk '{print $1}' | sort -u; }
+# Its direct normal dependencies.
+deps_direct() { cargo tree --locked -q -e normal -p "$1" --depth 1 --prefix none -f '{p}' | awk 'NR > 1 {print $1}' | sort -u; }
+
+# Rule: package $1's dependencies (by $2: all or direct) include none of the names $3...
+forbid() {
+  local pkg=$1 how=$2 why=$3
+  shift 3
+  local have
+  have=$("deps_$how" "$pkg")
+  for bad in "$@"; do
+    if grep -qx "$bad" <<<"$have"; then
+      echo "layering: $pkg depends ($how) on $bad: $why" >&2
+      fail=1
+    fi
+  done
+}
+
+# Rule: of nvstack's own crates, package $1 may depend only on the ones listed.
+only_nvstack() {
+  local pkg=$1
+  shift
+  local allowed=" $* " dep
+  for dep in $(deps_all "$pkg" | grep '^nvstack' | grep -vx "$pkg"); do
+    if [[ $allowed != *" $dep "* ]]; then
+      echo "layering: $pkg depends on $dep (allowed: $*)" >&2
+      fail=1
+    fi
+  done
+}
+
+members=$(cargo metadata --locked --no-deps --format-version 1 |
+  python3 -c 'import json,sys; print("\n".join(p["name"] for p in json.load(sys.stdin)["packages"]))')
+devices="nvstack-pmem nvstack-nvramdisk nvstack-export nvstack-crashtest nvstack-bench nvstack-sqlite"
+
+only_nvstack nvstack-core
+only_nvstack nvstack-pmem nvstack-core
+only_nvstack nvstack-nvramdisk nvstack-core nvstack-pmem
+only_nvstack nvstack-policy
+for pkg in nvstack-sim nvstack-policy nvstack-plot; do
+  forbid "$pkg" all "the simulator, policies and plots run with no device" $devices
+done
+for pkg in $members; do
+  [ "$pkg" = nvstack ] && continue
+  forbid "$pkg" all "only the program parses arguments and draws progress" clap indicatif signal-hook
+  [ "$pkg" = nvstack-export ] || forbid "$pkg" direct "only export speaks FUSE" fuser
+  [ "$pkg" = nvstack-plot ] || forbid "$pkg" direct "only plot draws figures" plotters
+done
+forbid nvstack direct "only export speaks FUSE" fuser
+forbid nvstack direct "only plot draws figures" plotters
+
+if [ "$fail" -ne 0 ]; then
+  echo "layering: the crate graph breaks the architecture invariants (ARCHITECTURE.md)" >&2
+  exit 1
+fi
+echo "layering: $(wc -w <<<"$members") crates, every architecture invariant holds"

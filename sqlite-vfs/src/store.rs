@@ -1,0 +1,2079 @@
+//! A tiny persistent store of named journal files on an nvramdisk: the WAL and the rollback
+//! journal (and, rarely, the super-journal) of one SQLite database. The `nvstack` SQLite VFS
+//! (`sqlite-vfs/`) keeps these files here instead of on the file system, so a commit's journal
+//! writes are nvramdisk's atomic, durable writes and need no fsync.
+//!
+//! Layout (docs/format.md, "SQLite journal store"): device block 0 is a versioned, checksummed
+//! directory of at most [`FILES_MAX`] files (kind, layout, name hash, byte size, chunk list);
+//! the rest of the device is cut into equal chunks of whole blocks. A file's *virtual blocks*
+//! live in the chunks its entry lists, in order; its [`Layout`] maps its bytes to virtual
+//! blocks: `linear` (byte `o` at block `o / B`), or `wal-framed`, which puts each page of a
+//! SQLite WAL in a block of its own and packs the frame headers into a header block per group
+//! of frames, so that a frame costs two single-block writes and no read-back.
+//!
+//! Crash rule: every operation is one atomic device write. A write at any offset and length
+//! writes the blocks it touches (a partial block is read, patched and written back whole) and,
+//! when the file's size changes, the directory block, all in one scattered atomic write: after
+//! a crash the size and the content agree, old or new together. Truncate, create and delete
+//! are one atomic directory write. Bytes a file grows over without writing them (a hole) read
+//! as zeros: blocks holding none of the file's bytes below the old size are discarded before
+//! the write that makes them part of the file (they lie beyond the durable size until then),
+//! and blocks holding some are zeroed past the old end inside the atomic write. A write that
+//! touches more than [`PIECE_BLOCKS_MAX`] blocks (SQLite never issues one: its largest write
+//! is a 64 KiB page) is split into atomic pieces in ascending order, so a crash leaves a
+//! prefix of it and a size that matches.
+//!
+//! The directory is cached in memory; the media copy is read and validated once, at open. A
+//! device write that fails leaves the cached directory as it was.
+
+use nvstack_core::blockdev::BlockDevice;
+use nvstack_core::error::{Error, Result};
+use nvstack_nvramdisk::disk::NvramDisk;
+use nvstack_nvramdisk::layout::ATOMIC_BLOCKS_MAX;
+use nvstack_pmem::Region;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Directory magic ("NVstack SQLite JourNaLs").
+pub const STORE_MAGIC: [u8; 8] = *b"NVSQLJNL";
+pub const STORE_VERSION: u32 = 1;
+/// The directory lives in device block 0.
+pub const DIR_LBA: u64 = 0;
+/// Bytes of block 0 the directory uses (the rest of the block must be zero): small enough for
+/// the smallest nvramdisk block.
+pub const DIR_BYTES: usize = 512;
+/// Files the store holds at once: a WAL or a rollback journal, a super-journal, and room for a
+/// leftover of the other journal mode.
+pub const FILES_MAX: usize = 4;
+/// Chunks one file may own (the directory has room for this many chunk numbers per entry).
+/// The device has at most this many chunks, so one file can own all of them.
+pub const CHUNKS_PER_FILE_MAX: usize = 40;
+/// The smallest chunk. Chunks grow with the device (a fortieth of it).
+pub const CHUNK_BYTES_MIN: u64 = 64 << 10;
+/// The longest file name accepted (names are hashed, not stored).
+pub const NAME_BYTES_MAX: usize = 4096;
+/// Device blocks the store accepts: the directory must fit one block.
+pub const BLOCK_BYTES_MIN: u64 = DIR_BYTES as u64;
+pub const BLOCK_BYTES_MAX: u64 = 65536;
+const _: () = assert!(CHUNK_BYTES_MIN.is_multiple_of(BLOCK_BYTES_MAX));
+/// Blocks of the file that one atomic piece touches at most: the device's atomic limit less
+/// the directory block and the (at most two) blocks a hole zeroes past the old end.
+pub const PIECE_BLOCKS_MAX: usize = ATOMIC_BLOCKS_MAX - 3;
+/// SQLite's WAL: a 32-byte header, then frames of a 24-byte header and a page.
+pub const WAL_HEADER_BYTES: u64 = 32;
+pub const WAL_FRAME_HEADER_BYTES: u64 = 24;
+
+const HEADER_BYTES: usize = 64;
+const ENTRY_HEADER_BYTES: usize = 24;
+const ENTRY_BYTES: usize = ENTRY_HEADER_BYTES + 2 * CHUNKS_PER_FILE_MAX;
+const ENTRIES_OFF: usize = HEADER_BYTES;
+const CRC_OFF: usize = DIR_BYTES - 4;
+const _: () = assert!(ENTRIES_OFF + FILES_MAX * ENTRY_BYTES <= CRC_OFF);
+const _: () = assert!(PIECE_BLOCKS_MAX >= 1);
+
+/// What a stored file is (SQLite's open flags say which).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    Wal,
+    MainJournal,
+    SuperJournal,
+}
+
+impl FileKind {
+    pub fn id(self) -> u8 {
+        match self {
+            FileKind::Wal => 1,
+            FileKind::MainJournal => 2,
+            FileKind::SuperJournal => 3,
+        }
+    }
+    pub fn from_id(id: u8) -> Option<FileKind> {
+        match id {
+            1 => Some(FileKind::Wal),
+            2 => Some(FileKind::MainJournal),
+            3 => Some(FileKind::SuperJournal),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Wal => "wal",
+            FileKind::MainJournal => "journal",
+            FileKind::SuperJournal => "super-journal",
+        }
+    }
+}
+
+/// How a file's bytes map to its virtual blocks. Either is a bijection onto part of the
+/// virtual blocks, so any read or write at any offset works under either; the layout only
+/// decides how many blocks a write touches.
+///
+/// The layout is chosen by the first write to an empty file: a 32-byte write at offset 0 that
+/// is a SQLite WAL header whose page size equals the block size selects `WalFramed`; any other
+/// first write selects `Linear`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// Byte `o` is at offset `o % B` of virtual block `o / B`.
+    Linear,
+    /// SQLite WAL frames with pages of exactly one block: `G = (B - 32) / 24` frames form a
+    /// group of `G + 1` virtual blocks, a header block (the WAL header in group 0's first 32
+    /// bytes, then the G frame headers, 24 bytes each) followed by one block per page.
+    WalFramed,
+}
+
+impl Layout {
+    pub fn id(self) -> u8 {
+        match self {
+            Layout::Linear => 0,
+            Layout::WalFramed => 1,
+        }
+    }
+    pub fn from_id(id: u8) -> Option<Layout> {
+        match id {
+            0 => Some(Layout::Linear),
+            1 => Some(Layout::WalFramed),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Linear => "linear",
+            Layout::WalFramed => "wal-framed",
+        }
+    }
+
+    /// The layout the first write `data` at `offset` to an empty file selects.
+    pub fn choose(offset: u64, data: &[u8], block_bytes: u64) -> Layout {
+        if offset != 0 || data.len() as u64 != WAL_HEADER_BYTES {
+            return Layout::Linear;
+        }
+        let magic = u32::from_be_bytes(data[0..4].try_into().expect("4 bytes"));
+        let page = match u32::from_be_bytes(data[8..12].try_into().expect("4 bytes")) {
+            1 => 65536,
+            p => p as u64,
+        };
+        if (magic == 0x377f_0682 || magic == 0x377f_0683) && page == block_bytes {
+            Layout::WalFramed
+        } else {
+            Layout::Linear
+        }
+    }
+}
+
+/// A layout at a block size: the arithmetic of the mapping.
+#[derive(Clone, Copy, Debug)]
+struct Map {
+    layout: Layout,
+    b: u64,
+    /// Frames per group (WalFramed).
+    g: u64,
+}
+
+impl Map {
+    fn new(layout: Layout, b: u64) -> Map {
+        let g = (b - WAL_HEADER_BYTES) / WAL_FRAME_HEADER_BYTES;
+        debug_assert!(g >= 1);
+        Map { layout, b, g }
+    }
+
+    fn frame_bytes(&self) -> u64 {
+        WAL_FRAME_HEADER_BYTES + self.b
+    }
+
+    /// Start of frame `i` in the file.
+    fn frame_start(&self, i: u64) -> u64 {
+        WAL_HEADER_BYTES + i * self.frame_bytes()
+    }
+
+    /// Where byte `o` lives: (virtual block, offset in it, bytes from `o` that follow it
+    /// contiguously in the same block).
+    fn seg(&self, o: u64) -> (u64, u64, u64) {
+        match self.layout {
+            Layout::Linear => (o / self.b, o % self.b, self.b - o % self.b),
+            Layout::WalFramed => {
+                if o < WAL_HEADER_BYTES {
+                    return (0, o, WAL_HEADER_BYTES - o);
+                }
+                let f = self.frame_bytes();
+                let (i, r) = ((o - WAL_HEADER_BYTES) / f, (o - WAL_HEADER_BYTES) % f);
+                let (gi, j) = (i / self.g, i % self.g);
+                if r < WAL_FRAME_HEADER_BYTES {
+                    (
+                        gi * (self.g + 1),
+                        WAL_HEADER_BYTES + WAL_FRAME_HEADER_BYTES * j + r,
+                        WAL_FRAME_HEADER_BYTES - r,
+                    )
+                } else {
+                    (gi * (self.g + 1) + 1 + j, r - WAL_FRAME_HEADER_BYTES, f - r)
+                }
+            }
+        }
+    }
+
+    /// For virtual block `v` and a file of `s` bytes: whether the block holds any file byte
+    /// below `s`, and the offset from which every byte of the block is a file byte at or past
+    /// `s` or no file byte at all (within a block, file bytes ascend with the offset).
+    fn split(&self, v: u64, s: u64) -> (bool, u64) {
+        let clamp = |lo: u64| s.saturating_sub(lo).min(self.b);
+        match self.layout {
+            Layout::Linear => (v * self.b < s, clamp(v * self.b)),
+            Layout::WalFramed => {
+                let (gi, k) = (v / (self.g + 1), v % (self.g + 1));
+                if k > 0 {
+                    let lo = self.frame_start(gi * self.g + k - 1) + WAL_FRAME_HEADER_BYTES;
+                    return (lo < s, clamp(lo));
+                }
+                let first = self.frame_start(gi * self.g);
+                let live = if gi == 0 { s > 0 } else { first < s };
+                if gi == 0 && s < WAL_HEADER_BYTES {
+                    return (live, s);
+                }
+                // Frame headers of this group wholly below s, then a part of the next one.
+                let h = WAL_FRAME_HEADER_BYTES;
+                let whole = if s >= first + h {
+                    ((s - first - h) / self.frame_bytes() + 1).min(self.g)
+                } else {
+                    0
+                };
+                if gi > 0 && s <= first {
+                    // Only frame headers at or past s (the first 32 bytes are unused).
+                    return (false, 0);
+                }
+                let mut z = WAL_HEADER_BYTES + h * whole;
+                if whole < self.g {
+                    z += s
+                        .saturating_sub(self.frame_start(gi * self.g + whole))
+                        .min(h);
+                }
+                (live, z)
+            }
+        }
+    }
+
+    /// Virtual blocks a file of `s` bytes spans (one past the highest holding a byte < s).
+    fn vblocks_for(&self, s: u64) -> u64 {
+        if s == 0 {
+            return 0;
+        }
+        let (v, _, _) = self.seg(s - 1);
+        if self.layout == Layout::WalFramed && s > WAL_HEADER_BYTES {
+            // Ending in a frame header: the previous frame's page block may lie higher.
+            let f = self.frame_bytes();
+            let (i, r) = (
+                (s - 1 - WAL_HEADER_BYTES) / f,
+                (s - 1 - WAL_HEADER_BYTES) % f,
+            );
+            if r < WAL_FRAME_HEADER_BYTES && i > 0 {
+                let (p, _, _) = self.seg(self.frame_start(i - 1) + WAL_FRAME_HEADER_BYTES);
+                return v.max(p) + 1;
+            }
+        }
+        v + 1
+    }
+
+    /// The largest file that fits in `vblocks` virtual blocks.
+    fn size_max(&self, vblocks: u64) -> u64 {
+        let (mut lo, mut hi) = (0u64, vblocks.saturating_mul(2 * self.b));
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.vblocks_for(mid) <= vblocks {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    }
+}
+
+/// A store operation's error: capacity exhausted (SQLITE_FULL) or anything else.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No room: no free chunk, no free directory entry, or a file past its largest size.
+    #[error("{0}")]
+    Full(String),
+    #[error(transparent)]
+    Other(#[from] Error),
+}
+
+pub type StoreResult<T> = std::result::Result<T, StoreError>;
+
+/// A device whose writes of up to [`ATOMIC_BLOCKS_MAX`] scattered blocks are atomic and
+/// durable when they return. `BlockDevice` offers only contiguous writes; the store needs the
+/// directory block and a file's data blocks in one write.
+pub trait AtomicBlockDevice: BlockDevice {
+    /// Write `lbas.len()` distinct blocks (`data` holds them in the same order), all or
+    /// nothing, durable on return.
+    fn write_scattered(&self, lbas: &[u64], data: &[u8]) -> Result<()>;
+}
+
+impl<R: Region> AtomicBlockDevice for NvramDisk<R> {
+    fn write_scattered(&self, lbas: &[u64], data: &[u8]) -> Result<()> {
+        self.write_atomic(lbas, data)
+    }
+}
+
+/// The store's geometry, a pure function of the device's block size and block count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreGeometry {
+    pub block_bytes: u64,
+    pub device_blocks: u64,
+    pub chunk_blocks: u64,
+    pub chunks: u64,
+    /// The largest file of each layout (by [`Layout::id`]).
+    file_max: [u64; 2],
+}
+
+impl StoreGeometry {
+    pub fn compute(block_bytes: u64, device_blocks: u64) -> Result<StoreGeometry> {
+        if !block_bytes.is_power_of_two()
+            || !(BLOCK_BYTES_MIN..=BLOCK_BYTES_MAX).contains(&block_bytes)
+        {
+            return Err(Error::bad(format!(
+                "the SQLite journal store needs device blocks of {BLOCK_BYTES_MIN} to \
+                 {BLOCK_BYTES_MAX} bytes (a power of two), not {block_bytes}"
+            )));
+        }
+        let data_blocks = device_blocks.saturating_sub(1);
+        let chunk_blocks_min = CHUNK_BYTES_MIN / block_bytes;
+        if data_blocks < chunk_blocks_min {
+            return Err(Error::bad(format!(
+                "a device of {device_blocks} blocks of {block_bytes} B is too small for the \
+                 SQLite journal store (at least {} blocks)",
+                chunk_blocks_min + 1
+            )));
+        }
+        let chunk_blocks = data_blocks
+            .div_ceil(CHUNKS_PER_FILE_MAX as u64)
+            .max(chunk_blocks_min);
+        let chunks = data_blocks / chunk_blocks;
+        assert!(chunks >= 1 && chunks <= CHUNKS_PER_FILE_MAX as u64);
+        assert!(chunks * chunk_blocks < device_blocks);
+        let max = |layout| Map::new(layout, block_bytes).size_max(chunks * chunk_blocks);
+        Ok(StoreGeometry {
+            block_bytes,
+            device_blocks,
+            chunk_blocks,
+            chunks,
+            file_max: [max(Layout::Linear), max(Layout::WalFramed)],
+        })
+    }
+
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk_blocks * self.block_bytes
+    }
+
+    /// The largest file of `layout`: every chunk (there are never more than one file may own).
+    pub fn file_bytes_max(&self, layout: Layout) -> u64 {
+        self.file_max[layout.id() as usize]
+    }
+
+    /// Chunks a file of `layout` and `size_bytes` owns.
+    pub fn chunks_for(&self, layout: Layout, size_bytes: u64) -> u64 {
+        self.map(layout)
+            .vblocks_for(size_bytes)
+            .div_ceil(self.chunk_blocks)
+    }
+
+    fn map(&self, layout: Layout) -> Map {
+        Map::new(layout, self.block_bytes)
+    }
+
+    fn chunk_lba(&self, chunk: u16, block_in_chunk: u64) -> u64 {
+        debug_assert!((chunk as u64) < self.chunks && block_in_chunk < self.chunk_blocks);
+        1 + chunk as u64 * self.chunk_blocks + block_in_chunk
+    }
+}
+
+/// FNV-1a, 64 bits: the directory keeps names as hashes.
+pub fn name_hash(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name.as_bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DirEntry {
+    kind: FileKind,
+    layout: Layout,
+    name_hash: u64,
+    size_bytes: u64,
+    chunk_count: u32,
+    chunks: [u16; CHUNKS_PER_FILE_MAX],
+}
+
+impl DirEntry {
+    fn new(kind: FileKind, name_hash: u64) -> DirEntry {
+        DirEntry {
+            kind,
+            layout: Layout::Linear,
+            name_hash,
+            size_bytes: 0,
+            chunk_count: 0,
+            chunks: [0; CHUNKS_PER_FILE_MAX],
+        }
+    }
+
+    /// The device block of the file's virtual block `v`.
+    fn lba(&self, geo: &StoreGeometry, v: u64) -> u64 {
+        let k = (v / geo.chunk_blocks) as usize;
+        assert!(
+            k < self.chunk_count as usize,
+            "virtual block {v} beyond the file's chunks"
+        );
+        geo.chunk_lba(self.chunks[k], v % geo.chunk_blocks)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Directory {
+    generation: u64,
+    entries: [Option<DirEntry>; FILES_MAX],
+}
+
+fn get_u32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+fn get_u64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+fn put_u32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+impl Directory {
+    fn empty() -> Directory {
+        Directory {
+            generation: 1,
+            entries: [None; FILES_MAX],
+        }
+    }
+
+    /// The structural rules a directory obeys (checked after every read and before every
+    /// write): sizes within the geometry, exactly the chunks a size needs, chunk numbers in
+    /// range and owned once, names unique.
+    fn validate(&self, geo: &StoreGeometry) -> std::result::Result<(), String> {
+        let mut owner = [u8::MAX; CHUNKS_PER_FILE_MAX];
+        for (i, e) in self.entries.iter().enumerate() {
+            let Some(e) = e else { continue };
+            let max = geo.file_bytes_max(e.layout);
+            if e.size_bytes > max {
+                return Err(format!(
+                    "entry {i}: size {} bytes exceeds the largest {} file ({max} bytes)",
+                    e.size_bytes,
+                    e.layout.name()
+                ));
+            }
+            let need = geo.chunks_for(e.layout, e.size_bytes);
+            if e.chunk_count as u64 != need {
+                return Err(format!(
+                    "entry {i}: {} chunks listed for {} bytes ({need} needed)",
+                    e.chunk_count, e.size_bytes
+                ));
+            }
+            for (k, &c) in e.chunks.iter().enumerate() {
+                if k >= e.chunk_count as usize {
+                    if c != 0 {
+                        return Err(format!("entry {i}: unused chunk slot {k} is not zero"));
+                    }
+                    continue;
+                }
+                if c as u64 >= geo.chunks {
+                    return Err(format!(
+                        "entry {i}: chunk {c} out of range (the store has {})",
+                        geo.chunks
+                    ));
+                }
+                if owner[c as usize] != u8::MAX {
+                    return Err(format!(
+                        "chunk {c} is owned by entries {} and {i}",
+                        owner[c as usize]
+                    ));
+                }
+                owner[c as usize] = i as u8;
+            }
+            for (j, f) in self.entries[..i].iter().enumerate() {
+                if f.is_some_and(|f| f.name_hash == e.name_hash) {
+                    return Err(format!("entries {j} and {i} have the same name hash"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn free_chunks(&self, geo: &StoreGeometry) -> u64 {
+        let used: u64 = self
+            .entries
+            .iter()
+            .flatten()
+            .map(|e| e.chunk_count as u64)
+            .sum();
+        geo.chunks - used
+    }
+
+    /// Give entry `slot` the chunks for `size_bytes` under its layout (allocating the lowest
+    /// free chunks, or dropping the last ones) and set its size. The caller checked capacity.
+    fn resize(&mut self, geo: &StoreGeometry, slot: usize, size_bytes: u64) {
+        let layout = self.entries[slot].expect("resize of a live entry").layout;
+        let want = geo.chunks_for(layout, size_bytes) as usize;
+        assert!(want <= CHUNKS_PER_FILE_MAX);
+        let mut used = [false; CHUNKS_PER_FILE_MAX];
+        for e in self.entries.iter().flatten() {
+            for &c in &e.chunks[..e.chunk_count as usize] {
+                used[c as usize] = true;
+            }
+        }
+        let e = self.entries[slot].as_mut().expect("resize of a live entry");
+        let mut next = 0usize;
+        while (e.chunk_count as usize) < want {
+            while used[next] {
+                next += 1;
+            }
+            assert!((next as u64) < geo.chunks, "resize beyond capacity");
+            e.chunks[e.chunk_count as usize] = next as u16;
+            used[next] = true;
+            e.chunk_count += 1;
+        }
+        for c in &mut e.chunks[want..e.chunk_count as usize] {
+            *c = 0;
+        }
+        e.chunk_count = want as u32;
+        e.size_bytes = size_bytes;
+    }
+
+    /// Encode into `out` (one whole device block).
+    fn encode(&self, geo: &StoreGeometry, out: &mut [u8]) {
+        assert_eq!(out.len() as u64, geo.block_bytes);
+        out.fill(0);
+        out[0..8].copy_from_slice(&STORE_MAGIC);
+        put_u32(out, 8, STORE_VERSION);
+        put_u32(out, 12, geo.block_bytes as u32);
+        put_u64(out, 16, geo.device_blocks);
+        put_u64(out, 24, geo.chunk_blocks);
+        put_u64(out, 32, geo.chunks);
+        put_u64(out, 40, self.generation);
+        for (i, e) in self.entries.iter().enumerate() {
+            let Some(e) = e else { continue };
+            let at = ENTRIES_OFF + i * ENTRY_BYTES;
+            out[at] = e.kind.id();
+            out[at + 1] = e.layout.id();
+            put_u32(out, at + 4, e.chunk_count);
+            put_u64(out, at + 8, e.name_hash);
+            put_u64(out, at + 16, e.size_bytes);
+            for (k, &c) in e.chunks.iter().enumerate() {
+                let o = at + ENTRY_HEADER_BYTES + 2 * k;
+                out[o..o + 2].copy_from_slice(&c.to_le_bytes());
+            }
+        }
+        let crc = crc32c::crc32c(&out[..CRC_OFF]);
+        put_u32(out, CRC_OFF, crc);
+    }
+
+    /// Decode and validate one directory block (`Ok(None)`: an all-zero, never formatted block).
+    fn decode(geo: &StoreGeometry, b: &[u8]) -> std::result::Result<Option<Directory>, String> {
+        if b.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        if b.len() as u64 != geo.block_bytes {
+            return Err(format!("directory block of {} bytes", b.len()));
+        }
+        if b[0..8] != STORE_MAGIC {
+            return Err(
+                "block 0 holds no nvstack SQLite journal store (bad magic): the region \
+                        is used for something else"
+                    .into(),
+            );
+        }
+        let version = get_u32(b, 8);
+        if version != STORE_VERSION {
+            return Err(format!(
+                "store format version {version}; this build reads version {STORE_VERSION}"
+            ));
+        }
+        let crc = get_u32(b, CRC_OFF);
+        if crc32c::crc32c(&b[..CRC_OFF]) != crc {
+            return Err("directory checksum mismatch (damaged store directory)".into());
+        }
+        let stored = (
+            get_u32(b, 12) as u64,
+            get_u64(b, 16),
+            get_u64(b, 24),
+            get_u64(b, 32),
+        );
+        let want = (
+            geo.block_bytes,
+            geo.device_blocks,
+            geo.chunk_blocks,
+            geo.chunks,
+        );
+        if stored != want {
+            return Err(format!(
+                "directory geometry (block bytes, device blocks, chunk blocks, chunks) = \
+                 {stored:?} does not match the device's {want:?}"
+            ));
+        }
+        if b[48..HEADER_BYTES].iter().any(|&x| x != 0)
+            || b[ENTRIES_OFF + FILES_MAX * ENTRY_BYTES..CRC_OFF]
+                .iter()
+                .any(|&x| x != 0)
+            || b[DIR_BYTES..].iter().any(|&x| x != 0)
+        {
+            return Err("reserved directory bytes are not zero".into());
+        }
+        let mut dir = Directory {
+            generation: get_u64(b, 40),
+            entries: [None; FILES_MAX],
+        };
+        for i in 0..FILES_MAX {
+            let at = ENTRIES_OFF + i * ENTRY_BYTES;
+            let e = &b[at..at + ENTRY_BYTES];
+            if e[0] == 0 {
+                if e.iter().any(|&x| x != 0) {
+                    return Err(format!("free entry {i} is not zero"));
+                }
+                continue;
+            }
+            let kind = FileKind::from_id(e[0])
+                .ok_or_else(|| format!("entry {i}: unknown kind {}", e[0]))?;
+            let layout = Layout::from_id(e[1])
+                .ok_or_else(|| format!("entry {i}: unknown layout {}", e[1]))?;
+            if e[2..4].iter().any(|&x| x != 0) {
+                return Err(format!("entry {i}: reserved bytes are not zero"));
+            }
+            let chunk_count = get_u32(e, 4);
+            if chunk_count as usize > CHUNKS_PER_FILE_MAX {
+                return Err(format!("entry {i}: {chunk_count} chunks"));
+            }
+            let mut chunks = [0u16; CHUNKS_PER_FILE_MAX];
+            for (k, c) in chunks.iter_mut().enumerate() {
+                let o = ENTRY_HEADER_BYTES + 2 * k;
+                *c = u16::from_le_bytes([e[o], e[o + 1]]);
+            }
+            dir.entries[i] = Some(DirEntry {
+                kind,
+                layout,
+                name_hash: get_u64(e, 8),
+                size_bytes: get_u64(e, 16),
+                chunk_count,
+                chunks,
+            });
+        }
+        dir.validate(geo)?;
+        Ok(Some(dir))
+    }
+}
+
+/// A file in the store, as [`Store::open_file`] found or made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileId {
+    slot: usize,
+    name_hash: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileInfo {
+    pub kind: FileKind,
+    pub layout: Layout,
+    pub name_hash: u64,
+    pub size_bytes: u64,
+    pub chunks: u32,
+}
+
+impl From<&DirEntry> for FileInfo {
+    fn from(e: &DirEntry) -> FileInfo {
+        FileInfo {
+            kind: e.kind,
+            layout: e.layout,
+            name_hash: e.name_hash,
+            size_bytes: e.size_bytes,
+            chunks: e.chunk_count,
+        }
+    }
+}
+
+/// Counters (for the benchmark's explanation and the tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StoreStats {
+    pub writes: u64,
+    /// Atomic device writes issued (a write of more than [`PIECE_BLOCKS_MAX`] blocks takes
+    /// several; create, delete and truncate take one each).
+    pub device_writes: u64,
+    /// Device writes that carried the directory block.
+    pub dir_writes: u64,
+    /// Blocks written (directory included).
+    pub blocks_written: u64,
+    /// Blocks read back to patch a partial block.
+    pub rmw_blocks: u64,
+    /// Of those, the blocks found in the store's cache of blocks it wrote last.
+    pub cached_blocks: u64,
+    /// Blocks discarded to make a hole read as zeros.
+    pub hole_blocks: u64,
+    pub reads: u64,
+}
+
+/// Blocks the store remembers having written last (see [`BlockCache`]).
+pub const CACHE_BLOCKS: usize = 4;
+
+/// The last few blocks written, so that patching a partial block (a WAL frame header: its
+/// header block was written for the previous frame) copies from DRAM instead of reading back
+/// a block the device just wrote with non-temporal stores (out of every CPU cache). Sound
+/// because the store is its device's only writer (the region's lock is exclusive): a cached
+/// block equals what the device holds until the store itself writes or discards it, which
+/// updates or drops the copy; a failed write drops the copies of every block it named.
+struct BlockCache {
+    lbas: [Option<u64>; CACHE_BLOCKS],
+    /// Last use of each entry (least recently used goes first).
+    used: [u64; CACHE_BLOCKS],
+    clock: u64,
+    data: Vec<u8>,
+    block_bytes: usize,
+}
+
+impl BlockCache {
+    fn new(block_bytes: usize) -> BlockCache {
+        BlockCache {
+            lbas: [None; CACHE_BLOCKS],
+            used: [0; CACHE_BLOCKS],
+            clock: 0,
+            data: vec![0u8; CACHE_BLOCKS * block_bytes],
+            block_bytes,
+        }
+    }
+
+    /// Fill `dst` with block `lba`: from the cache (true), or from the device.
+    fn read(&mut self, dev: &dyn AtomicBlockDevice, lba: u64, dst: &mut [u8]) -> Result<bool> {
+        let b = self.block_bytes;
+        if let Some(i) = self.lbas.iter().position(|&l| l == Some(lba)) {
+            dst.copy_from_slice(&self.data[i * b..(i + 1) * b]);
+            self.clock += 1;
+            self.used[i] = self.clock;
+            return Ok(true);
+        }
+        dev.read(lba, dst)?;
+        Ok(false)
+    }
+
+    /// Remember that block `lba` now holds `src` on the device.
+    fn put(&mut self, lba: u64, src: &[u8]) {
+        let b = self.block_bytes;
+        let i = match self.lbas.iter().position(|&l| l == Some(lba)) {
+            Some(i) => i,
+            None => (0..CACHE_BLOCKS)
+                .min_by_key(|&i| (self.lbas[i].is_some(), self.used[i]))
+                .expect("a cache entry"),
+        };
+        self.clock += 1;
+        self.used[i] = self.clock;
+        self.lbas[i] = Some(lba);
+        self.data[i * b..(i + 1) * b].copy_from_slice(src);
+    }
+
+    fn forget(&mut self, lba: u64) {
+        for l in self.lbas.iter_mut() {
+            if *l == Some(lba) {
+                *l = None;
+            }
+        }
+    }
+}
+
+/// One piece of a write: a run of the data inside one virtual block.
+#[derive(Clone, Copy, Debug)]
+struct Seg {
+    /// Index into `State::blocks`.
+    block: usize,
+    blk_off: usize,
+    data_off: usize,
+    len: usize,
+}
+
+/// A block one atomic write touches: its virtual block and how many of its bytes the write
+/// covers (a block covered whole needs no read).
+#[derive(Clone, Copy, Debug)]
+struct Touched {
+    v: u64,
+    covered: u64,
+}
+
+struct State {
+    dir: Directory,
+    cache: BlockCache,
+    /// Scratch for one atomic write: at most ATOMIC_BLOCKS_MAX blocks and their LBAs.
+    buf: Vec<u8>,
+    lbas: Vec<u64>,
+    /// Per entry of `lbas`: a block only partly written by this write (worth caching: the
+    /// next write is likely to patch it again).
+    partial: Vec<bool>,
+    blocks: Vec<Touched>,
+    segs: Vec<Seg>,
+    stats: StoreStats,
+}
+
+/// The store. Every method takes one mutex: SQLite's journal traffic is one writer at a time.
+pub struct Store {
+    dev: Arc<dyn AtomicBlockDevice>,
+    geo: StoreGeometry,
+    st: Mutex<State>,
+}
+
+/// Add the blocks and segments of file range `[off, off + len)` to `blocks` and `segs`,
+/// stopping before the write would touch more than `max_blocks` blocks. Returns the bytes
+/// taken.
+fn plan(
+    map: &Map,
+    off: u64,
+    len: u64,
+    max_blocks: usize,
+    blocks: &mut Vec<Touched>,
+    segs: &mut Vec<Seg>,
+) -> u64 {
+    let mut done = 0u64;
+    while done < len {
+        let (v, bo, run) = map.seg(off + done);
+        let n = run.min(len - done);
+        let block = match blocks.iter().rposition(|t| t.v == v) {
+            Some(i) => i,
+            None => {
+                if blocks.len() == max_blocks {
+                    break;
+                }
+                blocks.push(Touched { v, covered: 0 });
+                blocks.len() - 1
+            }
+        };
+        blocks[block].covered += n;
+        segs.push(Seg {
+            block,
+            blk_off: bo as usize,
+            data_off: done as usize,
+            len: n as usize,
+        });
+        done += n;
+    }
+    done
+}
+
+impl Store {
+    /// Open the store on `dev`, formatting it when block 0 is all zeros (a fresh device). A
+    /// block 0 that is neither zero nor a valid directory is refused and left untouched.
+    pub fn open(dev: Arc<dyn AtomicBlockDevice>) -> Result<Store> {
+        let geo = StoreGeometry::compute(dev.block_bytes() as u64, dev.blocks())?;
+        let bb = geo.block_bytes as usize;
+        let mut block = vec![0u8; bb];
+        dev.read(DIR_LBA, &mut block)?;
+        // Pair assertion, after read: the directory is decoded and validated in full.
+        let found = Directory::decode(&geo, &block)
+            .map_err(|why| Error::bad(format!("SQLite journal store: {why}")))?;
+        let st = State {
+            dir: found.unwrap_or_else(Directory::empty),
+            cache: BlockCache::new(bb),
+            buf: vec![0u8; ATOMIC_BLOCKS_MAX * bb],
+            lbas: Vec::with_capacity(ATOMIC_BLOCKS_MAX),
+            partial: Vec::with_capacity(ATOMIC_BLOCKS_MAX),
+            blocks: Vec::with_capacity(ATOMIC_BLOCKS_MAX),
+            segs: Vec::new(),
+            stats: StoreStats::default(),
+        };
+        let store = Store {
+            dev,
+            geo,
+            st: Mutex::new(st),
+        };
+        if found.is_none() {
+            let mut st = store.lock();
+            let dir = st.dir;
+            st.lbas.clear();
+            store.commit(&mut st, dir, 0)?;
+        }
+        Ok(store)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn geometry(&self) -> StoreGeometry {
+        self.geo
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        self.lock().stats
+    }
+
+    /// Every file, in directory order.
+    pub fn files(&self) -> Vec<FileInfo> {
+        self.lock()
+            .dir
+            .entries
+            .iter()
+            .flatten()
+            .map(FileInfo::from)
+            .collect()
+    }
+
+    /// Bytes not owned by any file.
+    pub fn free_bytes(&self) -> u64 {
+        self.lock().dir.free_chunks(&self.geo) * self.geo.chunk_bytes()
+    }
+
+    fn check_name(name: &str) -> Result<u64> {
+        if name.is_empty() || name.len() > NAME_BYTES_MAX {
+            return Err(Error::bad(format!(
+                "file name of {} bytes (1 to {NAME_BYTES_MAX} accepted)",
+                name.len()
+            )));
+        }
+        Ok(name_hash(name))
+    }
+
+    fn find(dir: &Directory, hash: u64) -> Option<usize> {
+        dir.entries
+            .iter()
+            .position(|e| e.is_some_and(|e| e.name_hash == hash))
+    }
+
+    /// The file called `name`, if the store holds it.
+    pub fn lookup(&self, name: &str) -> Result<Option<(FileId, FileInfo)>> {
+        let hash = Self::check_name(name)?;
+        let st = self.lock();
+        Ok(Self::find(&st.dir, hash).map(|slot| {
+            let e = st.dir.entries[slot].expect("found");
+            (
+                FileId {
+                    slot,
+                    name_hash: hash,
+                },
+                FileInfo::from(&e),
+            )
+        }))
+    }
+
+    /// Open `name`, creating it empty (one directory write) when `create` and it is missing.
+    /// `Ok(None)`: missing and not created.
+    pub fn open_file(
+        &self,
+        name: &str,
+        kind: FileKind,
+        create: bool,
+    ) -> StoreResult<Option<FileId>> {
+        let hash = Self::check_name(name)?;
+        let mut st = self.lock();
+        if let Some(slot) = Self::find(&st.dir, hash) {
+            return Ok(Some(FileId {
+                slot,
+                name_hash: hash,
+            }));
+        }
+        if !create {
+            return Ok(None);
+        }
+        let Some(slot) = st.dir.entries.iter().position(|e| e.is_none()) else {
+            return Err(StoreError::Full(format!(
+                "journal store full: it holds {FILES_MAX} files already, no room for {name}"
+            )));
+        };
+        let mut dir = st.dir;
+        dir.entries[slot] = Some(DirEntry::new(kind, hash));
+        dir.generation += 1;
+        st.lbas.clear();
+        self.commit(&mut st, dir, 0)?;
+        Ok(Some(FileId {
+            slot,
+            name_hash: hash,
+        }))
+    }
+
+    /// Remove `name`. Returns whether it existed.
+    pub fn delete(&self, name: &str) -> Result<bool> {
+        let hash = Self::check_name(name)?;
+        let mut st = self.lock();
+        let Some(slot) = Self::find(&st.dir, hash) else {
+            return Ok(false);
+        };
+        let mut dir = st.dir;
+        dir.entries[slot] = None;
+        dir.generation += 1;
+        st.lbas.clear();
+        self.commit(&mut st, dir, 0)?;
+        Ok(true)
+    }
+
+    fn entry(st: &State, id: FileId) -> Result<DirEntry> {
+        match st.dir.entries.get(id.slot).copied().flatten() {
+            Some(e) if e.name_hash == id.name_hash => Ok(e),
+            _ => Err(Error::bad(
+                "journal store file was deleted while open (another connection removed it)",
+            )),
+        }
+    }
+
+    pub fn size_bytes(&self, id: FileId) -> Result<u64> {
+        Ok(Self::entry(&self.lock(), id)?.size_bytes)
+    }
+
+    /// Read at `offset` into `buf`; returns the bytes read (short at the end of the file).
+    pub fn read(&self, id: FileId, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let e = Self::entry(st, id)?;
+        st.stats.reads += 1;
+        if offset >= e.size_bytes || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(e.size_bytes - offset) as usize;
+        let map = self.geo.map(e.layout);
+        let bb = self.geo.block_bytes as usize;
+        let mut done = 0usize;
+        while done < n {
+            let (v, bo, run) = map.seg(offset + done as u64);
+            let len = (run as usize).min(n - done);
+            let lba = e.lba(&self.geo, v);
+            if bo == 0 && len == bb {
+                // A whole block (a WAL page): straight into the caller's buffer.
+                st.cache.read(&*self.dev, lba, &mut buf[done..done + bb])?;
+            } else {
+                let tmp = &mut st.buf[..bb];
+                st.cache.read(&*self.dev, lba, tmp)?;
+                buf[done..done + len].copy_from_slice(&tmp[bo as usize..bo as usize + len]);
+            }
+            done += len;
+        }
+        Ok(n)
+    }
+
+    /// Check that growing entry `e` (with layout `layout`) to `size_bytes` fits.
+    fn check_room(
+        &self,
+        st: &State,
+        e: &DirEntry,
+        layout: Layout,
+        size_bytes: u64,
+    ) -> StoreResult<()> {
+        let max = self.geo.file_bytes_max(layout);
+        if size_bytes > max {
+            return Err(StoreError::Full(format!(
+                "journal store full: a {} file would grow to {size_bytes} bytes; the store \
+                 holds at most {max} bytes per file",
+                e.kind.name()
+            )));
+        }
+        let need = self.geo.chunks_for(layout, size_bytes);
+        let have = e.chunk_count as u64;
+        let free = st.dir.free_chunks(&self.geo);
+        if need > have && need - have > free {
+            return Err(StoreError::Full(format!(
+                "journal store full: growing a {} file to {size_bytes} bytes needs {} more \
+                 chunks of {} bytes, {free} free",
+                e.kind.name(),
+                need - have,
+                self.geo.chunk_bytes()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Write `data` at `offset`: one atomic device write when it touches at most
+    /// [`PIECE_BLOCKS_MAX`] blocks, durable on return.
+    pub fn write(&self, id: FileId, offset: u64, data: &[u8]) -> StoreResult<()> {
+        let end = offset.checked_add(data.len() as u64).ok_or_else(|| {
+            Error::bad(format!(
+                "write of {} bytes at offset {offset} overflows",
+                data.len()
+            ))
+        })?;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let e = Self::entry(st, id)?;
+        st.stats.writes += 1;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let layout = if e.size_bytes == 0 {
+            Layout::choose(offset, data, self.geo.block_bytes)
+        } else {
+            e.layout
+        };
+        self.check_room(st, &e, layout, end.max(e.size_bytes))?;
+        let map = self.geo.map(layout);
+        let mut at = offset;
+        while at < end {
+            // The next piece: as much as fits in PIECE_BLOCKS_MAX blocks.
+            st.blocks.clear();
+            st.segs.clear();
+            let n = plan(
+                &map,
+                at,
+                end - at,
+                PIECE_BLOCKS_MAX,
+                &mut st.blocks,
+                &mut st.segs,
+            );
+            assert!(n > 0, "a piece takes at least one segment");
+            let from = (at - offset) as usize;
+            self.write_piece(st, id, layout, at, &data[from..from + n as usize], at + n)?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Set the file's size. Shrinking frees whole chunks; growing reads as zeros.
+    pub fn truncate(&self, id: FileId, size_bytes: u64) -> StoreResult<()> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let e = Self::entry(st, id)?;
+        if size_bytes == e.size_bytes {
+            return Ok(());
+        }
+        self.check_room(st, &e, e.layout, size_bytes)?;
+        st.blocks.clear();
+        st.segs.clear();
+        self.write_piece(st, id, e.layout, size_bytes, &[], size_bytes)?;
+        Ok(())
+    }
+
+    /// One atomic write: `data` at `off` (its blocks and segments planned in `st.blocks` and
+    /// `st.segs`), the file's size becoming `max(size, new_end)` (or exactly `new_end` for a
+    /// truncate, `data` empty), with the directory when the size changes.
+    fn write_piece(
+        &self,
+        st: &mut State,
+        id: FileId,
+        layout: Layout,
+        off: u64,
+        data: &[u8],
+        new_end: u64,
+    ) -> Result<()> {
+        let bb = self.geo.block_bytes;
+        let b = bb as usize;
+        let old = Self::entry(st, id)?;
+        let s = old.size_bytes;
+        let new_size = if data.is_empty() {
+            new_end
+        } else {
+            new_end.max(s)
+        };
+        let resized = new_size != s;
+        let mut dir = st.dir;
+        if resized {
+            let e = dir.entries[id.slot].as_mut().expect("live");
+            e.layout = layout;
+            dir.resize(&self.geo, id.slot, new_size);
+            dir.generation += 1;
+        }
+        let e = dir.entries[id.slot].expect("live");
+        let map = self.geo.map(layout);
+        // Blocks holding bytes of the hole [s, min(off, new_size)) that this write does not
+        // touch: discarded when they hold no byte below s, zeroed past s otherwise.
+        let mut extra = [0u64; 2];
+        let mut extra_n = 0;
+        let hole_end = off.min(new_size);
+        if hole_end > s {
+            let mut o = s;
+            let mut dead_run: Option<(u64, u64)> = None;
+            while o < hole_end {
+                let (v, _, run) = map.seg(o);
+                o += run.min(hole_end - o);
+                if st.blocks.iter().any(|t| t.v == v) || extra[..extra_n].contains(&v) {
+                    continue;
+                }
+                let (live, _) = map.split(v, s);
+                if live {
+                    assert!(extra_n < 2, "more than two partly live blocks in a hole");
+                    extra[extra_n] = v;
+                    extra_n += 1;
+                    continue;
+                }
+                let lba = e.lba(&self.geo, v);
+                dead_run = match dead_run {
+                    Some((start, n)) if start + n == lba => Some((start, n + 1)),
+                    Some((start, n)) if (start..start + n).contains(&lba) => Some((start, n)),
+                    Some(run) => {
+                        self.discard(st, run)?;
+                        Some((lba, 1))
+                    }
+                    None => Some((lba, 1)),
+                };
+            }
+            if let Some(run) = dead_run {
+                self.discard(st, run)?;
+            }
+        }
+        if !resized
+            && extra_n == 0
+            && st.blocks.len() == 1
+            && st.blocks[0].covered == bb
+            && st.segs.len() == 1
+        {
+            // One whole block (a WAL page): written straight from the caller's buffer.
+            let lba = e.lba(&self.geo, st.blocks[0].v);
+            st.cache.forget(lba);
+            self.dev.write_scattered(&[lba], data)?;
+            st.stats.device_writes += 1;
+            st.stats.blocks_written += 1;
+            return Ok(());
+        }
+        st.lbas.clear();
+        st.partial.clear();
+        let mut pos = usize::from(resized);
+        for &v in &extra[..extra_n] {
+            let lba = e.lba(&self.geo, v);
+            let blk = &mut st.buf[pos * b..(pos + 1) * b];
+            if st.cache.read(&*self.dev, lba, blk)? {
+                st.stats.cached_blocks += 1;
+            }
+            st.stats.rmw_blocks += 1;
+            let (_, z) = map.split(v, s);
+            blk[z as usize..].fill(0);
+            st.lbas.push(lba);
+            st.partial.push(true);
+            pos += 1;
+        }
+        let first_data = pos;
+        for i in 0..st.blocks.len() {
+            let t = st.blocks[i];
+            let lba = e.lba(&self.geo, t.v);
+            let blk = &mut st.buf[pos * b..(pos + 1) * b];
+            if t.covered < bb {
+                let (live, z) = map.split(t.v, s);
+                if live {
+                    if st.cache.read(&*self.dev, lba, blk)? {
+                        st.stats.cached_blocks += 1;
+                    }
+                    st.stats.rmw_blocks += 1;
+                    blk[z as usize..].fill(0);
+                } else {
+                    blk.fill(0);
+                }
+            }
+            st.lbas.push(lba);
+            st.partial.push(t.covered < bb);
+            pos += 1;
+        }
+        for sg in &st.segs {
+            let at = (first_data + sg.block) * b + sg.blk_off;
+            st.buf[at..at + sg.len].copy_from_slice(&data[sg.data_off..sg.data_off + sg.len]);
+        }
+        if resized {
+            let n = st.lbas.len();
+            self.commit(st, dir, n)
+        } else {
+            let n = st.lbas.len();
+            let r = self.dev.write_scattered(&st.lbas[..n], &st.buf[..n * b]);
+            Self::remember(st, 0, r.is_ok());
+            st.lbas.clear();
+            r?;
+            st.stats.device_writes += 1;
+            st.stats.blocks_written += n as u64;
+            Ok(())
+        }
+    }
+
+    /// Discard a run of device blocks (beyond the durable size: no crash can expose them).
+    fn discard(&self, st: &mut State, (lba, count): (u64, u64)) -> Result<()> {
+        for l in lba..lba + count {
+            st.cache.forget(l);
+        }
+        self.dev.discard(lba, count)?;
+        st.stats.hole_blocks += count;
+        Ok(())
+    }
+
+    /// After a device write of `st.lbas` from `st.buf` (the data blocks from position
+    /// `first` on; the directory is never cached): cache the blocks written partly, forget the
+    /// others, and forget them all if the write failed.
+    fn remember(st: &mut State, first: usize, ok: bool) {
+        let b = st.cache.block_bytes;
+        for (i, &lba) in st.lbas.iter().enumerate().skip(first) {
+            if ok && st.partial[i - first] {
+                st.cache.put(lba, &st.buf[i * b..(i + 1) * b]);
+            } else {
+                st.cache.forget(lba);
+            }
+        }
+    }
+
+    /// Write directory `dir` (into buffer slot 0) together with the `extra` data blocks staged
+    /// at slots 1.. (their LBAs in `st.lbas`), atomically; adopt `dir` once it is durable.
+    fn commit(&self, st: &mut State, dir: Directory, extra: usize) -> Result<()> {
+        let bb = self.geo.block_bytes as usize;
+        assert_eq!(st.lbas.len(), extra);
+        assert!(extra < ATOMIC_BLOCKS_MAX);
+        // Pair assertion, before write: the directory obeys its rules and reads back as itself.
+        assert_eq!(
+            dir.validate(&self.geo),
+            Ok(()),
+            "directory about to be written"
+        );
+        dir.encode(&self.geo, &mut st.buf[..bb]);
+        debug_assert_eq!(
+            Directory::decode(&self.geo, &st.buf[..bb]),
+            Ok(Some(dir)),
+            "directory encoding round trip"
+        );
+        st.lbas.insert(0, DIR_LBA);
+        let n = extra + 1;
+        let r = self.dev.write_scattered(&st.lbas[..n], &st.buf[..n * bb]);
+        Self::remember(st, 1, r.is_ok());
+        st.lbas.clear();
+        r?;
+        st.stats.device_writes += 1;
+        st.stats.dir_writes += 1;
+        st.stats.blocks_written += n as u64;
+        st.dir = dir;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvstack_nvramdisk::disk::{format_region, FormatOptions, OpenOptions};
+    use nvstack_nvramdisk::hooks::{Action, Event};
+    use nvstack_pmem::MmapRegion;
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    fn region(bytes: u64) -> Arc<MmapRegion> {
+        region_with(bytes, 4096)
+    }
+
+    fn region_with(bytes: u64, block_bytes: u32) -> Arc<MmapRegion> {
+        let r = MmapRegion::anonymous(bytes).unwrap();
+        let fo = FormatOptions {
+            lanes: 2,
+            block_bytes,
+            ..FormatOptions::default()
+        };
+        format_region(&r, &fo).unwrap();
+        Arc::new(r)
+    }
+
+    fn disk(r: &Arc<MmapRegion>, oo: OpenOptions) -> Arc<NvramDisk<MmapRegion>> {
+        Arc::new(NvramDisk::open(r.clone(), oo).unwrap())
+    }
+
+    fn store(r: &Arc<MmapRegion>) -> Store {
+        Store::open(disk(r, OpenOptions::default())).unwrap()
+    }
+
+    fn read_all(s: &Store, id: FileId) -> Vec<u8> {
+        let n = s.size_bytes(id).unwrap() as usize;
+        let mut v = vec![0xEEu8; n + 100];
+        let got = s.read(id, 0, &mut v).unwrap();
+        assert_eq!(got, n);
+        v.truncate(n);
+        v
+    }
+
+    #[test]
+    fn geometry_limits() {
+        assert!(StoreGeometry::compute(256, 1000).is_err());
+        assert!(StoreGeometry::compute(3000, 1000).is_err());
+        let g = StoreGeometry::compute(512, 1000).unwrap();
+        assert_eq!((g.chunk_blocks, g.chunks), (128, 7));
+        assert!(StoreGeometry::compute(4096, 16).is_err());
+        let g = StoreGeometry::compute(4096, 17).unwrap();
+        assert_eq!((g.chunk_blocks, g.chunks), (16, 1));
+        let g = StoreGeometry::compute(4096, 1 << 20).unwrap();
+        assert!(g.chunks <= CHUNKS_PER_FILE_MAX as u64);
+        assert!(g.chunks * g.chunk_blocks < 1 << 20);
+        assert_eq!(
+            g.file_bytes_max(Layout::Linear),
+            g.chunks * g.chunk_blocks * 4096
+        );
+        assert!(g.file_bytes_max(Layout::WalFramed) > g.file_bytes_max(Layout::Linear) * 99 / 100);
+    }
+
+    #[test]
+    fn write_read_partial_blocks_and_holes() {
+        for bb in [512, 1024, 4096] {
+            write_read_partial_blocks_and_holes_with(bb);
+        }
+    }
+
+    fn write_read_partial_blocks_and_holes_with(block_bytes: u32) {
+        let r = region_with(4 << 20, block_bytes);
+        let s = store(&r);
+        let id = s
+            .open_file("/db-wal", FileKind::Wal, true)
+            .unwrap()
+            .unwrap();
+        s.write(id, 0, b"hello").unwrap();
+        assert_eq!(read_all(&s, id), b"hello");
+        // Unaligned, crossing a block boundary.
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        s.write(id, 4000, &data).unwrap();
+        let all = read_all(&s, id);
+        assert_eq!(all.len(), 9000);
+        assert_eq!(&all[..5], b"hello");
+        assert!(all[5..4000].iter().all(|&b| b == 0), "gap reads as zeros");
+        assert_eq!(&all[4000..], &data[..]);
+        // Overwrite inside, size unchanged: no directory write.
+        let before = s.stats().dir_writes;
+        s.write(id, 10, b"XY").unwrap();
+        assert_eq!(s.stats().dir_writes, before);
+        assert_eq!(&read_all(&s, id)[10..12], b"XY");
+        // A hole far past the end reads as zeros, even over stale blocks of a deleted file.
+        let junk = vec![0xABu8; 300_000];
+        let j = s
+            .open_file("/db-journal", FileKind::MainJournal, true)
+            .unwrap()
+            .unwrap();
+        s.write(j, 0, &junk).unwrap();
+        assert!(s.delete("/db-journal").unwrap());
+        let j = s
+            .open_file("/db-journal", FileKind::MainJournal, true)
+            .unwrap()
+            .unwrap();
+        s.write(j, 5, b"a").unwrap();
+        s.write(j, 200_001, b"z").unwrap();
+        let all = read_all(&s, j);
+        assert_eq!(all.len(), 200_002);
+        assert_eq!(all[5], b'a');
+        assert_eq!(all[200_001], b'z');
+        assert!(all
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| i == 5 || i == 200_001 || b == 0));
+        // Truncate down then up: the cut bytes come back as zeros.
+        s.truncate(id, 4002).unwrap();
+        s.truncate(id, 9000).unwrap();
+        let all = read_all(&s, id);
+        assert_eq!(&all[4000..4002], &data[..2]);
+        assert!(all[4002..].iter().all(|&b| b == 0));
+        // Reads past the end are short; at the end, empty.
+        let mut b = [0u8; 10];
+        assert_eq!(s.read(id, 8995, &mut b).unwrap(), 5);
+        assert_eq!(s.read(id, 9000, &mut b).unwrap(), 0);
+    }
+
+    #[test]
+    fn survives_reopen_and_refuses_foreign_blocks() {
+        let r = region(4 << 20);
+        {
+            let s = store(&r);
+            let id = s.open_file("/x-wal", FileKind::Wal, true).unwrap().unwrap();
+            s.write(id, 0, &vec![7u8; 70_000]).unwrap();
+        }
+        let s = store(&r);
+        let (id, info) = s.lookup("/x-wal").unwrap().unwrap();
+        assert_eq!(info.size_bytes, 70_000);
+        assert_eq!(info.kind, FileKind::Wal);
+        assert!(read_all(&s, id).iter().all(|&b| b == 7));
+        assert!(s.lookup("/y-wal").unwrap().is_none());
+        drop(s);
+        // Damage: a flipped byte fails the checksum; foreign data fails the magic.
+        let d = disk(&r, OpenOptions::default());
+        let mut blk = vec![0u8; 4096];
+        d.read(0, &mut blk).unwrap();
+        blk[100] ^= 1;
+        d.write(0, &blk).unwrap();
+        let e = Store::open(d.clone()).err().unwrap().to_string();
+        assert!(e.contains("checksum"), "{e}");
+        d.write(0, &[0x55u8; 4096]).unwrap();
+        let e = Store::open(d.clone()).err().unwrap().to_string();
+        assert!(e.contains("bad magic"), "{e}");
+        let mut again = vec![0u8; 4096];
+        d.read(0, &mut again).unwrap();
+        assert_eq!(again, vec![0x55u8; 4096], "a refused store is not written");
+    }
+
+    #[test]
+    fn full_is_distinct_and_changes_nothing() {
+        let r = region(2 << 20);
+        let s = store(&r);
+        let cap = s.geometry().file_bytes_max(Layout::Linear);
+        let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
+        s.write(id, 0, &[1u8; 100]).unwrap();
+        let before = s.stats();
+        match s.write(id, cap - 10, &[2u8; 11]) {
+            Err(StoreError::Full(m)) => assert!(m.contains("at most"), "{m}"),
+            other => panic!("expected Full, got {other:?}"),
+        }
+        assert_eq!(s.stats().device_writes, before.device_writes);
+        assert_eq!(s.size_bytes(id).unwrap(), 100);
+        // Exactly the capacity fits; then a second file has no chunk left.
+        s.write(id, cap - 1, &[3u8]).unwrap();
+        let j = s
+            .open_file("/j", FileKind::MainJournal, true)
+            .unwrap()
+            .unwrap();
+        assert!(matches!(s.write(j, 0, b"x"), Err(StoreError::Full(_))));
+        assert_eq!(s.free_bytes(), 0);
+        // Entries run out too.
+        for n in ["/a", "/b"] {
+            s.open_file(n, FileKind::SuperJournal, true)
+                .unwrap()
+                .unwrap();
+        }
+        assert!(matches!(
+            s.open_file("/c", FileKind::SuperJournal, true),
+            Err(StoreError::Full(_))
+        ));
+        assert!(s
+            .open_file("/c", FileKind::SuperJournal, false)
+            .unwrap()
+            .is_none());
+        // Shrinking frees chunks.
+        s.truncate(id, 0).unwrap();
+        s.write(j, 0, b"x").unwrap();
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let r = region(2 << 20);
+        let s = store(&r);
+        assert!(s.open_file("", FileKind::Wal, true).is_err());
+        assert!(s.lookup(&"n".repeat(NAME_BYTES_MAX + 1)).is_err());
+        let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
+        assert!(s.write(id, u64::MAX, b"xy").is_err());
+        s.delete("/w").unwrap();
+        assert!(s.write(id, 0, b"x").is_err(), "write to a deleted file");
+        assert!(s.size_bytes(id).is_err());
+        assert!(!s.delete("/w").unwrap());
+    }
+
+    #[test]
+    fn large_writes_are_split_into_atomic_pieces() {
+        let r = region(4 << 20);
+        let s = store(&r);
+        let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
+        let data: Vec<u8> = (0..(PIECE_BLOCKS_MAX * 4096 * 2 + 123))
+            .map(|i| (i * 7 % 256) as u8)
+            .collect();
+        s.write(id, 77, &data).unwrap();
+        assert_eq!(&read_all(&s, id)[77..], &data[..]);
+        assert!(s.stats().device_writes >= 3);
+    }
+
+    /// Stop the device at every store and persist of one store operation (as a power failure
+    /// would), recover, and check the file reads wholly old or wholly new, size included.
+    fn crash_every_step(setup: &dyn Fn(&Store), op: &dyn Fn(&Store) -> StoreResult<()>) {
+        for bb in [512, 4096] {
+            crash_every_step_with(bb, setup, op);
+        }
+    }
+
+    fn crash_every_step_with(
+        block_bytes: u32,
+        setup: &dyn Fn(&Store),
+        op: &dyn Fn(&Store) -> StoreResult<()>,
+    ) {
+        let r = region_with(2 << 20, block_bytes);
+        setup(&store(&r));
+        let snap = {
+            let mut v = vec![0u8; r.len() as usize];
+            r.read(0, &mut v);
+            v
+        };
+        let files = |s: &Store| -> HashMap<u64, Vec<u8>> {
+            let mut m = HashMap::new();
+            for name in ["/w", "/j"] {
+                if let Some((id, info)) = s.lookup(name).unwrap() {
+                    m.insert(info.name_hash, read_all(s, id));
+                }
+            }
+            m
+        };
+        let restore = || {
+            r.write(0, &snap);
+        };
+        let old = files(&store(&r));
+        op(&store(&r)).unwrap();
+        let new = files(&store(&r));
+        assert_ne!(old, new, "the operation changes something");
+        let (mut saw_old, mut saw_new) = (0, 0);
+        for stop_at in 0u64.. {
+            restore();
+            let count = Arc::new(AtomicU64::new(0));
+            let stopped = Arc::new(AtomicBool::new(false));
+            let armed = Arc::new(AtomicBool::new(false));
+            let (c, st, arm) = (count.clone(), stopped.clone(), armed.clone());
+            let oo = OpenOptions {
+                hook: Some(Arc::new(move |_ev: &Event| {
+                    // Events of the open (recovery, the directory read) do not count.
+                    if !arm.load(Ordering::Relaxed) {
+                        return Action::Continue;
+                    }
+                    if c.fetch_add(1, Ordering::Relaxed) == stop_at {
+                        st.store(true, Ordering::Relaxed);
+                        Action::Stop
+                    } else {
+                        Action::Continue
+                    }
+                })),
+                ..OpenOptions::default()
+            };
+            let s = Store::open(disk(&r, oo)).unwrap();
+            armed.store(true, Ordering::Relaxed);
+            let res = op(&s);
+            drop(s);
+            if !stopped.load(Ordering::Relaxed) {
+                res.unwrap();
+                break;
+            }
+            assert!(res.is_err(), "a stopped write reports failure");
+            let got = files(&store(&r));
+            if got == old {
+                saw_old += 1;
+            } else if got == new {
+                saw_new += 1;
+            } else {
+                panic!("stop at event {stop_at}: neither old nor new state");
+            }
+        }
+        assert!(saw_old > 0 && saw_new > 0, "old {saw_old} new {saw_new}");
+    }
+
+    #[test]
+    fn crash_at_every_step_of_a_growing_write() {
+        crash_every_step(
+            &|s| {
+                let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
+                s.write(id, 0, &[1u8; 5000]).unwrap();
+            },
+            &|s| {
+                let id = s.open_file("/w", FileKind::Wal, true)?.unwrap();
+                s.write(id, 4990, &[2u8; 4200])
+            },
+        );
+    }
+
+    #[test]
+    fn crash_at_every_step_of_wal_framed_writes() {
+        // Setup per block size: a WAL header for that size, then 30 frames.
+        let setup = |s: &Store| {
+            let b = s.geometry().block_bytes;
+            let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
+            s.write(id, 0, &super::tests::wal_header(b)).unwrap();
+            for i in 0..30u64 {
+                let o = 32 + i * (24 + b);
+                s.write(id, o, &[i as u8; 24]).unwrap();
+                s.write(id, o + 24, &vec![i as u8 ^ 0xFF; b as usize])
+                    .unwrap();
+            }
+            assert_eq!(s.files()[0].layout, Layout::WalFramed);
+        };
+        let frame = |i: u64, part: u8| {
+            move |s: &Store| -> StoreResult<()> {
+                let b = s.geometry().block_bytes;
+                let id = s.open_file("/w", FileKind::Wal, true)?.unwrap();
+                let o = 32 + i * (24 + b);
+                match part {
+                    0 => s.write(id, o, &[0x77; 24]),
+                    1 => s.write(id, o + 24, &vec![0x66; b as usize]),
+                    _ => s.write(id, o + 10, &vec![0x55; 3 * b as usize]),
+                }
+            }
+        };
+        crash_every_step(&setup, &frame(30, 0)); // a new frame header: grows
+        crash_every_step(&setup, &frame(29, 1)); // a page overwritten in place
+        crash_every_step(&setup, &frame(5, 2)); // across frames, unaligned
+        crash_every_step(&setup, &frame(80, 0)); // past a hole of 50 frames
+    }
+
+    #[test]
+    fn crash_at_every_step_of_a_hole_write_and_a_truncate() {
+        let setup = |s: &Store| {
+            let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
+            s.write(id, 0, &[1u8; 300_000]).unwrap();
+            s.truncate(id, 1001).unwrap();
+            let j = s
+                .open_file("/j", FileKind::MainJournal, true)
+                .unwrap()
+                .unwrap();
+            s.write(j, 0, &[3u8; 10]).unwrap();
+        };
+        crash_every_step(&setup, &|s| {
+            let id = s.open_file("/w", FileKind::Wal, true)?.unwrap();
+            s.write(id, 150_000, &[2u8; 100])
+        });
+        crash_every_step(&setup, &|s| {
+            let id = s.open_file("/w", FileKind::Wal, true)?.unwrap();
+            s.truncate(id, 100_000)
+        });
+        crash_every_step(&setup, &|s| {
+            s.delete("/j")?;
+            Ok(())
+        });
+    }
+
+    /// A device whose every `fail_every`-th write fails before touching anything.
+    struct Flaky {
+        inner: Arc<NvramDisk<MmapRegion>>,
+        n: AtomicU64,
+        fail_every: u64,
+    }
+    impl BlockDevice for Flaky {
+        fn block_bytes(&self) -> u32 {
+            self.inner.block_bytes()
+        }
+        fn blocks(&self) -> u64 {
+            self.inner.blocks()
+        }
+        fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+            self.inner.read(lba, buf)
+        }
+        fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+            self.inner.write(lba, data)
+        }
+        fn discard(&self, lba: u64, count: u64) -> Result<()> {
+            self.inner.discard(lba, count)
+        }
+        fn flush(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+    impl AtomicBlockDevice for Flaky {
+        fn write_scattered(&self, lbas: &[u64], data: &[u8]) -> Result<()> {
+            if self.n.fetch_add(1, Ordering::Relaxed) % self.fail_every == self.fail_every - 1 {
+                return Err(Error::env("injected device failure"));
+            }
+            self.inner.write_atomic(lbas, data)
+        }
+    }
+
+    #[test]
+    fn failed_device_writes_change_nothing() {
+        let r = region(2 << 20);
+        let flaky = Arc::new(Flaky {
+            inner: disk(&r, OpenOptions::default()),
+            n: AtomicU64::new(0),
+            fail_every: 3,
+        });
+        let s = Store::open(flaky).unwrap();
+        let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
+        let mut model: Vec<u8> = Vec::new();
+        for i in 0..60u64 {
+            let off = (i * 1237) % 20_000;
+            let data = vec![i as u8 + 1; (i as usize * 311) % 6000 + 1];
+            match s.write(id, off, &data) {
+                Ok(()) => {
+                    let end = off as usize + data.len();
+                    if model.len() < end {
+                        model.resize(end, 0);
+                    }
+                    model[off as usize..end].copy_from_slice(&data);
+                }
+                Err(StoreError::Other(e)) => assert!(e.to_string().contains("injected")),
+                Err(e) => panic!("{e}"),
+            }
+            assert_eq!(read_all(&s, id), model);
+        }
+        drop(s);
+        let s = store(&r);
+        let (id, _) = s.lookup("/w").unwrap().unwrap();
+        assert_eq!(
+            read_all(&s, id),
+            model,
+            "media agrees with the model after reopen"
+        );
+    }
+
+    /// A SQLite WAL header for pages of `page` bytes.
+    fn wal_header(page: u64) -> Vec<u8> {
+        let mut h = vec![0u8; 32];
+        h[0..4].copy_from_slice(&0x377f_0682u32.to_be_bytes());
+        h[4..8].copy_from_slice(&3_007_000u32.to_be_bytes());
+        h[8..12].copy_from_slice(&(page as u32).to_be_bytes());
+        h[16..32].fill(0xA5);
+        h
+    }
+
+    /// The framed layout's arithmetic against brute force: a bijection, `split` and
+    /// `vblocks_for` agree with the byte-by-byte inverse.
+    #[test]
+    fn framed_map_is_a_bijection_and_split_agrees() {
+        for b in [512u64, 1024] {
+            for layout in [Layout::Linear, Layout::WalFramed] {
+                let m = Map::new(layout, b);
+                let limit = 40 * b + 3000;
+                let mut inv: HashMap<(u64, u64), u64> = HashMap::new();
+                let mut o = 0;
+                while o < limit {
+                    let (v, bo, run) = m.seg(o);
+                    assert!(run >= 1 && bo + run <= b);
+                    for k in 0..run {
+                        assert!(
+                            inv.insert((v, bo + k), o + k).is_none(),
+                            "two bytes at {v}/{}",
+                            bo + k
+                        );
+                    }
+                    o += run;
+                }
+                let vmax = inv.keys().map(|k| k.0).max().unwrap();
+                let blocks: Vec<Vec<Option<u64>>> = (0..vmax)
+                    .map(|v| (0..b).map(|x| inv.get(&(v, x)).copied()).collect())
+                    .collect();
+                for s in
+                    (0..limit)
+                        .step_by(97)
+                        .chain([0, 1, 31, 32, 33, 55, 56, 57, b, b + 56, b + 57])
+                {
+                    let mut want_vb = 0;
+                    for (v, bytes) in blocks.iter().enumerate() {
+                        let v = v as u64;
+                        if bytes.iter().all(|x| x.is_none_or(|f| f >= limit)) {
+                            continue; // past the enumerated range: no verdict
+                        }
+                        let live = bytes.iter().any(|x| x.is_some_and(|f| f < s));
+                        let z = (0..=b)
+                            .find(|&z| bytes[z as usize..].iter().all(|x| x.is_none_or(|f| f >= s)))
+                            .unwrap();
+                        let (l2, z2) = m.split(v, s);
+                        assert_eq!((l2, z2), (live, z), "{layout:?} b {b} v {v} s {s}");
+                        if live {
+                            want_vb = want_vb.max(v + 1);
+                        }
+                    }
+                    if s < limit - 2 * b {
+                        assert_eq!(m.vblocks_for(s), want_vb, "{layout:?} b {b} s {s}");
+                    }
+                }
+                assert!(
+                    m.vblocks_for(m.size_max(13)) <= 13 && m.vblocks_for(m.size_max(13) + 1) > 13
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn wal_frames_take_two_single_block_writes_and_no_read_back() {
+        for bb in [512u32, 4096] {
+            let r = region_with(4 << 20, bb);
+            let s = store(&r);
+            let b = bb as u64;
+            let id = s.open_file("/w-wal", FileKind::Wal, true).unwrap().unwrap();
+            s.write(id, 0, &wal_header(b)).unwrap();
+            assert_eq!(
+                s.lookup("/w-wal").unwrap().unwrap().1.layout,
+                Layout::WalFramed
+            );
+            let mut model = wal_header(b);
+            let f = 24 + b;
+            let groups = 300 / ((b - 32) / 24) + 1;
+            for round in 0..3u64 {
+                let mut uncached = 0;
+                for i in 0..300u64 {
+                    let o = 32 + i * f;
+                    let hdr = [(i + round) as u8; 24];
+                    let page = vec![(i * 7 + round) as u8; b as usize];
+                    let before = s.stats();
+                    s.write(id, o, &hdr).unwrap();
+                    s.write(id, o + 24, &page).unwrap();
+                    let after = s.stats();
+                    let grew = round == 0;
+                    assert_eq!(after.device_writes - before.device_writes, 2);
+                    assert_eq!(
+                        after.blocks_written - before.blocks_written,
+                        if grew { 4 } else { 2 },
+                        "frame {i} round {round}: one block per write (plus the directory)"
+                    );
+                    // Only the first frame of a group reads its header block back.
+                    uncached += (after.rmw_blocks - after.cached_blocks)
+                        - (before.rmw_blocks - before.cached_blocks);
+                    if model.len() < (o + f) as usize {
+                        model.resize((o + f) as usize, 0);
+                    }
+                    model[o as usize..o as usize + 24].copy_from_slice(&hdr);
+                    model[(o + 24) as usize..(o + f) as usize].copy_from_slice(&page);
+                }
+                assert!(
+                    uncached <= groups,
+                    "{uncached} blocks read back for 300 frames"
+                );
+                // Rewind as SQLite does after a checkpoint: a new header at offset 0.
+                let mut h = wal_header(b);
+                h[12] = round as u8 + 1;
+                s.write(id, 0, &h).unwrap();
+                model[..32].copy_from_slice(&h);
+                assert_eq!(read_all(&s, id), model);
+            }
+            // Unaligned reads and writes across frames still work.
+            s.write(id, 1000, &[0xEEu8; 3 * 4120]).unwrap();
+            model[1000..1000 + 3 * 4120].fill(0xEE);
+            assert_eq!(read_all(&s, id), model);
+            drop(s);
+            let s = store(&r);
+            let (id, _) = s.lookup("/w-wal").unwrap().unwrap();
+            assert_eq!(read_all(&s, id), model, "after reopen");
+        }
+    }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            Open(usize),
+            Write {
+                f: usize,
+                off: u64,
+                len: usize,
+                byte: u8,
+            },
+            WalHeader(usize),
+            Frame {
+                f: usize,
+                i: u64,
+                byte: u8,
+            },
+            Truncate {
+                f: usize,
+                size: u64,
+            },
+            Delete(usize),
+            Reopen,
+        }
+
+        const NAMES: [&str; 5] = ["/d-wal", "/d-journal", "/d-mj01", "/e-wal", "/e-journal"];
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                2 => (0..NAMES.len()).prop_map(Op::Open),
+                5 => (0..NAMES.len(), 0u64..700_000, 0usize..20_000, any::<u8>())
+                    .prop_map(|(f, off, len, byte)| Op::Write { f, off, len, byte }),
+                1 => (0..NAMES.len()).prop_map(Op::WalHeader),
+                4 => (0..NAMES.len(), 0u64..200, any::<u8>())
+                    .prop_map(|(f, i, byte)| Op::Frame { f, i, byte }),
+                1 => (0..NAMES.len(), 0u64..700_000).prop_map(|(f, size)| Op::Truncate { f, size }),
+                1 => (0..NAMES.len()).prop_map(Op::Delete),
+                1 => Just(Op::Reopen),
+            ]
+        }
+
+        struct Model {
+            files: HashMap<&'static str, (Vec<u8>, Layout)>,
+        }
+
+        impl Model {
+            fn chunks_used(&self, geo: &StoreGeometry) -> u64 {
+                self.files
+                    .values()
+                    .map(|(v, l)| geo.chunks_for(*l, v.len() as u64))
+                    .sum()
+            }
+        }
+
+        /// Apply one write to the model, or tell that it must fail with Full.
+        fn model_write(
+            m: &mut Model,
+            geo: &StoreGeometry,
+            name: &'static str,
+            off: u64,
+            data: &[u8],
+        ) -> bool {
+            let (cur, layout) = m.files.get(name).cloned().expect("open file");
+            if data.is_empty() {
+                return true;
+            }
+            let layout = if cur.is_empty() {
+                Layout::choose(off, data, geo.block_bytes)
+            } else {
+                layout
+            };
+            let end = off + data.len() as u64;
+            let new_len = (cur.len() as u64).max(end);
+            let fits = new_len <= geo.file_bytes_max(layout)
+                && m.chunks_used(geo) - geo.chunks_for(layout, cur.len() as u64)
+                    + geo.chunks_for(layout, new_len)
+                    <= geo.chunks;
+            if fits {
+                let (v, l) = m.files.get_mut(name).unwrap();
+                *l = layout;
+                if v.len() < end as usize {
+                    v.resize(end as usize, 0);
+                }
+                v[off as usize..end as usize].copy_from_slice(data);
+            }
+            fits
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+            #[test]
+            fn store_matches_model(
+                bb in prop_oneof![Just(512u32), Just(4096u32)],
+                ops in proptest::collection::vec(op(), 1..60),
+            ) {
+                let r = region_with(2 << 20, bb);
+                let mut s = store(&r);
+                let geo = s.geometry();
+                let b = bb as u64;
+                let mut m = Model { files: HashMap::new() };
+                for o in ops {
+                    let write = |s: &Store, m: &mut Model, f: usize, off: u64, data: &[u8]| -> std::result::Result<(), TestCaseError> {
+                        let Some((id, _)) = s.lookup(NAMES[f]).unwrap() else {
+                            prop_assert!(!m.files.contains_key(NAMES[f]));
+                            return Ok(());
+                        };
+                        let fits = model_write(m, &geo, NAMES[f], off, data);
+                        let res = s.write(id, off, data);
+                        if fits {
+                            prop_assert!(res.is_ok(), "{:?}", res);
+                        } else {
+                            prop_assert!(matches!(res, Err(StoreError::Full(_))), "{:?}", res);
+                        }
+                        Ok(())
+                    };
+                    match o {
+                        Op::Open(f) => {
+                            let res = s.open_file(NAMES[f], FileKind::Wal, true);
+                            if m.files.contains_key(NAMES[f]) || m.files.len() < FILES_MAX {
+                                prop_assert!(res.unwrap().is_some());
+                                m.files.entry(NAMES[f]).or_insert((Vec::new(), Layout::Linear));
+                            } else {
+                                prop_assert!(matches!(res, Err(StoreError::Full(_))));
+                            }
+                        }
+                        Op::Write { f, off, len, byte } => write(&s, &mut m, f, off, &vec![byte; len])?,
+                        Op::WalHeader(f) => write(&s, &mut m, f, 0, &wal_header(b))?,
+                        Op::Frame { f, i, byte } => {
+                            let o = 32 + i * (24 + b);
+                            write(&s, &mut m, f, o, &[byte; 24])?;
+                            write(&s, &mut m, f, o + 24, &vec![byte ^ 0x5A; b as usize])?;
+                        }
+                        Op::Truncate { f, size } => {
+                            let Some((cur, layout)) = m.files.get(NAMES[f]).cloned() else { continue };
+                            let (id, _) = s.lookup(NAMES[f]).unwrap().unwrap();
+                            let fits = size <= geo.file_bytes_max(layout)
+                                && m.chunks_used(&geo) - geo.chunks_for(layout, cur.len() as u64)
+                                    + geo.chunks_for(layout, size) <= geo.chunks;
+                            let res = s.truncate(id, size);
+                            if fits {
+                                prop_assert!(res.is_ok(), "{:?}", res);
+                                m.files.get_mut(NAMES[f]).unwrap().0.resize(size as usize, 0);
+                            } else {
+                                prop_assert!(matches!(res, Err(StoreError::Full(_))));
+                            }
+                        }
+                        Op::Delete(f) => {
+                            prop_assert_eq!(s.delete(NAMES[f]).unwrap(), m.files.remove(NAMES[f]).is_some());
+                        }
+                        Op::Reopen => {
+                            drop(s);
+                            s = store(&r);
+                        }
+                    }
+                    for (name, (want, layout)) in &m.files {
+                        let (id, info) = s.lookup(name).unwrap().unwrap();
+                        prop_assert_eq!(info.size_bytes, want.len() as u64);
+                        if !want.is_empty() {
+                            prop_assert_eq!(info.layout, *layout);
+                        }
+                        prop_assert!(read_all(&s, id) == *want, "{} differs", name);
+                    }
+                    prop_assert_eq!(s.files().len(), m.files.len());
+                    prop_assert_eq!(s.free_bytes(), (geo.chunks - m.chunks_used(&geo)) * geo.chunk_bytes());
+                }
+            }
+        }
+    }
+}
