@@ -2,7 +2,8 @@
 # Every test: formatting, lints (warnings denied), then the whole suite in the test profile:
 # optimised (the crash and stop-point sweeps are compute-heavy) with debug assertions and
 # overflow checks on, so the pair assertions run. Run as root on a fresh machine: it installs
-# what it needs itself. Ends with one line: "tests: N passed, N failed".
+# what it needs itself. Ends with one line: "tests: N passed, N failed, N skipped" (skipped: the
+# tests marked #[ignore], each with its reason; a test never skips by returning early).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -16,13 +17,14 @@ if [ -x target/venv-libcachesim/bin/python ]; then
   export NVSTACK_LIBCACHESIM_PYTHON="$PWD/target/venv-libcachesim/bin/python"
 fi
 NVSTACK_BIN="$PWD/target/release/nvstack" NVSTACK_SQLITE_EXT="$PWD/target/release/libnvstack_sqlite.so" \
-  cargo test --locked --workspace --all-targets -- --test-threads=2 2>&1 | tee "$log"
+  cargo test --locked --workspace --all-targets --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
-failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+failed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | awk '{s+=$6} END {print s+0}')
+skipped=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed; [0-9]+ ignored' "$log" | awk '{s+=$8} END {print s+0}')
 echo
-echo "tests: $passed passed, $failed failed"
+echo "tests: $passed passed, $failed failed, $skipped skipped"
 if [ "$passed" -eq 0 ]; then
   echo "no test ran" >&2
   exit 1

@@ -1104,14 +1104,12 @@ mod tests {
     const BLOCK: usize = 4096;
     const POOL: u64 = 64 << 20;
 
-    fn lib_or_skip() -> Option<PmemBlkLib> {
-        match PmemBlkLib::load() {
-            Ok(lib) => Some(lib),
-            Err(e) => {
-                eprintln!("libpmemblk not installed: skipped ({e})");
-                None
-            }
-        }
+    /// The peer library. Missing, the test fails naming what to install: a test of the peer
+    /// never passes without the peer (scripts/deps.sh installs it when run as root).
+    fn lib() -> PmemBlkLib {
+        PmemBlkLib::load().unwrap_or_else(|e| {
+            panic!("libpmemblk is missing: install Debian's libpmemblk-dev (scripts/deps.sh does, as root): {e}")
+        })
     }
 
     fn shm_dir() -> tempfile::TempDir {
@@ -1134,7 +1132,7 @@ mod tests {
 
     #[test]
     fn create_write_read_reopen() {
-        let Some(lib) = lib_or_skip() else { return };
+        let lib = lib();
         let dir = shm_dir();
         let path = dir.path().join("pool");
         let lbas: Vec<u64>;
@@ -1188,7 +1186,7 @@ mod tests {
 
     #[test]
     fn unaligned_buffers_work() {
-        let Some(lib) = lib_or_skip() else { return };
+        let lib = lib();
         let dir = shm_dir();
         let pool = PmemBlkPool::create(&lib, &dir.path().join("pool"), BLOCK, POOL).unwrap();
         let mut backing = vec![0u8; BLOCK + 3];
@@ -1201,7 +1199,7 @@ mod tests {
 
     #[test]
     fn bad_arguments_fail_before_c() {
-        let Some(lib) = lib_or_skip() else { return };
+        let lib = lib();
         let dir = shm_dir();
         let path = dir.path().join("pool");
         let pool = PmemBlkPool::create(&lib, &path, BLOCK, POOL).unwrap();
@@ -1247,7 +1245,7 @@ mod tests {
 
     #[test]
     fn two_threads_disjoint_lbas() {
-        let Some(lib) = lib_or_skip() else { return };
+        let lib = lib();
         let dir = shm_dir();
         let pool =
             Arc::new(PmemBlkPool::create(&lib, &dir.path().join("pool"), BLOCK, POOL).unwrap());
@@ -1280,7 +1278,7 @@ mod tests {
 
     #[test]
     fn load_forces_pmem_and_reports_missing_library_by_name() {
-        let Some(_lib) = lib_or_skip() else { return };
+        let _lib = lib();
         // Set by load() unless the user had set it.
         assert!(std::env::var_os(FORCE_PMEM_VAR).is_some());
         assert!(PmemBlkLib::loaded().is_some());
