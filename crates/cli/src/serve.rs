@@ -14,7 +14,6 @@ use nvstack_export::raw::RawDevice;
 use nvstack_export::stats::ServeStats;
 use nvstack_nvramdisk::disk::{NvramDisk, OpenOptions};
 use nvstack_nvramdisk::image::{open_image, peek};
-use nvstack_nvramdisk::ATOMIC_BLOCKS_MAX;
 use nvstack_pmem::{Access, MmapRegion};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -352,14 +351,16 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     }
     let (dev, what, power_cut) = open_backend(a)?;
     let file = Arc::new(BlockFile::new(dev));
-    let atomic_max = file.atomic_write_bytes_max();
-    let max_write = a.max_write.unwrap_or(atomic_max);
-    if max_write < 4096 || max_write > atomic_max {
+    // The FUSE max_write the device's capabilities allow (63 blocks for nvramdisk and raw).
+    let limit_max = file.write_bytes_max();
+    let max_write = a.max_write.unwrap_or(limit_max);
+    if max_write < 4096 || max_write > limit_max {
         return Err(Error::bad(format!(
-            "--max-write {max_write}: must be between 4096 and {atomic_max} bytes ({} blocks: \
-             a longer write would touch more than {ATOMIC_BLOCKS_MAX} blocks, the atomic \
-             limit, at an unaligned offset)",
-            ATOMIC_BLOCKS_MAX - 1
+            "--max-write {max_write}: must be between 4096 and {limit_max} bytes ({} blocks: \
+             a longer write would touch more than {} blocks, {}, at an unaligned offset)",
+            file.write_blocks_max() - 1,
+            file.write_blocks_max(),
+            file.limit_name()
         )));
     }
     let stats = Arc::new(ServeStats::new(a.stats.as_deref())?);

@@ -11,13 +11,16 @@
 //! several writes to the file at once instead of serialising them on the inode lock, and
 //! the session runs several threads, each with its own cloned /dev/fuse descriptor.
 //!
-//! `max_write` is [`BlockFile::atomic_write_bytes_max`]: 63 blocks, not 64, because a write's
-//! alignment counts too (64 blocks' worth of bytes at an unaligned offset touch 65 blocks,
-//! more than one atomic device write): with a 64-block `max_write` (256 KiB), fuser offers the
-//! kernel `max_pages` 64 and the kernel does send 262,144-byte writes at unaligned offsets. The
-//! kernel never sends a write longer than `max_write` (direct I/O included), so with 63 blocks
-//! every write it sends touches at most 64 blocks at any offset and is a single atomic device
-//! write; a longer one (which the kernel does not send) is refused with `EINVAL`, never split.
+//! `max_write` is derived from the device's capabilities ([`BlockFile::write_bytes_max`]): the
+//! atomic unit less one block when the unit is at least 2 blocks (63 for nvramdisk's 64),
+//! otherwise 63 blocks with no atomicity promise. Less one block, because a write's alignment
+//! counts too (64 blocks' worth of bytes at an unaligned offset touch 65 blocks, more than one
+//! atomic device write): with a 64-block `max_write` (256 KiB), fuser offers the kernel
+//! `max_pages` 64 and the kernel does send 262,144-byte writes at unaligned offsets. The kernel
+//! never sends a write longer than `max_write` (direct I/O included), so with 63 blocks every
+//! write it sends touches at most 64 blocks at any offset and is a single device write (atomic
+//! on nvramdisk); a longer one (which the kernel does not send) is refused with `EINVAL`, never
+//! split.
 
 use super::file::BlockFile;
 use super::stats::ServeStats;
@@ -27,7 +30,6 @@ use fuser::{
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use nvstack_core::error::Error;
-use nvstack_nvramdisk::ATOMIC_BLOCKS_MAX;
 use std::ffi::OsStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -46,8 +48,8 @@ const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
 pub struct FuseOptions {
     /// `FOPEN_PARALLEL_DIRECT_WRITES` on every open.
     pub parallel_direct_writes: bool,
-    /// Largest write the kernel may send, bytes (at most
-    /// [`BlockFile::atomic_write_bytes_max`], so every write is atomic at any offset).
+    /// Largest write the kernel may send, bytes (at most [`BlockFile::write_bytes_max`], so
+    /// every write is one device write at any offset, atomic when the device is).
     pub max_write_bytes: u32,
 }
 
@@ -68,7 +70,7 @@ impl DiskFs {
         uid: u32,
         gid: u32,
     ) -> DiskFs {
-        assert!(opts.max_write_bytes as u64 <= file.atomic_write_bytes_max());
+        assert!(opts.max_write_bytes as u64 <= file.write_bytes_max());
         DiskFs {
             file,
             stats,
@@ -227,13 +229,14 @@ impl Filesystem for DiskFs {
         if ino != DISK_INO {
             return reply.error(Errno::EISDIR);
         }
-        if data.len() as u64 > self.file.atomic_write_bytes_max()
-            && self.file.blocks_touched(offset, data.len() as u64) > ATOMIC_BLOCKS_MAX as u64
+        if data.len() as u64 > self.file.write_bytes_max()
+            && self.file.blocks_touched(offset, data.len() as u64) > self.file.write_blocks_max()
         {
-            // Longer than the max_write the kernel was given: never split (not atomic).
+            // Longer than the max_write the kernel was given: never split (not one write).
             eprintln!(
-                "nvstack serve: write of {} bytes at {offset} exceeds the atomic limit; refused",
-                data.len()
+                "nvstack serve: write of {} bytes at {offset} exceeds {}; refused",
+                data.len(),
+                self.file.limit_name()
             );
             return reply.error(Errno::EINVAL);
         }
@@ -266,8 +269,9 @@ impl Filesystem for DiskFs {
         reply.ok()
     }
 
-    /// Every write was durable when acknowledged (direct I/O: no cache above the daemon), so
-    /// there is nothing to drain; the device's flush is still called (a no-op for nvramdisk).
+    /// Nothing above the daemon holds dirty data (direct I/O), so the device's flush is all an
+    /// fsync needs: a no-op for a device durable on return (nvramdisk, raw), the moment writes
+    /// become durable for one durable on flush.
     fn fsync(
         &self,
         _req: &Request,
