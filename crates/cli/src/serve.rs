@@ -8,7 +8,7 @@
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_export::file::BlockFile;
-use nvstack_export::fuse::{DiskFs, FuseOptions, DISK_NAME};
+use nvstack_export::fuse::{self, DiskFs, FuseOptions, MountOptions, DISK_NAME};
 use nvstack_export::powercut::{PowerCut, PowerCutSpec};
 use nvstack_export::raw::RawDevice;
 use nvstack_export::stats::ServeStats;
@@ -373,22 +373,12 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     let gid =
         std::fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::gid(&m));
     let fs = DiskFs::new(file.clone(), stats.clone(), opts, uid, gid);
-    let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![
-        fuser::MountOption::FSName(format!("nvstack:{}", a.image.display())),
-        fuser::MountOption::Subtype("nvstack".into()),
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoSuid,
-    ];
-    cfg.n_threads = Some(a.threads);
-    cfg.clone_fd = true;
-    let mut session = fuser::Session::new(fs, &a.mountpoint, &cfg).map_err(|e| {
-        Error::env(format!(
-            "cannot mount FUSE at {}: {e} (is /dev/fuse there, and are you root?)",
-            a.mountpoint.display()
-        ))
-    })?;
-    let mut unmounter = session.unmount_callable();
+    let mount_opts = MountOptions {
+        fs_name: format!("nvstack:{}", a.image.display()),
+        threads: a.threads,
+    };
+    let mut session = fuse::mount(fs, &a.mountpoint, &mount_opts)?;
+    let mut unmounter = session.unmounter();
     let mountpoint = a.mountpoint.clone();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,

@@ -21,6 +21,9 @@
 //! write it sends touches at most 64 blocks at any offset and is a single device write (atomic
 //! on nvramdisk); a longer one (which the kernel does not send) is refused with `EINVAL`, never
 //! split.
+//!
+//! [`mount`] mounts the file system and hands back a [`Mounted`] session to run and an
+//! [`Unmounter`] to end it from another thread, so no other crate speaks FUSE.
 
 use super::file::BlockFile;
 use super::stats::ServeStats;
@@ -29,8 +32,9 @@ use fuser::{
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
-use nvstack_core::error::Error;
+use nvstack_core::error::{Error, Result};
 use std::ffi::OsStr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -358,5 +362,68 @@ impl Filesystem for DiskFs {
         let bb = self.file.block_bytes();
         let blocks = self.file.size_bytes() / bb;
         reply.statfs(blocks, 0, 0, 2, 0, bb as u32, 255, bb as u32)
+    }
+}
+
+/// How [`mount`] mounts the file system.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// The source shown in /proc/mounts (`nvstack:IMAGE`); the type is `fuse.nvstack`.
+    pub fs_name: String,
+    /// Session threads, each with its own cloned /dev/fuse descriptor (at least 1).
+    pub threads: usize,
+}
+
+/// A mounted FUSE session, not serving yet: [`Mounted::run`] serves until it is unmounted.
+pub struct Mounted {
+    session: fuser::Session<DiskFs>,
+}
+
+/// Ends a [`Mounted`] session from another thread (a signal handler's).
+pub struct Unmounter {
+    inner: fuser::SessionUnmounter,
+}
+
+/// Mount `fs` at `mountpoint` (an existing empty directory): `nodev`, `nosuid`, subtype
+/// `nvstack`, `opts.threads` threads with cloned descriptors. Fails (exit code 3) when the
+/// kernel refuses: no /dev/fuse, not root.
+pub fn mount(fs: DiskFs, mountpoint: &Path, opts: &MountOptions) -> Result<Mounted> {
+    assert!(opts.threads >= 1, "a session needs a thread");
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::FSName(opts.fs_name.clone()),
+        fuser::MountOption::Subtype("nvstack".into()),
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    cfg.n_threads = Some(opts.threads);
+    cfg.clone_fd = true;
+    let session = fuser::Session::new(fs, mountpoint, &cfg).map_err(|e| {
+        Error::env(format!(
+            "cannot mount FUSE at {}: {e} (is /dev/fuse there, and are you root?)",
+            mountpoint.display()
+        ))
+    })?;
+    Ok(Mounted { session })
+}
+
+impl Mounted {
+    /// A handle that unmounts this session (and so ends [`Mounted::run`]) from anywhere.
+    pub fn unmounter(&mut self) -> Unmounter {
+        Unmounter {
+            inner: self.session.unmount_callable(),
+        }
+    }
+
+    /// Serve requests until the file system is unmounted; the error is fuser's.
+    pub fn run(self) -> std::io::Result<()> {
+        self.session.run()
+    }
+}
+
+impl Unmounter {
+    /// Unmount now. Fails (EBUSY) while something, such as a loop device, holds the file.
+    pub fn unmount(&mut self) -> std::io::Result<()> {
+        self.inner.unmount()
     }
 }
