@@ -6,9 +6,10 @@
 //! file using it are closed.
 
 use crate::params::Params;
-use crate::store::{AtomicBlockDevice, FileKind, Store};
+use crate::store::{FileKind, Store};
 use crate::VfsError;
 use libsqlite3_sys as sq;
+use nvstack_core::blockdev::BlockDevice;
 use nvstack_export::powercut::PowerCut;
 use nvstack_nvramdisk::disk::{FormatOptions, NvramDisk, OpenOptions};
 use nvstack_nvramdisk::image;
@@ -165,7 +166,7 @@ fn open_region(db: &str, path: &Path, params: &Params) -> Result<OpenRegion, Vfs
             return Err(busy(path));
         }
     }
-    let (dev, powercut): (Arc<dyn AtomicBlockDevice>, _) = match params.powercut {
+    let (dev, powercut): (Arc<dyn BlockDevice>, _) = match params.powercut {
         None => {
             let disk =
                 image::open_image(path, OpenOptions::default()).map_err(|e| open_error(path, e))?;

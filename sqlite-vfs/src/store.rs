@@ -3,6 +3,11 @@
 //! (`sqlite-vfs/`) keeps these files here instead of on the file system, so a commit's journal
 //! writes are nvramdisk's atomic, durable writes and need no fsync.
 //!
+//! The store asks only the `BlockDevice` trait: it needs a device with a scattered atomic write
+//! of at least [`ATOMIC_BLOCKS_MIN`] blocks that is durable on return ([`Caps`]), and refuses
+//! any other at open. Its pieces are the device's atomic unit less [`PIECE_SPARE_BLOCKS`]
+//! ([`Store::piece_blocks_max`]: 61 on nvramdisk).
+//!
 //! Layout (docs/format.md, "SQLite journal store"): device block 0 is a versioned, checksummed
 //! directory of at most [`FILES_MAX`] files (kind, layout, name hash, byte size, chunk list);
 //! the rest of the device is cut into equal chunks of whole blocks. A file's *virtual blocks*
@@ -19,18 +24,15 @@
 //! as zeros: blocks holding none of the file's bytes below the old size are discarded before
 //! the write that makes them part of the file (they lie beyond the durable size until then),
 //! and blocks holding some are zeroed past the old end inside the atomic write. A write that
-//! touches more than [`PIECE_BLOCKS_MAX`] blocks (SQLite never issues one: its largest write
+//! touches more than [`Store::piece_blocks_max`] blocks (SQLite never issues one: its largest write
 //! is a 64 KiB page) is split into atomic pieces in ascending order, so a crash leaves a
 //! prefix of it and a size that matches.
 //!
 //! The directory is cached in memory; the media copy is read and validated once, at open. A
 //! device write that fails leaves the cached directory as it was.
 
-use nvstack_core::blockdev::BlockDevice;
+use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
-use nvstack_nvramdisk::disk::NvramDisk;
-use nvstack_nvramdisk::layout::ATOMIC_BLOCKS_MAX;
-use nvstack_pmem::Region;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Directory magic ("NVstack SQLite JourNaLs").
@@ -55,9 +57,12 @@ pub const NAME_BYTES_MAX: usize = 4096;
 pub const BLOCK_BYTES_MIN: u64 = DIR_BYTES as u64;
 pub const BLOCK_BYTES_MAX: u64 = 65536;
 const _: () = assert!(CHUNK_BYTES_MIN.is_multiple_of(BLOCK_BYTES_MAX));
-/// Blocks of the file that one atomic piece touches at most: the device's atomic limit less
-/// the directory block and the (at most two) blocks a hole zeroes past the old end.
-pub const PIECE_BLOCKS_MAX: usize = ATOMIC_BLOCKS_MAX - 3;
+/// Blocks of an atomic write that are not the file's data: the directory block and the (at
+/// most two) blocks a hole zeroes past the old end. A piece of a write touches at most the
+/// device's atomic unit less these ([`Store::piece_blocks_max`]).
+pub const PIECE_SPARE_BLOCKS: usize = 3;
+/// The smallest atomic unit the store accepts: room for a piece of at least one block.
+pub const ATOMIC_BLOCKS_MIN: u32 = PIECE_SPARE_BLOCKS as u32 + 1;
 /// SQLite's WAL: a 32-byte header, then frames of a 24-byte header and a page.
 pub const WAL_HEADER_BYTES: u64 = 32;
 pub const WAL_FRAME_HEADER_BYTES: u64 = 24;
@@ -68,7 +73,6 @@ const ENTRY_BYTES: usize = ENTRY_HEADER_BYTES + 2 * CHUNKS_PER_FILE_MAX;
 const ENTRIES_OFF: usize = HEADER_BYTES;
 const CRC_OFF: usize = DIR_BYTES - 4;
 const _: () = assert!(ENTRIES_OFF + FILES_MAX * ENTRY_BYTES <= CRC_OFF);
-const _: () = assert!(PIECE_BLOCKS_MAX >= 1);
 
 /// What a stored file is (SQLite's open flags say which).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -296,21 +300,6 @@ pub enum StoreError {
 }
 
 pub type StoreResult<T> = std::result::Result<T, StoreError>;
-
-/// A device whose writes of up to [`ATOMIC_BLOCKS_MAX`] scattered blocks are atomic and
-/// durable when they return. `BlockDevice` offers only contiguous writes; the store needs the
-/// directory block and a file's data blocks in one write.
-pub trait AtomicBlockDevice: BlockDevice {
-    /// Write `lbas.len()` distinct blocks (`data` holds them in the same order), all or
-    /// nothing, durable on return.
-    fn write_scattered(&self, lbas: &[u64], data: &[u8]) -> Result<()>;
-}
-
-impl<R: Region> AtomicBlockDevice for NvramDisk<R> {
-    fn write_scattered(&self, lbas: &[u64], data: &[u8]) -> Result<()> {
-        self.write_atomic(lbas, data)
-    }
-}
 
 /// The store's geometry, a pure function of the device's block size and block count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -700,7 +689,7 @@ impl From<&DirEntry> for FileInfo {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StoreStats {
     pub writes: u64,
-    /// Atomic device writes issued (a write of more than [`PIECE_BLOCKS_MAX`] blocks takes
+    /// Atomic device writes issued (a write of more than [`Store::piece_blocks_max`] blocks takes
     /// several; create, delete and truncate take one each).
     pub device_writes: u64,
     /// Device writes that carried the directory block.
@@ -746,7 +735,7 @@ impl BlockCache {
     }
 
     /// Fill `dst` with block `lba`: from the cache (true), or from the device.
-    fn read(&mut self, dev: &dyn AtomicBlockDevice, lba: u64, dst: &mut [u8]) -> Result<bool> {
+    fn read(&mut self, dev: &dyn BlockDevice, lba: u64, dst: &mut [u8]) -> Result<bool> {
         let b = self.block_bytes;
         if let Some(i) = self.lbas.iter().position(|&l| l == Some(lba)) {
             dst.copy_from_slice(&self.data[i * b..(i + 1) * b]);
@@ -803,7 +792,8 @@ struct Touched {
 struct State {
     dir: Directory,
     cache: BlockCache,
-    /// Scratch for one atomic write: at most ATOMIC_BLOCKS_MAX blocks and their LBAs.
+    /// Scratch for one atomic write: at most the device's atomic unit of blocks and their
+    /// LBAs.
     buf: Vec<u8>,
     lbas: Vec<u64>,
     /// Per entry of `lbas`: a block only partly written by this write (worth caching: the
@@ -816,8 +806,10 @@ struct State {
 
 /// The store. Every method takes one mutex: SQLite's journal traffic is one writer at a time.
 pub struct Store {
-    dev: Arc<dyn AtomicBlockDevice>,
+    dev: Arc<dyn BlockDevice>,
     geo: StoreGeometry,
+    /// The device's atomic unit: the most blocks one scattered write takes.
+    atomic_blocks: usize,
     st: Mutex<State>,
 }
 
@@ -860,8 +852,10 @@ fn plan(
 
 impl Store {
     /// Open the store on `dev`, formatting it when block 0 is all zeros (a fresh device). A
-    /// block 0 that is neither zero nor a valid directory is refused and left untouched.
-    pub fn open(dev: Arc<dyn AtomicBlockDevice>) -> Result<Store> {
+    /// block 0 that is neither zero nor a valid directory is refused and left untouched, as is
+    /// a device whose caps lack what the store needs ([`Store::check_caps`]).
+    pub fn open(dev: Arc<dyn BlockDevice>) -> Result<Store> {
+        let atomic_blocks = Self::check_caps(dev.caps())?;
         let geo = StoreGeometry::compute(dev.block_bytes() as u64, dev.blocks())?;
         let bb = geo.block_bytes as usize;
         let mut block = vec![0u8; bb];
@@ -872,16 +866,17 @@ impl Store {
         let st = State {
             dir: found.unwrap_or_else(Directory::empty),
             cache: BlockCache::new(bb),
-            buf: vec![0u8; ATOMIC_BLOCKS_MAX * bb],
-            lbas: Vec::with_capacity(ATOMIC_BLOCKS_MAX),
-            partial: Vec::with_capacity(ATOMIC_BLOCKS_MAX),
-            blocks: Vec::with_capacity(ATOMIC_BLOCKS_MAX),
+            buf: vec![0u8; atomic_blocks * bb],
+            lbas: Vec::with_capacity(atomic_blocks),
+            partial: Vec::with_capacity(atomic_blocks),
+            blocks: Vec::with_capacity(atomic_blocks),
             segs: Vec::new(),
             stats: StoreStats::default(),
         };
         let store = Store {
             dev,
             geo,
+            atomic_blocks,
             st: Mutex::new(st),
         };
         if found.is_none() {
@@ -891,6 +886,32 @@ impl Store {
             store.commit(&mut st, dir, 0)?;
         }
         Ok(store)
+    }
+
+    /// The device's atomic unit in blocks, when its caps give the store what it needs: a
+    /// scattered atomic write of at least [`ATOMIC_BLOCKS_MIN`] blocks (the directory and a
+    /// file's blocks change together), durable on return (the VFS answers SQLite's syncs
+    /// without flushing). Otherwise an invalid-input error naming what is missing.
+    pub fn check_caps(caps: Caps) -> Result<usize> {
+        if !caps.scattered || caps.atomic_blocks < ATOMIC_BLOCKS_MIN {
+            return Err(Error::bad(format!(
+                "SQLite journal store: the device has no scattered atomic write of at least \
+                 {ATOMIC_BLOCKS_MIN} blocks (its unit: {} blocks, scattered: {})",
+                caps.atomic_blocks, caps.scattered
+            )));
+        }
+        if caps.durability != Durability::OnReturn {
+            return Err(Error::bad(
+                "SQLite journal store: the device's writes are not durable when they return",
+            ));
+        }
+        Ok(caps.atomic_blocks as usize)
+    }
+
+    /// Blocks of the file one atomic piece of a write touches at most: the device's atomic
+    /// unit less [`PIECE_SPARE_BLOCKS`] (61 on nvramdisk).
+    pub fn piece_blocks_max(&self) -> usize {
+        self.atomic_blocks - PIECE_SPARE_BLOCKS
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -1078,7 +1099,7 @@ impl Store {
     }
 
     /// Write `data` at `offset`: one atomic device write when it touches at most
-    /// [`PIECE_BLOCKS_MAX`] blocks, durable on return.
+    /// [`Store::piece_blocks_max`] blocks, durable on return.
     pub fn write(&self, id: FileId, offset: u64, data: &[u8]) -> StoreResult<()> {
         let end = offset.checked_add(data.len() as u64).ok_or_else(|| {
             Error::bad(format!(
@@ -1102,14 +1123,14 @@ impl Store {
         let map = self.geo.map(layout);
         let mut at = offset;
         while at < end {
-            // The next piece: as much as fits in PIECE_BLOCKS_MAX blocks.
+            // The next piece: as much as fits in piece_blocks_max blocks.
             st.blocks.clear();
             st.segs.clear();
             let n = plan(
                 &map,
                 at,
                 end - at,
-                PIECE_BLOCKS_MAX,
+                self.piece_blocks_max(),
                 &mut st.blocks,
                 &mut st.segs,
             );
@@ -1302,7 +1323,7 @@ impl Store {
     fn commit(&self, st: &mut State, dir: Directory, extra: usize) -> Result<()> {
         let bb = self.geo.block_bytes as usize;
         assert_eq!(st.lbas.len(), extra);
-        assert!(extra < ATOMIC_BLOCKS_MAX);
+        assert!(extra < self.atomic_blocks);
         // Pair assertion, before write: the directory obeys its rules and reads back as itself.
         assert_eq!(
             dir.validate(&self.geo),
@@ -1332,9 +1353,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nvstack_nvramdisk::disk::{format_region, FormatOptions, OpenOptions};
+    use nvstack_nvramdisk::disk::{format_region, FormatOptions, NvramDisk, OpenOptions};
     use nvstack_nvramdisk::hooks::{Action, Event};
-    use nvstack_pmem::MmapRegion;
+    use nvstack_nvramdisk::ATOMIC_BLOCKS_MAX;
+    use nvstack_pmem::{MmapRegion, Region};
+    use nvstack_test_support::device::TestDevice;
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -1543,7 +1566,8 @@ mod tests {
         let r = region(4 << 20);
         let s = store(&r);
         let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
-        let data: Vec<u8> = (0..(PIECE_BLOCKS_MAX * 4096 * 2 + 123))
+        assert_eq!(s.piece_blocks_max(), ATOMIC_BLOCKS_MAX - 3);
+        let data: Vec<u8> = (0..(s.piece_blocks_max() * 4096 * 2 + 123))
             .map(|i| (i * 7 % 256) as u8)
             .collect();
         s.write(id, 77, &data).unwrap();
@@ -1703,52 +1727,18 @@ mod tests {
         });
     }
 
-    /// A device whose every `fail_every`-th write fails before touching anything.
-    struct Flaky {
-        inner: Arc<NvramDisk<MmapRegion>>,
-        n: AtomicU64,
-        fail_every: u64,
-    }
-    impl BlockDevice for Flaky {
-        fn block_bytes(&self) -> u32 {
-            self.inner.block_bytes()
-        }
-        fn blocks(&self) -> u64 {
-            self.inner.blocks()
-        }
-        fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
-            self.inner.read(lba, buf)
-        }
-        fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
-            self.inner.write(lba, data)
-        }
-        fn discard(&self, lba: u64, count: u64) -> Result<()> {
-            self.inner.discard(lba, count)
-        }
-        fn flush(&self) -> Result<()> {
-            Ok(())
-        }
-    }
-    impl AtomicBlockDevice for Flaky {
-        fn write_scattered(&self, lbas: &[u64], data: &[u8]) -> Result<()> {
-            if self.n.fetch_add(1, Ordering::Relaxed) % self.fail_every == self.fail_every - 1 {
-                return Err(Error::env("injected device failure"));
-            }
-            self.inner.write_atomic(lbas, data)
-        }
-    }
-
     #[test]
     fn failed_device_writes_change_nothing() {
         let r = region(2 << 20);
-        let flaky = Arc::new(Flaky {
-            inner: disk(&r, OpenOptions::default()),
-            n: AtomicU64::new(0),
-            fail_every: 3,
-        });
-        let s = Store::open(flaky).unwrap();
+        // Every third device write fails before touching anything.
+        let flaky = Arc::new(TestDevice::failing_every(
+            disk(&r, OpenOptions::default()),
+            3,
+        ));
+        let s = Store::open(flaky.clone()).unwrap();
         let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
         let mut model: Vec<u8> = Vec::new();
+        let mut failed = 0;
         for i in 0..60u64 {
             let off = (i * 1237) % 20_000;
             let data = vec![i as u8 + 1; (i as usize * 311) % 6000 + 1];
@@ -1760,11 +1750,17 @@ mod tests {
                     }
                     model[off as usize..end].copy_from_slice(&data);
                 }
-                Err(StoreError::Other(e)) => assert!(e.to_string().contains("injected")),
+                Err(StoreError::Other(e)) => {
+                    assert!(e.to_string().contains("injected"));
+                    failed += 1;
+                }
                 Err(e) => panic!("{e}"),
             }
             assert_eq!(read_all(&s, id), model);
         }
+        assert!(failed > 0, "no device write failed");
+        assert!(flaky.writes().is_empty(), "the store writes only scattered");
+        assert!(!flaky.scattered_writes().is_empty());
         drop(s);
         let s = store(&r);
         let (id, _) = s.lookup("/w").unwrap().unwrap();
@@ -1773,6 +1769,49 @@ mod tests {
             model,
             "media agrees with the model after reopen"
         );
+    }
+
+    /// The store asks the device's caps: nvramdisk's (scattered, atomic up to 64 blocks,
+    /// durable on return) give pieces of 61 blocks; a device without a scattered atomic write
+    /// (the raw backend), with too small a unit, or durable only on flush is refused at open,
+    /// with nothing written.
+    #[test]
+    fn open_takes_its_limits_from_the_device_caps() {
+        let r = region(2 << 20);
+        let d = disk(&r, OpenOptions::default());
+        assert_eq!(
+            Store::check_caps(d.caps()).unwrap(),
+            ATOMIC_BLOCKS_MAX,
+            "nvramdisk"
+        );
+        let raw_region = Arc::new(MmapRegion::anonymous(2 << 20).unwrap());
+        let raw = Arc::new(nvstack_export::raw::RawDevice::new(raw_region.clone()).unwrap());
+        let e = Store::open(raw).err().expect("raw refused");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("no scattered atomic write"), "{e}");
+        let mut block = vec![1u8; 4096];
+        raw_region.read(0, &mut block);
+        assert!(
+            block.iter().all(|&b| b == 0),
+            "a refused open wrote the directory"
+        );
+        let caps = d.caps();
+        let small = Caps {
+            atomic_blocks: ATOMIC_BLOCKS_MIN - 1,
+            ..caps
+        };
+        assert!(Store::check_caps(small).is_err());
+        let smallest = Caps {
+            atomic_blocks: ATOMIC_BLOCKS_MIN,
+            ..caps
+        };
+        assert_eq!(Store::check_caps(smallest).unwrap(), 4);
+        let on_flush = Caps {
+            durability: Durability::OnFlush,
+            ..caps
+        };
+        let e = Store::check_caps(on_flush).unwrap_err();
+        assert!(e.to_string().contains("not durable"), "{e}");
     }
 
     /// A SQLite WAL header for pages of `page` bytes.

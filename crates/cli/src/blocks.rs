@@ -1,12 +1,12 @@
 //! format, write, read, discard, check, recover.
 
 use crate::{print_json, say, ProtocolArg};
-use nvstack_core::blockdev::BlockDevice;
+use nvstack_core::blockdev::{write_chunked, BlockDevice};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::size::format_size;
 use nvstack_nvramdisk::check::check_image;
 use nvstack_nvramdisk::image::{self, open_image, open_image_readonly};
-use nvstack_nvramdisk::{write_chunked, FormatOptions, OpenOptions, Protocol, ATOMIC_BLOCKS_MAX};
+use nvstack_nvramdisk::{FormatOptions, OpenOptions, Protocol, ATOMIC_BLOCKS_MAX};
 use nvstack_pmem::ordering::policy_by_name;
 use std::io::Read;
 use std::path::Path;

@@ -8,13 +8,12 @@
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_export::file::BlockFile;
-use nvstack_export::fuse::{DiskFs, FuseOptions, DISK_NAME};
+use nvstack_export::fuse::{self, DiskFs, FuseOptions, MountOptions, DISK_NAME};
 use nvstack_export::powercut::{PowerCut, PowerCutSpec};
 use nvstack_export::raw::RawDevice;
 use nvstack_export::stats::ServeStats;
 use nvstack_nvramdisk::disk::{NvramDisk, OpenOptions};
 use nvstack_nvramdisk::image::{open_image, peek};
-use nvstack_nvramdisk::ATOMIC_BLOCKS_MAX;
 use nvstack_pmem::{Access, MmapRegion};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -352,14 +351,16 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     }
     let (dev, what, power_cut) = open_backend(a)?;
     let file = Arc::new(BlockFile::new(dev));
-    let atomic_max = file.atomic_write_bytes_max();
-    let max_write = a.max_write.unwrap_or(atomic_max);
-    if max_write < 4096 || max_write > atomic_max {
+    // The FUSE max_write the device's capabilities allow (63 blocks for nvramdisk and raw).
+    let limit_max = file.write_bytes_max();
+    let max_write = a.max_write.unwrap_or(limit_max);
+    if max_write < 4096 || max_write > limit_max {
         return Err(Error::bad(format!(
-            "--max-write {max_write}: must be between 4096 and {atomic_max} bytes ({} blocks: \
-             a longer write would touch more than {ATOMIC_BLOCKS_MAX} blocks, the atomic \
-             limit, at an unaligned offset)",
-            ATOMIC_BLOCKS_MAX - 1
+            "--max-write {max_write}: must be between 4096 and {limit_max} bytes ({} blocks: \
+             a longer write would touch more than {} blocks, {}, at an unaligned offset)",
+            file.write_blocks_max() - 1,
+            file.write_blocks_max(),
+            file.limit_name()
         )));
     }
     let stats = Arc::new(ServeStats::new(a.stats.as_deref())?);
@@ -372,22 +373,12 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     let gid =
         std::fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::gid(&m));
     let fs = DiskFs::new(file.clone(), stats.clone(), opts, uid, gid);
-    let mut cfg = fuser::Config::default();
-    cfg.mount_options = vec![
-        fuser::MountOption::FSName(format!("nvstack:{}", a.image.display())),
-        fuser::MountOption::Subtype("nvstack".into()),
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoSuid,
-    ];
-    cfg.n_threads = Some(a.threads);
-    cfg.clone_fd = true;
-    let mut session = fuser::Session::new(fs, &a.mountpoint, &cfg).map_err(|e| {
-        Error::env(format!(
-            "cannot mount FUSE at {}: {e} (is /dev/fuse there, and are you root?)",
-            a.mountpoint.display()
-        ))
-    })?;
-    let mut unmounter = session.unmount_callable();
+    let mount_opts = MountOptions {
+        fs_name: format!("nvstack:{}", a.image.display()),
+        threads: a.threads,
+    };
+    let mut session = fuse::mount(fs, &a.mountpoint, &mount_opts)?;
+    let mut unmounter = session.unmounter();
     let mountpoint = a.mountpoint.clone();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,

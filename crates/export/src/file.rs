@@ -2,33 +2,45 @@
 //!
 //! Reads and writes come at any offset and length; the device takes whole blocks. A write is
 //! turned into exactly one device write of the blocks it touches (the partial first and last
-//! blocks are read, patched and written back with it), so it is atomic and durable when it
-//! returns: after a crash the file holds all of it or none of it. The device is atomic up to
-//! [`ATOMIC_BLOCKS_MAX`] blocks, so a write touching more blocks is refused, never split into
-//! pieces (a split write would not be atomic).
+//! blocks are read, patched and written back with it), never split into pieces. What that one
+//! write promises is what the device's [`Caps`] promise:
+//!
+//! - A device whose atomic unit is at least 2 blocks (nvramdisk: 64) makes every file write
+//!   atomic: after a crash the file holds all of it or none of it. A write touching more blocks
+//!   than the unit is refused (a split write would not be atomic).
+//! - A device with a smaller unit (the raw backend: 0) makes no atomicity promise; a file write
+//!   still touches at most [`PLAIN_WRITE_BLOCKS`] blocks, one device write.
+//!
+//! Either way the write is durable when the device says: on return, or at the next
+//! [`BlockFile::flush`] ([`Durability`]).
 //!
 //! How many blocks a write touches depends on its alignment as well as its length: `len` bytes
 //! starting `head` bytes into a block touch `ceil((head + len) / block)` blocks, so a write of
 //! exactly 64 blocks' worth of bytes at an unaligned offset touches 65. The longest write that
-//! touches at most [`ATOMIC_BLOCKS_MAX`] blocks *at every offset* is therefore
-//! `ATOMIC_BLOCKS_MAX - 1` blocks ([`BlockFile::atomic_write_bytes_max`]; `head <= block - 1`
-//! gives `head + len <= 64 x block - 1`). FUSE is told that `max_write` (and the kernel never
-//! sends a longer write), so every write the kernel sends is one atomic device write.
+//! touches at most [`BlockFile::write_blocks_max`] blocks (`U`) *at every offset* is therefore
+//! `U - 1` blocks ([`BlockFile::write_bytes_max`]; `head <= block - 1` gives
+//! `head + len <= U x block - 1`). FUSE is told that `max_write` (and the kernel never sends a
+//! longer write), so every write the kernel sends is one device write: 63 blocks for nvramdisk.
 //!
 //! Concurrent writers to the same block must not lose each other's bytes through the
 //! read-patch-write of a partial block, so every write holds the stripe locks of the blocks it
 //! touches (taken in ascending stripe order, so two writers can never wait on each other in a
 //! cycle). Reads take no lock: nvramdisk returns each block whole, old or new.
 
-use nvstack_core::blockdev::BlockDevice;
+use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
-use nvstack_nvramdisk::layout::ATOMIC_BLOCKS_MAX;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Stripe locks for partial-block writes. A power of two; more stripes than FUSE threads times
 /// blocks per write keeps unrelated writers apart.
 const STRIPES: usize = 1024;
+
+/// Blocks one file write touches at most on a device whose atomic unit is under 2 blocks (no
+/// atomicity to keep): the same 64 as nvramdisk's unit, so the FUSE `max_write` is 63 blocks
+/// on every backend.
+pub const PLAIN_WRITE_BLOCKS: u64 = 64;
+const _: () = assert!(PLAIN_WRITE_BLOCKS >= 2 && PLAIN_WRITE_BLOCKS as usize <= STRIPES);
 
 /// Counters a daemon reports (and the kill tests read).
 #[derive(Debug, Default)]
@@ -46,11 +58,16 @@ pub struct BlockFile {
     dev: Arc<dyn BlockDevice>,
     block_bytes: u64,
     size_bytes: u64,
+    /// What the device promises (read once: caps are constant).
+    caps: Caps,
+    /// Blocks one file write touches at most: the atomic unit, or [`PLAIN_WRITE_BLOCKS`].
+    write_blocks_max: u64,
     stripes: Vec<Mutex<()>>,
     pub counters: FileCounters,
 }
 
 impl BlockFile {
+    /// The file over `dev`: its size is the device's, its promises the device's caps.
     pub fn new(dev: Arc<dyn BlockDevice>) -> BlockFile {
         let block_bytes = dev.block_bytes() as u64;
         assert!(block_bytes.is_power_of_two() && block_bytes >= 512);
@@ -58,10 +75,20 @@ impl BlockFile {
             .blocks()
             .checked_mul(block_bytes)
             .expect("device size fits in u64");
+        let caps = dev.caps();
+        let write_blocks_max = if caps.atomic_blocks >= 2 {
+            u64::from(caps.atomic_blocks)
+        } else {
+            PLAIN_WRITE_BLOCKS
+        };
+        // One write's stripe locks must be distinct stripes (see lock_blocks).
+        assert!(write_blocks_max >= 2 && write_blocks_max as usize <= STRIPES);
         BlockFile {
             dev,
             block_bytes,
             size_bytes,
+            caps,
+            write_blocks_max,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             counters: FileCounters::default(),
         }
@@ -75,13 +102,45 @@ impl BlockFile {
         self.block_bytes
     }
 
-    /// The longest whole-block length that is one atomic device write whatever its alignment:
-    /// `ATOMIC_BLOCKS_MAX - 1` blocks (a write of that length touches at most
-    /// `ATOMIC_BLOCKS_MAX` blocks at any offset; the exact bound is one byte more, and two
-    /// bytes more touch 65 blocks at the last offset of a block). This is the FUSE `max_write`
-    /// of `nvstack serve`.
-    pub fn atomic_write_bytes_max(&self) -> u64 {
-        (ATOMIC_BLOCKS_MAX as u64 - 1) * self.block_bytes
+    /// The device's promises.
+    pub fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    /// Whether every write the file takes is all-or-nothing (the device's atomic unit is at
+    /// least 2 blocks, so it covers [`BlockFile::write_blocks_max`]).
+    pub fn is_atomic(&self) -> bool {
+        self.caps.is_atomic(self.write_blocks_max)
+    }
+
+    /// Whether a write is durable when it returns (else at the next [`BlockFile::flush`]).
+    pub fn is_durable_on_return(&self) -> bool {
+        self.caps.durability == Durability::OnReturn
+    }
+
+    /// Blocks one write may touch: the device's atomic unit when it is at least 2 blocks
+    /// (64 for nvramdisk), else [`PLAIN_WRITE_BLOCKS`].
+    pub fn write_blocks_max(&self) -> u64 {
+        self.write_blocks_max
+    }
+
+    /// The longest whole-block length that is one device write whatever its alignment:
+    /// [`BlockFile::write_blocks_max`] less one block (a write of that length touches at most
+    /// `write_blocks_max` blocks at any offset; the exact bound is one byte more, and two
+    /// bytes more touch one block too many at the last offset of a block). Atomic when
+    /// [`BlockFile::is_atomic`]. This is the FUSE `max_write` of `nvstack serve`.
+    pub fn write_bytes_max(&self) -> u64 {
+        (self.write_blocks_max - 1) * self.block_bytes
+    }
+
+    /// How [`BlockFile::write_blocks_max`] is named in messages: "the atomic limit" when the
+    /// file is atomic, "the write limit" otherwise.
+    pub fn limit_name(&self) -> &'static str {
+        if self.is_atomic() {
+            "the atomic limit"
+        } else {
+            "the write limit"
+        }
     }
 
     /// How many blocks `len` bytes at `offset` touch (0 for an empty range).
@@ -117,10 +176,11 @@ impl BlockFile {
         Ok(n)
     }
 
-    /// Write `data` at `offset` as one device write: atomic and durable on return. A write that
-    /// touches more than [`ATOMIC_BLOCKS_MAX`] blocks is refused (splitting it would not be
-    /// atomic; see the module comment), as is writing past the end of the file (the file has
-    /// the device's fixed size) or a write that starts inside and runs past it.
+    /// Write `data` at `offset` as one device write (atomic and durable as the device's caps
+    /// say; see the module comment). A write that touches more than
+    /// [`BlockFile::write_blocks_max`] blocks is refused (splitting it would not be one write),
+    /// as is writing past the end of the file (the file has the device's fixed size) or a write
+    /// that starts inside and runs past it.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         offset
             .checked_add(data.len() as u64)
@@ -136,12 +196,14 @@ impl BlockFile {
             return Ok(());
         }
         let blocks = self.blocks_touched(offset, data.len() as u64);
-        if blocks > ATOMIC_BLOCKS_MAX as u64 {
+        if blocks > self.write_blocks_max {
             return Err(Error::bad(format!(
                 "write of {} bytes at offset {offset} touches {blocks} blocks, more than the \
-                 {ATOMIC_BLOCKS_MAX} of one atomic write (at most {} bytes at any offset)",
+                 {} of one {}write (at most {} bytes at any offset)",
                 data.len(),
-                self.atomic_write_bytes_max()
+                self.write_blocks_max,
+                if self.is_atomic() { "atomic " } else { "" },
+                self.write_bytes_max()
             )));
         }
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
@@ -151,14 +213,14 @@ impl BlockFile {
         self.write_piece(offset, data)
     }
 
-    /// One atomic device write covering `[offset, offset + data.len())`.
+    /// One device write covering `[offset, offset + data.len())`.
     fn write_piece(&self, offset: u64, data: &[u8]) -> Result<()> {
         let bb = self.block_bytes;
         let first = offset / bb;
         let last = (offset + data.len() as u64 - 1) / bb;
         let blocks = last - first + 1;
         assert!(
-            blocks <= ATOMIC_BLOCKS_MAX as u64,
+            blocks <= self.write_blocks_max,
             "one device write of {blocks} blocks"
         );
         let _locks = self.lock_blocks(first, blocks);
@@ -206,11 +268,12 @@ impl BlockFile {
         if offset < first_whole * bb {
             self.write_at(offset, &vec![0u8; (first_whole * bb - offset) as usize])?;
         }
-        // Discards of at most STRIPES blocks at a time under their stripe locks, so a
-        // concurrent partial write cannot resurrect a block mid-discard.
+        // Discards of at most write_blocks_max blocks (at most STRIPES, so distinct stripes)
+        // at a time under their stripe locks, so a concurrent partial write cannot resurrect a
+        // block mid-discard.
         let mut b = first_whole;
         while b < end_whole {
-            let n = (end_whole - b).min(ATOMIC_BLOCKS_MAX as u64);
+            let n = (end_whole - b).min(self.write_blocks_max);
             let _locks = self.lock_blocks(b, n);
             self.dev.discard(b, n)?;
             b += n;
@@ -221,7 +284,8 @@ impl BlockFile {
         Ok(())
     }
 
-    /// Make everything written durable (for nvramdisk already true; the device decides).
+    /// Make everything written durable (already true for a device durable on return, such as
+    /// nvramdisk; the device decides).
     pub fn flush(&self) -> Result<()> {
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         self.dev.flush()
@@ -244,7 +308,9 @@ impl BlockFile {
 mod tests {
     use super::*;
     use nvstack_nvramdisk::disk::{FormatOptions, NvramDisk, OpenOptions};
+    use nvstack_nvramdisk::ATOMIC_BLOCKS_MAX;
     use nvstack_pmem::MmapRegion;
+    use nvstack_test_support::device::TestDevice;
     use proptest::prelude::*;
 
     fn file(blocks_bytes: u32) -> BlockFile {
@@ -310,45 +376,13 @@ mod tests {
         assert_eq!(f.read_at(size, &mut buf).unwrap(), 0);
     }
 
-    /// A device that records every write it is asked for (first LBA, blocks).
-    struct Counting {
-        inner: Arc<dyn BlockDevice>,
-        writes: Mutex<Vec<(u64, u64)>>,
-    }
-
-    impl BlockDevice for Counting {
-        fn block_bytes(&self) -> u32 {
-            self.inner.block_bytes()
-        }
-        fn blocks(&self) -> u64 {
-            self.inner.blocks()
-        }
-        fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
-            self.inner.read(lba, buf)
-        }
-        fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
-            let n = data.len() as u64 / self.inner.block_bytes() as u64;
-            self.writes.lock().unwrap().push((lba, n));
-            self.inner.write(lba, data)
-        }
-        fn discard(&self, lba: u64, count: u64) -> Result<()> {
-            self.inner.discard(lba, count)
-        }
-        fn flush(&self) -> Result<()> {
-            self.inner.flush()
-        }
-    }
-
-    fn counting_file(block_bytes: u32) -> (BlockFile, Arc<Counting>) {
+    fn counting_file(block_bytes: u32) -> (BlockFile, Arc<TestDevice>) {
         let f = file(block_bytes);
-        let c = Arc::new(Counting {
-            inner: f.dev.clone(),
-            writes: Mutex::new(Vec::new()),
-        });
+        let c = Arc::new(TestDevice::new(f.dev.clone()));
         (BlockFile::new(c.clone()), c)
     }
 
-    /// The FUSE `max_write` (`atomic_write_bytes_max`) at every alignment within a block,
+    /// The FUSE `max_write` (`write_bytes_max`) at every alignment within a block,
     /// 4093 included (the offset at which a 64-block write would touch 65 blocks), is exactly
     /// one device write of at most 64 blocks, and lands whole.
     #[test]
@@ -356,8 +390,9 @@ mod tests {
         for bb in [4096u32, 512] {
             let (f, dev) = counting_file(bb);
             let bb = bb as u64;
-            let max = f.atomic_write_bytes_max();
+            let max = f.write_bytes_max();
             assert_eq!(max, (ATOMIC_BLOCKS_MAX as u64 - 1) * bb);
+            assert!(f.is_atomic() && f.is_durable_on_return());
             let mut heads: Vec<u64> = vec![0, 1, bb / 2, bb - 3, bb - 1];
             if bb == 4096 {
                 heads.push(4093);
@@ -365,9 +400,9 @@ mod tests {
             for (i, head) in heads.into_iter().enumerate() {
                 let offset = (3 + i as u64 * 100) * bb + head;
                 let data: Vec<u8> = (0..max).map(|k| (k % 249) as u8 ^ i as u8).collect();
-                dev.writes.lock().unwrap().clear();
+                dev.writes().clear();
                 f.write_at(offset, &data).unwrap();
-                let writes = dev.writes.lock().unwrap().clone();
+                let writes = dev.writes().clone();
                 assert_eq!(
                     writes.len(),
                     1,
@@ -397,15 +432,15 @@ mod tests {
         let before = vec![0x77u8; (span + 2 * bb) as usize];
         f.write_at(0, &before[..span as usize]).unwrap();
         f.write_at(span, &before[span as usize..]).unwrap();
-        dev.writes.lock().unwrap().clear();
+        dev.writes().clear();
         assert_eq!(f.blocks_touched(4093, span), 65);
-        let max = f.atomic_write_bytes_max();
+        let max = f.write_bytes_max();
         for (offset, len) in [(4093, span), (0, span + 1), (bb - 1, max + 2), (1, 300_000)] {
             let e = f.write_at(offset, &vec![1u8; len as usize]).unwrap_err();
             assert!(e.to_string().contains("atomic"), "{e}");
         }
         assert!(
-            dev.writes.lock().unwrap().is_empty(),
+            dev.writes().is_empty(),
             "a refused write reached the device"
         );
         let mut back = vec![0u8; before.len()];
@@ -413,7 +448,35 @@ mod tests {
         assert!(back == before, "a refused write changed the file");
         // A whole aligned 64-block write is still one atomic write.
         f.write_at(0, &vec![2u8; span as usize]).unwrap();
-        assert_eq!(*dev.writes.lock().unwrap(), vec![(0, 64)]);
+        assert_eq!(*dev.writes(), vec![(0, 64)]);
+    }
+
+    /// Over a device with no atomic unit (the raw backend) the file makes no atomicity
+    /// promise, but one write still touches at most 64 blocks (a FUSE `max_write` of 63): a
+    /// maximal unaligned write is one device write, a longer one is refused, untouched.
+    #[test]
+    fn a_plain_device_takes_64_block_writes_without_the_atomic_promise() {
+        let r = Arc::new(MmapRegion::anonymous(4 << 20).unwrap());
+        let raw = Arc::new(crate::raw::RawDevice::new(r).unwrap());
+        let dev = Arc::new(TestDevice::new(raw));
+        let f = BlockFile::new(dev.clone());
+        let bb = f.block_bytes();
+        assert!(!f.is_atomic() && f.is_durable_on_return());
+        assert_eq!(f.write_blocks_max(), PLAIN_WRITE_BLOCKS);
+        assert_eq!(f.write_bytes_max(), 63 * bb);
+        assert_eq!(f.limit_name(), "the write limit");
+        let data: Vec<u8> = (0..f.write_bytes_max()).map(|k| (k % 241) as u8).collect();
+        f.write_at(bb + 4093, &data).unwrap();
+        assert_eq!(*dev.writes(), vec![(1, 64)]);
+        let mut back = vec![0u8; data.len()];
+        f.read_at(bb + 4093, &mut back).unwrap();
+        assert!(back == data, "contents differ");
+        let e = f.write_at(4093, &vec![1u8; 64 * bb as usize]).unwrap_err();
+        assert!(
+            e.to_string().contains("more than the 64 of one write"),
+            "{e}"
+        );
+        assert_eq!(dev.writes().len(), 1, "a refused write reached the device");
     }
 
     #[test]

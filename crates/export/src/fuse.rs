@@ -11,13 +11,19 @@
 //! several writes to the file at once instead of serialising them on the inode lock, and
 //! the session runs several threads, each with its own cloned /dev/fuse descriptor.
 //!
-//! `max_write` is [`BlockFile::atomic_write_bytes_max`]: 63 blocks, not 64, because a write's
-//! alignment counts too (64 blocks' worth of bytes at an unaligned offset touch 65 blocks,
-//! more than one atomic device write): with a 64-block `max_write` (256 KiB), fuser offers the
-//! kernel `max_pages` 64 and the kernel does send 262,144-byte writes at unaligned offsets. The
-//! kernel never sends a write longer than `max_write` (direct I/O included), so with 63 blocks
-//! every write it sends touches at most 64 blocks at any offset and is a single atomic device
-//! write; a longer one (which the kernel does not send) is refused with `EINVAL`, never split.
+//! `max_write` is derived from the device's capabilities ([`BlockFile::write_bytes_max`]): the
+//! atomic unit less one block when the unit is at least 2 blocks (63 for nvramdisk's 64),
+//! otherwise 63 blocks with no atomicity promise. Less one block, because a write's alignment
+//! counts too (64 blocks' worth of bytes at an unaligned offset touch 65 blocks, more than one
+//! atomic device write): with a 64-block `max_write` (256 KiB), fuser offers the kernel
+//! `max_pages` 64 and the kernel does send 262,144-byte writes at unaligned offsets. The kernel
+//! never sends a write longer than `max_write` (direct I/O included), so with 63 blocks every
+//! write it sends touches at most 64 blocks at any offset and is a single device write (atomic
+//! on nvramdisk); a longer one (which the kernel does not send) is refused with `EINVAL`, never
+//! split.
+//!
+//! [`mount`] mounts the file system and hands back a [`Mounted`] session to run and an
+//! [`Unmounter`] to end it from another thread, so no other crate speaks FUSE.
 
 use super::file::BlockFile;
 use super::stats::ServeStats;
@@ -26,9 +32,9 @@ use fuser::{
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
-use nvstack_core::error::Error;
-use nvstack_nvramdisk::ATOMIC_BLOCKS_MAX;
+use nvstack_core::error::{Error, Result};
 use std::ffi::OsStr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -46,8 +52,8 @@ const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
 pub struct FuseOptions {
     /// `FOPEN_PARALLEL_DIRECT_WRITES` on every open.
     pub parallel_direct_writes: bool,
-    /// Largest write the kernel may send, bytes (at most
-    /// [`BlockFile::atomic_write_bytes_max`], so every write is atomic at any offset).
+    /// Largest write the kernel may send, bytes (at most [`BlockFile::write_bytes_max`], so
+    /// every write is one device write at any offset, atomic when the device is).
     pub max_write_bytes: u32,
 }
 
@@ -68,7 +74,7 @@ impl DiskFs {
         uid: u32,
         gid: u32,
     ) -> DiskFs {
-        assert!(opts.max_write_bytes as u64 <= file.atomic_write_bytes_max());
+        assert!(opts.max_write_bytes as u64 <= file.write_bytes_max());
         DiskFs {
             file,
             stats,
@@ -227,13 +233,14 @@ impl Filesystem for DiskFs {
         if ino != DISK_INO {
             return reply.error(Errno::EISDIR);
         }
-        if data.len() as u64 > self.file.atomic_write_bytes_max()
-            && self.file.blocks_touched(offset, data.len() as u64) > ATOMIC_BLOCKS_MAX as u64
+        if data.len() as u64 > self.file.write_bytes_max()
+            && self.file.blocks_touched(offset, data.len() as u64) > self.file.write_blocks_max()
         {
-            // Longer than the max_write the kernel was given: never split (not atomic).
+            // Longer than the max_write the kernel was given: never split (not one write).
             eprintln!(
-                "nvstack serve: write of {} bytes at {offset} exceeds the atomic limit; refused",
-                data.len()
+                "nvstack serve: write of {} bytes at {offset} exceeds {}; refused",
+                data.len(),
+                self.file.limit_name()
             );
             return reply.error(Errno::EINVAL);
         }
@@ -266,8 +273,9 @@ impl Filesystem for DiskFs {
         reply.ok()
     }
 
-    /// Every write was durable when acknowledged (direct I/O: no cache above the daemon), so
-    /// there is nothing to drain; the device's flush is still called (a no-op for nvramdisk).
+    /// Nothing above the daemon holds dirty data (direct I/O), so the device's flush is all an
+    /// fsync needs: a no-op for a device durable on return (nvramdisk, raw), the moment writes
+    /// become durable for one durable on flush.
     fn fsync(
         &self,
         _req: &Request,
@@ -354,5 +362,68 @@ impl Filesystem for DiskFs {
         let bb = self.file.block_bytes();
         let blocks = self.file.size_bytes() / bb;
         reply.statfs(blocks, 0, 0, 2, 0, bb as u32, 255, bb as u32)
+    }
+}
+
+/// How [`mount`] mounts the file system.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// The source shown in /proc/mounts (`nvstack:IMAGE`); the type is `fuse.nvstack`.
+    pub fs_name: String,
+    /// Session threads, each with its own cloned /dev/fuse descriptor (at least 1).
+    pub threads: usize,
+}
+
+/// A mounted FUSE session, not serving yet: [`Mounted::run`] serves until it is unmounted.
+pub struct Mounted {
+    session: fuser::Session<DiskFs>,
+}
+
+/// Ends a [`Mounted`] session from another thread (a signal handler's).
+pub struct Unmounter {
+    inner: fuser::SessionUnmounter,
+}
+
+/// Mount `fs` at `mountpoint` (an existing empty directory): `nodev`, `nosuid`, subtype
+/// `nvstack`, `opts.threads` threads with cloned descriptors. Fails (exit code 3) when the
+/// kernel refuses: no /dev/fuse, not root.
+pub fn mount(fs: DiskFs, mountpoint: &Path, opts: &MountOptions) -> Result<Mounted> {
+    assert!(opts.threads >= 1, "a session needs a thread");
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::FSName(opts.fs_name.clone()),
+        fuser::MountOption::Subtype("nvstack".into()),
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+    ];
+    cfg.n_threads = Some(opts.threads);
+    cfg.clone_fd = true;
+    let session = fuser::Session::new(fs, mountpoint, &cfg).map_err(|e| {
+        Error::env(format!(
+            "cannot mount FUSE at {}: {e} (is /dev/fuse there, and are you root?)",
+            mountpoint.display()
+        ))
+    })?;
+    Ok(Mounted { session })
+}
+
+impl Mounted {
+    /// A handle that unmounts this session (and so ends [`Mounted::run`]) from anywhere.
+    pub fn unmounter(&mut self) -> Unmounter {
+        Unmounter {
+            inner: self.session.unmount_callable(),
+        }
+    }
+
+    /// Serve requests until the file system is unmounted; the error is fuser's.
+    pub fn run(self) -> std::io::Result<()> {
+        self.session.run()
+    }
+}
+
+impl Unmounter {
+    /// Unmount now. Fails (EBUSY) while something, such as a loop device, holds the file.
+    pub fn unmount(&mut self) -> std::io::Result<()> {
+        self.inner.unmount()
     }
 }

@@ -5,7 +5,7 @@
 //! transactions cost on the same export path (same daemon, same FUSE options, same loop
 //! device).
 
-use nvstack_core::blockdev::BlockDevice;
+use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
 use std::sync::Arc;
@@ -55,6 +55,15 @@ impl<R: Region> BlockDevice for RawDevice<R> {
     fn blocks(&self) -> u64 {
         self.blocks
     }
+    /// No atomic unit, not even one block (a crash mid-copy can leave a block half old, half
+    /// new), so no scattered write; durable on return (each write ends with a fence).
+    fn caps(&self) -> Caps {
+        Caps {
+            atomic_blocks: 0,
+            scattered: false,
+            durability: Durability::OnReturn,
+        }
+    }
     fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
         let off = self.range(lba, buf.len())?;
         self.region.read(off, buf);
@@ -82,5 +91,42 @@ impl<R: Region> BlockDevice for RawDevice<R> {
     }
     fn flush(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvstack_pmem::MmapRegion;
+
+    fn raw(blocks: u64) -> RawDevice<MmapRegion> {
+        let r = MmapRegion::anonymous(blocks * RAW_BLOCK_BYTES as u64).unwrap();
+        RawDevice::new(Arc::new(r)).unwrap()
+    }
+
+    #[test]
+    fn promises_durability_on_return_and_no_atomicity() {
+        let d = raw(8);
+        let caps = d.caps();
+        assert_eq!(caps.atomic_blocks, 0);
+        assert!(!caps.is_atomic(1), "a crash can tear a raw block");
+        assert!(!caps.scattered);
+        assert_eq!(caps.durability, Durability::OnReturn);
+        // No scattered write: refused, and nothing written.
+        let e = d
+            .write_scattered(&[1, 5], &[7u8; 2 * RAW_BLOCK_BYTES as usize])
+            .unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        let mut back = vec![1u8; 8 * RAW_BLOCK_BYTES as usize];
+        d.read(0, &mut back).unwrap();
+        assert!(
+            back.iter().all(|&b| b == 0),
+            "a refused write reached the region"
+        );
+        // A write longer than any unit is taken whole (no unit to refuse it by).
+        let data: Vec<u8> = (0..8 * RAW_BLOCK_BYTES).map(|i| (i % 251) as u8).collect();
+        d.write(0, &data).unwrap();
+        d.read(0, &mut back).unwrap();
+        assert!(back == data);
     }
 }

@@ -8,7 +8,7 @@ use super::hooks::{Action, Event, Hook, Phase, Step};
 use super::layout::{
     Geometry, Protocol, Superblock, ATOMIC_BLOCKS_MAX, SB_PAGE_BYTES, SB_USED_BYTES, SLOT_BYTES,
 };
-use nvstack_core::blockdev::BlockDevice;
+use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::cpu::prefetch as prefetch_cpu;
 use nvstack_pmem::latency::LatencyInjection;
@@ -1817,11 +1817,19 @@ impl<R: Region> BlockDevice for NvramDisk<R> {
     fn blocks(&self) -> u64 {
         self.geo.blocks
     }
+    /// Atomic up to [`ATOMIC_BLOCKS_MAX`] blocks, contiguous or scattered; durable on return.
+    fn caps(&self) -> Caps {
+        Caps {
+            atomic_blocks: ATOMIC_BLOCKS_MAX as u32,
+            scattered: true,
+            durability: Durability::OnReturn,
+        }
+    }
     fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
         self.read_blocks(lba, buf)
     }
     /// Contiguous blocks, atomic up to 64 blocks; a larger write is refused (use
-    /// [`write_chunked`]).
+    /// [`nvstack_core::blockdev::write_chunked`]).
     fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
         let b = self.geo.block_bytes as usize;
         if data.is_empty() || !data.len().is_multiple_of(b) {
@@ -1852,6 +1860,9 @@ impl<R: Region> BlockDevice for NvramDisk<R> {
         }
         self.write_atomic(&lbas[..n], data)
     }
+    fn write_scattered(&self, lbas: &[u64], data: &[u8]) -> Result<()> {
+        self.write_atomic(lbas, data)
+    }
     fn discard(&self, lba: u64, count: u64) -> Result<()> {
         self.discard_blocks(lba, count)
     }
@@ -1859,16 +1870,6 @@ impl<R: Region> BlockDevice for NvramDisk<R> {
         // Every write is durable when it returns.
         self.alive()
     }
-}
-
-/// Write any number of blocks as consecutive atomic chunks of at most 64 blocks.
-pub fn write_chunked(dev: &dyn BlockDevice, lba: u64, data: &[u8]) -> Result<()> {
-    let b = dev.block_bytes() as usize;
-    let chunk = b * ATOMIC_BLOCKS_MAX;
-    for (i, c) in data.chunks(chunk).enumerate() {
-        dev.write(lba + (i * ATOMIC_BLOCKS_MAX) as u64, c)?;
-    }
-    Ok(())
 }
 
 #[allow(dead_code)]

@@ -12,8 +12,8 @@ pub mod hooks;
 pub mod image;
 pub mod layout;
 
-pub use disk::{
-    format_region, write_chunked, DiskStats, FormatOptions, NvramDisk, OpenOptions, RecoveryReport,
-};
+pub use disk::{format_region, DiskStats, FormatOptions, NvramDisk, OpenOptions, RecoveryReport};
 pub use hooks::{Action, Event, Hook, Phase, Step};
 pub use layout::{Geometry, Protocol, Superblock, ATOMIC_BLOCKS_MAX};
+/// The chunked write moved next to the trait (it serves every device); still reachable here.
+pub use nvstack_core::blockdev::write_chunked;

@@ -1,7 +1,10 @@
 //! nvstack-test-support: helpers shared by several crates' tests (a dev-dependency only, never
-//! linked into a library or the program): [`Watched`], a child process under a deadline.
+//! linked into a library or the program): [`Watched`], a child process under a deadline, and
+//! [`device::TestDevice`], a `BlockDevice` wrapper that records and can fail writes.
 // kill(2) of our own child: the only `unsafe` here.
 #![allow(unsafe_code)]
+
+pub mod device;
 
 use std::process::{Child, Command, ExitStatus};
 use std::sync::{Arc, Mutex};
