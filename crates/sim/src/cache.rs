@@ -66,7 +66,8 @@ const CLEAN: u64 = u64::MAX;
 /// Marks an NVRAM slot in the unified model's index.
 const NV_BIT: u32 = 1 << 31;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+/// A client-cache model of section 2.1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Model {
     Volatile,
@@ -75,6 +76,15 @@ pub enum Model {
 }
 
 impl Model {
+    /// Every model, in the order the program lists them.
+    pub const ALL: [Model; 3] = [Model::Volatile, Model::WriteAside, Model::Unified];
+
+    /// The model named `name` (as [`Model::name`] spells it), if any.
+    pub fn parse(name: &str) -> Option<Model> {
+        Model::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// The model's name, as `--model` and the JSON reports spell it.
     pub fn name(self) -> &'static str {
         match self {
             Model::Volatile => "volatile",

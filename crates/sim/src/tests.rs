@@ -633,3 +633,22 @@ proptest! {
         prop_assert_eq!(next_writes(&t), want);
     }
 }
+
+#[test]
+fn names_parse_back_and_are_what_json_writes() {
+    use crate::trace::TraceFormat;
+    for f in TraceFormat::ALL {
+        assert_eq!(TraceFormat::parse(f.name()), Some(f));
+        assert_eq!(serde_json::to_value(f).unwrap(), f.name());
+        assert!(!f.describe().is_empty());
+    }
+    for m in Model::ALL {
+        assert_eq!(Model::parse(m.name()), Some(m));
+        assert_eq!(serde_json::to_value(m).unwrap(), m.name());
+    }
+    for p in PolicyKind::ALL {
+        assert_eq!(serde_json::to_value(p).unwrap(), p.name());
+    }
+    assert_eq!(TraceFormat::parse("tpc"), None);
+    assert_eq!(Model::parse("write_aside"), None);
+}

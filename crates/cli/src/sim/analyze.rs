@@ -216,7 +216,7 @@ pub struct FateArgs {
     /// NVRAM).
     #[arg(long, value_parser = size_list, default_value = "128KiB,1MiB,8MiB")]
     nvram: Sizes,
-    #[arg(long, value_enum, default_value_t = PolicyKind::Lru)]
+    #[arg(long, value_parser = crate::sim::values::policy(), default_value = "lru")]
     policy: PolicyKind,
     #[arg(long)]
     json: bool,
@@ -427,7 +427,7 @@ pub fn nvram_size_cmd(a: NvramSizeArgs) -> Result<i32> {
 pub struct PoliciesArgs {
     #[command(flatten)]
     trace: TraceArgs,
-    #[arg(long, value_enum, default_value_t = Model::Unified)]
+    #[arg(long, value_parser = crate::sim::values::model(), default_value = "unified")]
     model: Model,
     /// The volatile cache beside the NVRAM.
     #[arg(long, value_parser = crate::size_arg, default_value = "8MiB")]
@@ -858,7 +858,7 @@ fn parse_trace_arg(s: &str, block_size: u32) -> Result<TraceSpec> {
             "--trace '{s}': expected FILE:FORMAT, e.g. trace.csv:msr"
         ))
     })?;
-    let format = <TraceFormat as clap::ValueEnum>::from_str(fmt, false).map_err(|_| {
+    let format = TraceFormat::parse(fmt).ok_or_else(|| {
         Error::bad(format!(
             "--trace '{s}': unknown format '{fmt}' (cloudphysics, disksim, msr, blkparse, fio)"
         ))

@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod blocks;
 pub mod lfs;
 pub mod stat;
+pub mod values;
 
 use clap::{Args, Subcommand};
 use nvstack_core::error::{Error, Result};
@@ -21,7 +22,7 @@ pub struct TraceArgs {
     /// Trace file.
     #[arg(long)]
     pub trace: PathBuf,
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = values::trace_format())]
     pub format: TraceFormat,
     /// Block size in bytes (a power of two, 512 to 1 MiB).
     #[arg(long, default_value_t = BLOCK_BYTES_DEFAULT)]
@@ -117,10 +118,10 @@ pub fn run(a: SimArgs) -> Result<i32> {
 pub struct CacheArgs {
     #[command(flatten)]
     trace: TraceArgs,
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = values::model())]
     model: Model,
     /// NVRAM replacement policy (the volatile cache is always LRU).
-    #[arg(long, value_enum, default_value_t = PolicyKind::Lru)]
+    #[arg(long, value_parser = values::policy(), default_value = "lru")]
     policy: PolicyKind,
     /// Volatile cache size (a multiple of the block size).
     #[arg(long, value_parser = crate::size_arg)]
