@@ -9,9 +9,15 @@
 //! accesses. Every grid point is one [`cache::simulate`] run over the streamed trace; points
 //! run in parallel (rayon), one trace reader each.
 
+mod sweep;
+pub mod tables;
+
+pub use sweep::{sweep, LfsRow, SweepPlan, SweepReport, LFS_FSYNC_EVERY, SEEDS_MAX};
+
 use crate::cache::{self, CacheConfig, CacheStats, Model, DELAYED_WRITEBACK_DEFAULT_S};
 use crate::trace::{self, BlockAccesses, Op, ReaderOptions, TraceFormat};
 use nvstack_core::error::{Error, Result};
+use nvstack_core::Progress;
 use nvstack_policy::PolicyKind;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
@@ -525,22 +531,30 @@ pub fn run_point(spec: &TraceSpec, p: &PointSpec) -> Result<Point> {
     })
 }
 
-/// Run many points in parallel; `tick` is called after each (progress). Results keep the
-/// order of `points`. The first error stops the run.
-pub fn run_points(jobs: &[(TraceSpec, PointSpec)], tick: &(dyn Fn() + Sync)) -> Result<Vec<Point>> {
+/// Run many points in parallel (rayon), reported to `progress` as one phase named `label` of
+/// one step per point. Results keep the order of `jobs`. The first error stops the run.
+pub fn run_points(
+    jobs: &[(TraceSpec, PointSpec)],
+    label: &str,
+    progress: &dyn Progress,
+) -> Result<Vec<Point>> {
     if jobs.len() > POINTS_MAX {
         return Err(Error::bad(format!(
             "{} grid points: at most {POINTS_MAX} in one run",
             jobs.len()
         )));
     }
-    jobs.par_iter()
+    progress.start(label, jobs.len() as u64);
+    let points = jobs
+        .par_iter()
         .map(|(spec, p)| {
             let r = run_point(spec, p);
-            tick();
+            progress.advance(1);
             r
         })
-        .collect()
+        .collect();
+    progress.finish();
+    points
 }
 
 /// Mean, min and max of the random policy over its seeds, per (trace, model, nvram).
