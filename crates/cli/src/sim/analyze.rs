@@ -2,7 +2,7 @@
 //! section 2, each a table, `--json` and `--plot DIR` (SVG figures with the paper's axes).
 
 use crate::progress::{Bars, Look};
-use crate::sim::TraceArgs;
+use crate::sim::{flags, TraceArgs};
 use clap::Args;
 use nvstack_core::error::{Error, Result};
 use nvstack_core::size::{format_size, parse_size};
@@ -12,9 +12,9 @@ use nvstack_sim::analysis::tables::{
     FateRow,
 };
 use nvstack_sim::analysis::{
-    delays_default_ns, lifetimes, model_points, nvram_grid_default, nvram_size_points,
-    policy_points, run_points, sweep, Figure, Point, PointSpec, SweepPlan, TraceSpec,
-    RANDOM_SEEDS_DEFAULT, SEEDS_MAX,
+    check_delays, delays_default_ns, lifetimes, model_points, nvram_grid_default,
+    nvram_size_points, policy_points, run_points, sweep, Figure, Point, PointSpec, SweepPlan,
+    TraceSpec, RANDOM_SEEDS_DEFAULT, SEEDS_MAX,
 };
 use nvstack_sim::cache::Model;
 use nvstack_sim::figures;
@@ -123,6 +123,7 @@ pub struct LifetimesArgs {
 pub fn lifetimes_cmd(a: LifetimesArgs) -> Result<i32> {
     let s = spec(&a.trace)?;
     let delays = a.delays.map_or_else(delays_default_ns, |d| d.0);
+    check_delays(&delays).map_err(flags)?;
     let l = lifetimes(&s, &delays)?;
     if let Some(d) = &a.plot {
         plot_dir(d)?;
@@ -172,7 +173,7 @@ pub fn fate_cmd(a: FateArgs) -> Result<i32> {
         .0
         .iter()
         .map(|&n| {
-            let mut ps = policy_points(&s, Model::Unified, a.volatile, &[n], 1)?;
+            let mut ps = policy_points(&s, Model::Unified, a.volatile, &[n], 1).map_err(flags)?;
             ps.retain(|p| p.config.policy == a.policy);
             Ok(ps.into_iter().map(|mut p| {
                 p.figure = Figure::Fate;
@@ -222,7 +223,8 @@ pub struct NvramSizeArgs {
 pub fn nvram_size_cmd(a: NvramSizeArgs) -> Result<i32> {
     let s = spec(&a.trace)?;
     let grid = a.nvram.map_or_else(nvram_grid_default, |s| s.0);
-    let jobs = nvram_size_points(&s, &grid)?
+    let jobs = nvram_size_points(&s, &grid)
+        .map_err(flags)?
         .into_iter()
         .map(|p| (s.clone(), p))
         .collect();
@@ -280,7 +282,8 @@ pub fn policies_cmd(a: PoliciesArgs) -> Result<i32> {
     }
     let s = spec(&a.trace)?;
     let grid = a.nvram.map_or_else(nvram_grid_default, |s| s.0);
-    let jobs = policy_points(&s, a.model, a.volatile, &grid, a.seeds)?
+    let jobs = policy_points(&s, a.model, a.volatile, &grid, a.seeds)
+        .map_err(flags)?
         .into_iter()
         .map(|p| (s.clone(), p))
         .collect();
@@ -330,7 +333,8 @@ pub fn models_cmd(a: ModelsArgs) -> Result<i32> {
         &a.volatile.0,
         &added,
         &[Model::Volatile, Model::WriteAside, Model::Unified],
-    )?
+    )
+    .map_err(flags)?
     .into_iter()
     .map(|p| (s.clone(), p))
     .collect();
@@ -375,7 +379,8 @@ pub fn bus_cmd(a: BusArgs) -> Result<i32> {
         &[a.volatile],
         &a.nvram.0,
         &[Model::WriteAside, Model::Unified],
-    )?
+    )
+    .map_err(flags)?
     .into_iter()
     .map(|p| (s.clone(), p))
     .collect();
@@ -469,7 +474,7 @@ pub fn sweep_cmd(a: SweepArgs) -> Result<i32> {
             plan.output.display()
         ))
     })?;
-    plan.jobs()?;
+    plan.jobs().map_err(flags)?;
     let report = sweep(&plan, &Bars::new(Look::Sim, true))?;
     if a.json {
         crate::print_json(&report)?;

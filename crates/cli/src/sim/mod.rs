@@ -13,6 +13,7 @@ use nvstack_policy::PolicyKind;
 use nvstack_sim::cache::{
     self, CacheConfig, CacheRun, CacheStats, Model, DELAYED_WRITEBACK_DEFAULT_S,
 };
+use nvstack_sim::field::{Field, Invalid};
 use nvstack_sim::trace::{self, BlockAccesses, ReaderOptions, TraceFormat, BLOCK_BYTES_DEFAULT};
 use std::path::PathBuf;
 
@@ -140,6 +141,31 @@ pub struct CacheArgs {
     json: bool,
 }
 
+/// The flag `nvstack sim` sets each configuration field with.
+pub fn flag(field: Field) -> &'static str {
+    match field {
+        Field::BlockBytes => "--block-size",
+        Field::SegmentBytes => "--segment-size",
+        Field::MetadataBytes => "--metadata-size",
+        Field::SummaryBytes => "--summary-size",
+        Field::NvramBytes | Field::NvramBlocks => "--nvram",
+        Field::VolatileBytes | Field::VolatileBlocks => "--volatile",
+        Field::FsyncEvery => "--fsync-every",
+        Field::TimeoutNs => "--timeout",
+        Field::Model => "--model",
+        Field::Policy => "--policy",
+        Field::DelayedWritebackNs => "--delayed-writeback",
+        Field::DelaysNs => "--delays",
+        Field::Seeds => "--seeds",
+        Field::Traces => "--trace",
+    }
+}
+
+/// A setting the library refused, as bad input (exit 2) naming the flags the user typed.
+pub fn flags(e: Invalid) -> Error {
+    Error::bad(e.render(&flag))
+}
+
 /// Bytes to blocks; a size that is not a whole number of blocks is refused, never rounded.
 pub fn size_in_blocks(flag: &str, bytes: u64, block_bytes: u32) -> Result<u64> {
     let b = u64::from(block_bytes);
@@ -188,7 +214,7 @@ fn cache(a: CacheArgs) -> Result<i32> {
         delayed_writeback_ns: delayed_writeback(a.model, a.delayed_writeback.as_deref())?,
         seed: a.seed,
     };
-    cfg.validate()?;
+    cfg.validate().map_err(flags)?;
     let run = cache::simulate(&|| a.trace.open(), &cfg)?;
     if a.json {
         crate::print_json(&CacheReport::new(&a, run))?;
@@ -306,4 +332,44 @@ fn print_cache_table(a: &CacheArgs, run: &CacheRun) -> Result<()> {
         out.push_str(&format!("{k:<w$}  {v}\n"));
     }
     crate::output::out(out.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field the library can refuse maps to a flag some `nvstack sim` command takes.
+    #[test]
+    fn every_field_maps_to_a_flag_of_the_program() {
+        let sim = SimArgs::augment_args(clap::Command::new("sim"));
+        let longs: Vec<String> = sim
+            .get_subcommands()
+            .flat_map(|c| c.get_arguments())
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        let fields = [
+            Field::BlockBytes,
+            Field::SegmentBytes,
+            Field::MetadataBytes,
+            Field::SummaryBytes,
+            Field::NvramBytes,
+            Field::NvramBlocks,
+            Field::VolatileBytes,
+            Field::VolatileBlocks,
+            Field::FsyncEvery,
+            Field::TimeoutNs,
+            Field::Model,
+            Field::Policy,
+            Field::DelayedWritebackNs,
+            Field::DelaysNs,
+            Field::Seeds,
+            Field::Traces,
+        ];
+        for f in fields {
+            assert!(longs.iter().any(|l| l == flag(f)), "{f:?}: no {}", flag(f));
+        }
+        let e = flags(Invalid::new(Field::NvramBytes).text(" 1000: not a multiple"));
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(e.to_string(), "--nvram 1000: not a multiple");
+    }
 }

@@ -13,6 +13,7 @@ use super::{
     VOLATILE_BASE_BYTES,
 };
 use crate::cache::Model;
+use crate::field::{Field, Invalid};
 use crate::figures;
 use crate::lfs::{self, LfsConfig, LfsRun};
 use nvstack_core::error::{Error, Result};
@@ -97,15 +98,21 @@ impl SweepPlan {
     /// The grid's cache runs, in order: per trace, Figure 3; every model and policy over the
     /// 8 MiB volatile cache (Figures 4, 5, section 2.6); Figure 6's 16 MiB start for volatile
     /// and unified. Checks the plan: a bad seed count or size is refused before anything runs.
-    pub fn jobs(&self) -> Result<Vec<(TraceSpec, PointSpec)>> {
+    pub fn jobs(&self) -> std::result::Result<Vec<(TraceSpec, PointSpec)>, Invalid> {
         if self.seeds == 0 || self.seeds > SEEDS_MAX {
-            return Err(Error::bad(format!(
-                "seeds {}: give 1 to {SEEDS_MAX}",
-                self.seeds
-            )));
+            return Err(
+                Invalid::new(Field::Seeds).text(format!(" {}: give 1 to {SEEDS_MAX}", self.seeds))
+            );
         }
         if self.traces.is_empty() {
-            return Err(Error::bad("traces: give at least one"));
+            return Err(Invalid::new(Field::Traces).text(": give at least one"));
+        }
+        for s in &self.traces {
+            let b = s.block_bytes;
+            if !b.is_power_of_two() || !(512..=1 << 20).contains(&b) {
+                return Err(Invalid::new(Field::BlockBytes)
+                    .text(format!(" {b}: must be a power of two from 512 to 1048576")));
+            }
         }
         let grid = &self.nvram_bytes;
         let mut jobs: Vec<(TraceSpec, PointSpec)> = Vec::new();
@@ -462,26 +469,43 @@ mod tests {
             seeds: 1,
             output: dir.path().join("out"),
         };
-        for bad in [
-            SweepPlan {
-                seeds: 0,
-                ..good.clone()
-            },
-            SweepPlan {
-                seeds: SEEDS_MAX + 1,
-                ..good.clone()
-            },
-            SweepPlan {
-                traces: vec![],
-                ..good.clone()
-            },
-            SweepPlan {
-                nvram_bytes: vec![1000],
-                ..good.clone()
-            },
+        let mut odd_block = good.clone();
+        odd_block.traces[0].block_bytes = 1000;
+        for (bad, field) in [
+            (
+                SweepPlan {
+                    seeds: 0,
+                    ..good.clone()
+                },
+                Field::Seeds,
+            ),
+            (
+                SweepPlan {
+                    seeds: SEEDS_MAX + 1,
+                    ..good.clone()
+                },
+                Field::Seeds,
+            ),
+            (
+                SweepPlan {
+                    traces: vec![],
+                    ..good.clone()
+                },
+                Field::Traces,
+            ),
+            (
+                SweepPlan {
+                    nvram_bytes: vec![1000],
+                    ..good.clone()
+                },
+                Field::NvramBytes,
+            ),
+            (odd_block, Field::BlockBytes),
         ] {
+            assert_eq!(bad.jobs().unwrap_err().field, field);
             let e = sweep(&bad, &nvstack_core::NoProgress).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{e}");
+            assert!(e.to_string().starts_with(field.name()), "{e}");
             assert!(!bad.output.exists(), "{e}: the output was made");
         }
     }
