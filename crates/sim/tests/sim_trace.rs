@@ -1,8 +1,9 @@
-//! The simulator's trace readers (src/sim/trace/): exact counts on the real traces in
-//! `../shared/traces/` (as their README states them) and on the samples in tests/data/sim/
-//! (README there says how each was made), the requests that documented example lines become,
-//! bad lines (message, skipping, what still stops), and no panic on any input. The program's
-//! side (`nvstack sim stat`, exit codes and messages) is tested in crates/cli/tests/sim_stat.rs.
+//! The simulator's trace readers (crates/sim/src/trace/) and what `trace::stat` counts: exact
+//! counts on the real traces in `../shared/traces/` (as their README states them) and on the
+//! samples in crates/sim/tests/data/sim/ (README there says how each was made), the requests that
+//! documented example lines become, bad lines (message, skipping, what still stops), and no panic
+//! on any input. The program's side (`nvstack sim stat`, exit codes and messages) is tested in
+//! crates/cli/tests/sim_stat.rs.
 
 use nvstack_core::error::Error;
 use nvstack_sim::trace::{
