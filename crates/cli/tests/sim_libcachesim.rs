@@ -2,7 +2,7 @@
 //! must miss exactly as often as libCacheSim's LRU on the same block-level trace.
 //!
 //! `nvstack sim blocks` writes the stream of block accesses every model sees as a libCacheSim
-//! oracleGeneral trace (obj_id = block key, obj_size = the block size); tests/libcachesim_lru.py
+//! oracleGeneral trace (obj_id = block key, obj_size = the block size); crates/cli/tests/libcachesim_lru.py
 //! replays it through `libcachesim.LRU(cache_size = the same bytes)` (no object metadata counted;
 //! libCacheSim's get never looks at the op, so reads and writes are both plain accesses) and
 //! prints the miss counts, both from libCacheSim's C++ `process_trace` and from a Python loop

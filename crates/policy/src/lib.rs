@@ -22,7 +22,7 @@ pub const NIL: u32 = u32::MAX;
 /// The next-write index of a block that is never written again.
 pub const NEVER: u64 = u64::MAX;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyKind {
     Lru,
@@ -31,6 +31,15 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
+    /// Every policy, in the order the program lists them.
+    pub const ALL: [PolicyKind; 3] = [PolicyKind::Lru, PolicyKind::Random, PolicyKind::Omniscient];
+
+    /// The policy named `name` (as [`PolicyKind::name`] spells it), if any.
+    pub fn parse(name: &str) -> Option<PolicyKind> {
+        PolicyKind::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The policy's name, as `--policy` and the JSON reports spell it.
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::Lru => "lru",
@@ -381,5 +390,14 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), 6, "a removed slot was picked again: {a:?}");
         assert_ne!(a, run(8), "two seeds gave the same six picks");
+    }
+
+    #[test]
+    fn every_policy_name_parses_back() {
+        for p in PolicyKind::ALL {
+            assert_eq!(PolicyKind::parse(p.name()), Some(p));
+        }
+        assert_eq!(PolicyKind::parse("LRU"), None);
+        assert_eq!(PolicyKind::parse(""), None);
     }
 }

@@ -44,6 +44,7 @@
 //! memory bus: every block delivered to or taken from the application, every fill, every
 //! write-back, every extra copy into the NVRAM (write-aside) and every move between memories.
 
+use crate::field::{Field, Invalid};
 use crate::trace::{BlockAccess, BlockAccesses, Op};
 use nvstack_core::error::{Error, Result};
 use nvstack_policy::{Policy, PolicyKind, SlotList, Touch, NEVER, NIL};
@@ -66,7 +67,8 @@ const CLEAN: u64 = u64::MAX;
 /// Marks an NVRAM slot in the unified model's index.
 const NV_BIT: u32 = 1 << 31;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+/// A client-cache model of section 2.1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Model {
     Volatile,
@@ -75,6 +77,15 @@ pub enum Model {
 }
 
 impl Model {
+    /// Every model, in the order the program lists them.
+    pub const ALL: [Model; 3] = [Model::Volatile, Model::WriteAside, Model::Unified];
+
+    /// The model named `name` (as [`Model::name`] spells it), if any.
+    pub fn parse(name: &str) -> Option<Model> {
+        Model::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// The model's name, as `--model` and the JSON reports spell it.
     pub fn name(self) -> &'static str {
         match self {
             Model::Volatile => "volatile",
@@ -97,38 +108,45 @@ pub struct CacheConfig {
 }
 
 impl CacheConfig {
-    /// The rules of the command-line contract, as errors naming the flag.
-    pub fn validate(&self) -> Result<()> {
-        for (flag, n) in [
-            ("--volatile", self.volatile_blocks),
-            ("--nvram", self.nvram_blocks),
+    /// The rules every configuration keeps, as errors naming the field at fault.
+    pub fn validate(&self) -> std::result::Result<(), Invalid> {
+        for (field, n) in [
+            (Field::VolatileBlocks, self.volatile_blocks),
+            (Field::NvramBlocks, self.nvram_blocks),
         ] {
             if n > CACHE_BLOCKS_MAX {
-                return Err(Error::bad(format!(
-                    "{flag}: {n} blocks is more than the simulator's limit of {CACHE_BLOCKS_MAX}"
+                return Err(Invalid::new(field).text(format!(
+                    ": {n} blocks is more than the simulator's limit of {CACHE_BLOCKS_MAX}"
                 )));
             }
         }
         match self.model {
             Model::Volatile => {
                 if self.nvram_blocks != 0 {
-                    return Err(Error::bad(
-                        "--model volatile has no NVRAM: it requires --nvram 0",
-                    ));
+                    return Err(Invalid::new(Field::Model)
+                        .text(" volatile has no NVRAM: it requires ")
+                        .mention(Field::NvramBlocks)
+                        .text(" 0"));
                 }
                 if self.policy != PolicyKind::Lru {
-                    return Err(Error::bad(format!(
-                        "--policy {}: the volatile model is LRU; --policy chooses the NVRAM's replacement (write-aside, unified)",
-                        self.policy.name()
-                    )));
+                    return Err(Invalid::new(Field::Policy)
+                        .text(format!(
+                            " {}: the volatile model is LRU; ",
+                            self.policy.name()
+                        ))
+                        .mention(Field::Policy)
+                        .text(" chooses the NVRAM's replacement (write-aside, unified)"));
                 }
             }
             Model::WriteAside | Model::Unified => {
                 if self.delayed_writeback_ns.is_some() {
-                    return Err(Error::bad(format!(
-                        "--delayed-writeback: the {} model keeps dirty blocks in NVRAM and has no delayed write-back (only --model volatile takes it)",
-                        self.model.name()
-                    )));
+                    return Err(Invalid::new(Field::DelayedWritebackNs)
+                        .text(format!(
+                            ": the {} model keeps dirty blocks in NVRAM and has no delayed write-back (only ",
+                            self.model.name()
+                        ))
+                        .mention(Field::Model)
+                        .text(" volatile takes it)"));
                 }
             }
         }

@@ -73,6 +73,7 @@
 
 use crate::analysis::CsvRecord;
 use crate::cache::CLEANER_PERIOD_NS;
+use crate::field::{Field, Invalid};
 use crate::trace::{BlockAccess, Op};
 use nvstack_core::error::{Error, Result};
 use rustc_hash::FxHashMap;
@@ -131,76 +132,74 @@ impl LfsConfig {
         }
     }
 
-    /// The rules of the command-line contract, as errors naming the flag.
-    pub fn validate(&self) -> Result<()> {
+    /// The rules every configuration keeps, as errors naming the field at fault.
+    pub fn validate(&self) -> std::result::Result<(), Invalid> {
         let b = u64::from(self.block_bytes);
         if !self.block_bytes.is_power_of_two() || !(512..=1 << 20).contains(&self.block_bytes) {
-            return Err(Error::bad(format!(
-                "--block-size {b}: must be a power of two from 512 to 1048576"
-            )));
+            return Err(Invalid::new(Field::BlockBytes)
+                .text(format!(" {b}: must be a power of two from 512 to 1048576")));
         }
         if self.segment_bytes == 0 || self.segment_bytes > SEGMENT_BYTES_MAX {
-            return Err(Error::bad(format!(
-                "--segment-size {}: must be from 1 block to {SEGMENT_BYTES_MAX} bytes",
+            return Err(Invalid::new(Field::SegmentBytes).text(format!(
+                " {}: must be from 1 block to {SEGMENT_BYTES_MAX} bytes",
                 self.segment_bytes
             )));
         }
         if !self.segment_bytes.is_multiple_of(b) {
-            return Err(Error::bad(format!(
-                "--segment-size {}: not a multiple of the block size ({b} bytes)",
+            return Err(Invalid::new(Field::SegmentBytes).text(format!(
+                " {}: not a multiple of the block size ({b} bytes)",
                 self.segment_bytes
             )));
         }
         if self.metadata_bytes < POINTER_BYTES {
-            return Err(Error::bad(format!(
-                "--metadata-size {}: every segment carries at least one metadata block, which must hold a {POINTER_BYTES}-byte block address",
+            return Err(Invalid::new(Field::MetadataBytes).text(format!(
+                " {}: every segment carries at least one metadata block, which must hold a {POINTER_BYTES}-byte block address",
                 self.metadata_bytes
             )));
         }
         // Checked one at a time so that the sum below cannot overflow.
         if self.metadata_bytes > self.segment_bytes {
-            return Err(Error::bad(format!(
-                "--metadata-size {}: larger than the segment ({} bytes)",
+            return Err(Invalid::new(Field::MetadataBytes).text(format!(
+                " {}: larger than the segment ({} bytes)",
                 self.metadata_bytes, self.segment_bytes
             )));
         }
         if self.summary_bytes > self.segment_bytes {
-            return Err(Error::bad(format!(
-                "--summary-size {}: larger than the segment ({} bytes)",
+            return Err(Invalid::new(Field::SummaryBytes).text(format!(
+                " {}: larger than the segment ({} bytes)",
                 self.summary_bytes, self.segment_bytes
             )));
         }
         let least = self.metadata_bytes + self.summary_bytes + b;
         if least > self.segment_bytes {
-            return Err(Error::bad(format!(
-                "--segment-size {}: must hold one metadata block, the summary and at least one data block ({} + {} + {b} = {least} bytes)",
+            return Err(Invalid::new(Field::SegmentBytes).text(format!(
+                " {}: must hold one metadata block, the summary and at least one data block ({} + {} + {b} = {least} bytes)",
                 self.segment_bytes, self.metadata_bytes, self.summary_bytes
             )));
         }
         if self.nvram_bytes > NVRAM_BYTES_MAX {
-            return Err(Error::bad(format!(
-                "--nvram {}: more than the simulator's limit of {NVRAM_BYTES_MAX} bytes",
+            return Err(Invalid::new(Field::NvramBytes).text(format!(
+                " {}: more than the simulator's limit of {NVRAM_BYTES_MAX} bytes",
                 self.nvram_bytes
             )));
         }
         if !self.nvram_bytes.is_multiple_of(b) {
-            return Err(Error::bad(format!(
-                "--nvram {}: not a multiple of the block size ({b} bytes)",
+            return Err(Invalid::new(Field::NvramBytes).text(format!(
+                " {}: not a multiple of the block size ({b} bytes)",
                 self.nvram_bytes
             )));
         }
         if self.fsync_every == Some(0) {
-            return Err(Error::bad(
-                "--fsync-every 0: must be at least 1 (a sync after every N-th write request)",
-            ));
+            return Err(Invalid::new(Field::FsyncEvery)
+                .text(" 0: must be at least 1 (a sync after every N-th write request)"));
         }
         if self
             .timeout_ns
             .is_some_and(|t| t > TIMEOUT_MAX_S * NS_PER_S)
         {
-            return Err(Error::bad(format!(
-                "--timeout: at most {TIMEOUT_MAX_S} seconds"
-            )));
+            return Err(
+                Invalid::new(Field::TimeoutNs).text(format!(": at most {TIMEOUT_MAX_S} seconds"))
+            );
         }
         Ok(())
     }
@@ -215,15 +214,16 @@ impl LfsConfig {
     }
 }
 
-/// `--timeout SECONDS|off`: whole seconds (0 to [`TIMEOUT_MAX_S`]) or `off` (None).
-pub fn parse_timeout(text: &str) -> Result<Option<u64>> {
+/// A timeout as text, `SECONDS|off`: whole seconds (0 to [`TIMEOUT_MAX_S`]) or `off` (None),
+/// in ns; anything else is refused naming [`Field::TimeoutNs`].
+pub fn parse_timeout(text: &str) -> std::result::Result<Option<u64>, Invalid> {
     if text == "off" {
         return Ok(None);
     }
     match text.parse::<u64>() {
         Ok(s) if s <= TIMEOUT_MAX_S => Ok(Some(s * NS_PER_S)),
-        _ => Err(Error::bad(format!(
-            "--timeout '{text}': expected whole seconds (0 to {TIMEOUT_MAX_S}) or 'off'"
+        _ => Err(Invalid::new(Field::TimeoutNs).text(format!(
+            " '{text}': expected whole seconds (0 to {TIMEOUT_MAX_S}) or 'off'"
         ))),
     }
 }
@@ -1063,102 +1063,107 @@ mod tests {
     }
 
     #[test]
-    fn bad_inputs_are_errors_naming_the_flag() {
-        let bad = |c: LfsConfig, flag: &str| {
+    fn bad_inputs_are_errors_naming_the_field() {
+        let bad = |c: LfsConfig, field: Field| {
             let e = c.validate().unwrap_err();
-            assert_eq!(e.exit_code(), 2);
-            assert!(e.to_string().contains(flag), "{e} does not name {flag}");
+            assert_eq!(e.field, field, "{e}");
+            assert!(
+                e.to_string().starts_with(field.name()),
+                "{e} does not name {field:?}"
+            );
+            assert_eq!(Error::from(e).exit_code(), 2);
         };
         bad(
             LfsConfig {
                 segment_bytes: 16 * KIB + 512,
                 ..cfg(16, 0)
             },
-            "--segment-size",
+            Field::SegmentBytes,
         );
         bad(
             LfsConfig {
                 segment_bytes: 8 * KIB,
                 ..cfg(16, 0)
             },
-            "--segment-size",
+            Field::SegmentBytes,
         );
         bad(
             LfsConfig {
                 segment_bytes: 0,
                 ..cfg(16, 0)
             },
-            "--segment-size",
+            Field::SegmentBytes,
         );
         bad(
             LfsConfig {
                 segment_bytes: 2 << 30,
                 ..cfg(16, 0)
             },
-            "--segment-size",
+            Field::SegmentBytes,
         );
         bad(
             LfsConfig {
                 metadata_bytes: 0,
                 ..cfg(16, 0)
             },
-            "--metadata-size",
+            Field::MetadataBytes,
         );
         bad(
             LfsConfig {
                 metadata_bytes: u64::MAX,
                 ..cfg(16, 0)
             },
-            "--metadata-size",
+            Field::MetadataBytes,
         );
         bad(
             LfsConfig {
                 summary_bytes: u64::MAX,
                 ..cfg(16, 0)
             },
-            "--summary-size",
+            Field::SummaryBytes,
         );
         bad(
             LfsConfig {
                 nvram_bytes: 4097,
                 ..cfg(16, 0)
             },
-            "--nvram",
+            Field::NvramBytes,
         );
         bad(
             LfsConfig {
                 nvram_bytes: u64::MAX,
                 ..cfg(16, 0)
             },
-            "--nvram",
+            Field::NvramBytes,
         );
         bad(
             LfsConfig {
                 fsync_every: Some(0),
                 ..cfg(16, 0)
             },
-            "--fsync-every",
+            Field::FsyncEvery,
         );
         bad(
             LfsConfig {
                 block_bytes: 1000,
                 ..cfg(16, 0)
             },
-            "--block-size",
+            Field::BlockBytes,
         );
         bad(
             LfsConfig {
                 timeout_ns: Some(u64::MAX),
                 ..cfg(16, 0)
             },
-            "--timeout",
+            Field::TimeoutNs,
         );
         assert_eq!(parse_timeout("off").unwrap(), None);
         assert_eq!(parse_timeout("30").unwrap(), Some(30 * S));
         assert_eq!(parse_timeout("0").unwrap(), Some(0));
         for t in ["", "-1", "1.5", "30s", "604801", "OFF"] {
             let e = parse_timeout(t).unwrap_err();
-            assert!(e.to_string().contains("--timeout"));
+            assert_eq!(e.field, Field::TimeoutNs);
+            assert!(e.to_string().starts_with("timeout_ns '"), "{e}");
         }
         // Time running backwards and a reader's error stop the run with that error.
         let trace = [w(5, &[1]), w(4, &[2])].concat();

@@ -8,9 +8,11 @@
 //! - [`analysis`]: the section-2 analyses (Figures 2-6, Table 2, section 2.6) as grids of runs.
 //! - [`lfs`]: the section-3 LFS segment writer without and with an NVRAM write buffer (Tables 3, 4).
 //! - [`figures`]: SVG figures with the paper's axes.
+//! - [`field`]: settings refused, naming the configuration's fields ([`field::Invalid`]).
 
 pub mod analysis;
 pub mod cache;
+pub mod field;
 pub mod figures;
 pub mod lfs;
 pub mod trace;

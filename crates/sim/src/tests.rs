@@ -526,14 +526,35 @@ fn random_policy_is_reproducible_from_its_seed() {
 }
 
 #[test]
-fn contract_errors_name_the_flag() {
+fn contract_errors_name_the_field() {
     let bad = |c: CacheConfig| Cache::new(&c).err().unwrap().to_string();
-    assert!(bad(cfg(Model::Volatile, PolicyKind::Lru, 4, 1, None)).contains("--nvram 0"));
-    assert!(bad(cfg(Model::Volatile, PolicyKind::Random, 4, 0, None)).contains("--policy"));
+    assert!(bad(cfg(Model::Volatile, PolicyKind::Lru, 4, 1, None)).contains("nvram_blocks 0"));
+    assert!(bad(cfg(Model::Volatile, PolicyKind::Random, 4, 0, None)).contains("policy random"));
+    assert!(bad(cfg(Model::Unified, PolicyKind::Lru, 4, 1, Some(30)))
+        .starts_with("delayed_writeback_ns"));
     assert!(
-        bad(cfg(Model::Unified, PolicyKind::Lru, 4, 1, Some(30))).contains("--delayed-writeback")
+        bad(cfg(Model::WriteAside, PolicyKind::Lru, 1 << 40, 1, None))
+            .starts_with("volatile_blocks")
     );
-    assert!(bad(cfg(Model::WriteAside, PolicyKind::Lru, 1 << 40, 1, None)).contains("--volatile"));
+    // The typed error says which field, for a caller to name it its own way.
+    let field = |c: CacheConfig| c.validate().unwrap_err().field;
+    use crate::field::Field;
+    assert_eq!(
+        field(cfg(Model::Volatile, PolicyKind::Lru, 4, 1, None)),
+        Field::Model
+    );
+    assert_eq!(
+        field(cfg(Model::Volatile, PolicyKind::Random, 4, 0, None)),
+        Field::Policy
+    );
+    assert_eq!(
+        field(cfg(Model::Unified, PolicyKind::Lru, 4, 1, Some(30))),
+        Field::DelayedWritebackNs
+    );
+    assert_eq!(
+        field(cfg(Model::WriteAside, PolicyKind::Lru, 4, 1 << 40, None)),
+        Field::NvramBlocks
+    );
 }
 
 fn arb_trace(
@@ -632,4 +653,23 @@ proptest! {
             .collect();
         prop_assert_eq!(next_writes(&t), want);
     }
+}
+
+#[test]
+fn names_parse_back_and_are_what_json_writes() {
+    use crate::trace::TraceFormat;
+    for f in TraceFormat::ALL {
+        assert_eq!(TraceFormat::parse(f.name()), Some(f));
+        assert_eq!(serde_json::to_value(f).unwrap(), f.name());
+        assert!(!f.describe().is_empty());
+    }
+    for m in Model::ALL {
+        assert_eq!(Model::parse(m.name()), Some(m));
+        assert_eq!(serde_json::to_value(m).unwrap(), m.name());
+    }
+    for p in PolicyKind::ALL {
+        assert_eq!(serde_json::to_value(p).unwrap(), p.name());
+    }
+    assert_eq!(TraceFormat::parse("tpc"), None);
+    assert_eq!(Model::parse("write_aside"), None);
 }

@@ -1,12 +1,14 @@
-//! The simulator's trace readers (src/sim/trace/): exact counts on the real traces in
-//! `../shared/traces/` (as their README states them) and on the samples in tests/data/sim/
-//! (README there says how each was made), the requests that documented example lines become,
-//! bad lines (message, skipping, what still stops), and no panic on any input. The program's
-//! side (`nvstack sim stat`, exit codes and messages) is tested in crates/cli/tests/sim_stat.rs.
+//! The simulator's trace readers (crates/sim/src/trace/) and what `trace::stat` counts: exact
+//! counts on the real traces in `../shared/traces/` (as their README states them) and on the
+//! samples in crates/sim/tests/data/sim/ (README there says how each was made), the requests that
+//! documented example lines become, bad lines (message, skipping, what still stops), and no panic
+//! on any input. The program's side (`nvstack sim stat`, exit codes and messages) is tested in
+//! crates/cli/tests/sim_stat.rs.
 
 use nvstack_core::error::Error;
 use nvstack_sim::trace::{
-    self, BlockAccesses, Op, ReaderOptions, Request, RequestSource, TraceFormat, REQUEST_BYTES_MAX,
+    self, BlockAccesses, Op, ReaderOptions, Request, RequestSource, TraceFormat, TraceStat,
+    REQUEST_BYTES_MAX,
 };
 use proptest::prelude::*;
 use rustc_hash::FxHashSet;
@@ -25,7 +27,8 @@ fn skipping() -> ReaderOptions {
     }
 }
 
-/// Everything the tests count about a trace.
+/// Everything the tests count about a trace: [`trace::stat`]'s counts without the trace's name,
+/// format and block size, so that each test states the figures alone.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Summary {
     requests: u64,
@@ -45,6 +48,28 @@ struct Summary {
     skipped_lines: u64,
 }
 
+impl From<TraceStat> for Summary {
+    fn from(s: TraceStat) -> Summary {
+        Summary {
+            requests: s.requests,
+            read_requests: s.read_requests,
+            write_requests: s.write_requests,
+            sync_writes: s.sync_writes,
+            read_bytes: s.read_bytes,
+            write_bytes: s.write_bytes,
+            block_accesses: s.block_accesses,
+            reads: s.reads,
+            writes: s.writes,
+            distinct_blocks: s.distinct_blocks,
+            distinct_written_blocks: s.distinct_written_blocks,
+            streams: s.streams,
+            first_time_ns: s.first_time_ns,
+            last_time_ns: s.last_time_ns,
+            skipped_lines: s.skipped_lines,
+        }
+    }
+}
+
 fn requests(
     path: &Path,
     format: TraceFormat,
@@ -53,49 +78,36 @@ fn requests(
     trace::open(path, format, o)?.collect()
 }
 
-/// Counts requests from the request stream and blocks from [`BlockAccesses`], the expansion
-/// every model uses.
+/// The library's counts ([`trace::stat`], 4 KiB blocks), checked against the requests read
+/// again (no read is sync) and against [`BlockAccesses`], the expansion every model uses, so
+/// that the two ways of cutting requests into blocks agree.
 fn summarize(
     path: &Path,
     format: TraceFormat,
     o: &ReaderOptions,
 ) -> nvstack_core::error::Result<Summary> {
-    let mut s = Summary::default();
-    let mut streams = FxHashSet::default();
-    let mut src = trace::open(path, format, o)?;
-    for r in src.by_ref() {
+    let stat = trace::stat(path, format, 4096, o)?;
+    assert_eq!(
+        (stat.trace.as_str(), stat.format, stat.block_bytes),
+        (path.to_str().unwrap(), format, 4096)
+    );
+    let s = Summary::from(stat);
+    for r in trace::open(path, format, o)? {
         let r = r?;
-        s.requests += 1;
-        s.first_time_ns.get_or_insert(r.time_ns);
-        s.last_time_ns = Some(r.time_ns);
-        streams.insert(r.stream);
-        match r.op {
-            Op::Read => {
-                s.read_requests += 1;
-                s.read_bytes += r.size_bytes;
-                assert!(!r.sync, "a read is never sync: {r:?}");
-            }
-            Op::Write => {
-                s.write_requests += 1;
-                s.write_bytes += r.size_bytes;
-                s.sync_writes += u64::from(r.sync);
-            }
-        }
+        assert!(r.op == Op::Write || !r.sync, "a read is never sync: {r:?}");
     }
-    s.skipped_lines = src.skipped_lines();
-    s.streams = streams.len() as u64;
     let mut blocks = FxHashSet::default();
     let mut written = FxHashSet::default();
+    let (mut reads, mut writes) = (0u64, 0u64);
     let mut accesses = BlockAccesses::new(trace::open(path, format, o)?, 4096);
     for a in accesses.by_ref() {
         let a = a?;
-        s.block_accesses += 1;
         blocks.insert(a.key);
         if a.op == Op::Write {
-            s.writes += 1;
+            writes += 1;
             written.insert(a.key);
         } else {
-            s.reads += 1;
+            reads += 1;
         }
     }
     assert_eq!(accesses.requests, s.requests);
@@ -103,8 +115,14 @@ fn summarize(
         (accesses.read_bytes, accesses.write_bytes),
         (s.read_bytes, s.write_bytes)
     );
-    s.distinct_blocks = blocks.len() as u64;
-    s.distinct_written_blocks = written.len() as u64;
+    assert_eq!(
+        (reads + writes, reads, writes),
+        (s.block_accesses, s.reads, s.writes)
+    );
+    assert_eq!(
+        (blocks.len() as u64, written.len() as u64),
+        (s.distinct_blocks, s.distinct_written_blocks)
+    );
     Ok(s)
 }
 

@@ -45,10 +45,10 @@ pub fn run(a: LfsArgs) -> Result<i32> {
         metadata_bytes: a.metadata_size,
         summary_bytes: a.summary_size,
         nvram_bytes: a.nvram,
-        timeout_ns: lfs::parse_timeout(&a.timeout)?,
+        timeout_ns: lfs::parse_timeout(&a.timeout).map_err(crate::sim::flags)?,
         fsync_every: a.fsync_every,
     };
-    cfg.validate()?;
+    cfg.validate().map_err(crate::sim::flags)?;
     let mut src = a.trace.open()?;
     let run = lfs::simulate(&mut src, &cfg)?;
     let report = LfsReport {

@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod blocks;
 pub mod lfs;
 pub mod stat;
+pub mod values;
 
 use clap::{Args, Subcommand};
 use nvstack_core::error::{Error, Result};
@@ -12,6 +13,7 @@ use nvstack_policy::PolicyKind;
 use nvstack_sim::cache::{
     self, CacheConfig, CacheRun, CacheStats, Model, DELAYED_WRITEBACK_DEFAULT_S,
 };
+use nvstack_sim::field::{Field, Invalid};
 use nvstack_sim::trace::{self, BlockAccesses, ReaderOptions, TraceFormat, BLOCK_BYTES_DEFAULT};
 use std::path::PathBuf;
 
@@ -21,7 +23,7 @@ pub struct TraceArgs {
     /// Trace file.
     #[arg(long)]
     pub trace: PathBuf,
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = values::trace_format())]
     pub format: TraceFormat,
     /// Block size in bytes (a power of two, 512 to 1 MiB).
     #[arg(long, default_value_t = BLOCK_BYTES_DEFAULT)]
@@ -117,10 +119,10 @@ pub fn run(a: SimArgs) -> Result<i32> {
 pub struct CacheArgs {
     #[command(flatten)]
     trace: TraceArgs,
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = values::model())]
     model: Model,
     /// NVRAM replacement policy (the volatile cache is always LRU).
-    #[arg(long, value_enum, default_value_t = PolicyKind::Lru)]
+    #[arg(long, value_parser = values::policy(), default_value = "lru")]
     policy: PolicyKind,
     /// Volatile cache size (a multiple of the block size).
     #[arg(long, value_parser = crate::size_arg)]
@@ -137,6 +139,31 @@ pub struct CacheArgs {
     seed: u64,
     #[arg(long)]
     json: bool,
+}
+
+/// The flag `nvstack sim` sets each configuration field with.
+pub fn flag(field: Field) -> &'static str {
+    match field {
+        Field::BlockBytes => "--block-size",
+        Field::SegmentBytes => "--segment-size",
+        Field::MetadataBytes => "--metadata-size",
+        Field::SummaryBytes => "--summary-size",
+        Field::NvramBytes | Field::NvramBlocks => "--nvram",
+        Field::VolatileBytes | Field::VolatileBlocks => "--volatile",
+        Field::FsyncEvery => "--fsync-every",
+        Field::TimeoutNs => "--timeout",
+        Field::Model => "--model",
+        Field::Policy => "--policy",
+        Field::DelayedWritebackNs => "--delayed-writeback",
+        Field::DelaysNs => "--delays",
+        Field::Seeds => "--seeds",
+        Field::Traces => "--trace",
+    }
+}
+
+/// A setting the library refused, as bad input (exit 2) naming the flags the user typed.
+pub fn flags(e: Invalid) -> Error {
+    Error::bad(e.render(&flag))
 }
 
 /// Bytes to blocks; a size that is not a whole number of blocks is refused, never rounded.
@@ -187,7 +214,7 @@ fn cache(a: CacheArgs) -> Result<i32> {
         delayed_writeback_ns: delayed_writeback(a.model, a.delayed_writeback.as_deref())?,
         seed: a.seed,
     };
-    cfg.validate()?;
+    cfg.validate().map_err(flags)?;
     let run = cache::simulate(&|| a.trace.open(), &cfg)?;
     if a.json {
         crate::print_json(&CacheReport::new(&a, run))?;
@@ -305,4 +332,44 @@ fn print_cache_table(a: &CacheArgs, run: &CacheRun) -> Result<()> {
         out.push_str(&format!("{k:<w$}  {v}\n"));
     }
     crate::output::out(out.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field the library can refuse maps to a flag some `nvstack sim` command takes.
+    #[test]
+    fn every_field_maps_to_a_flag_of_the_program() {
+        let sim = SimArgs::augment_args(clap::Command::new("sim"));
+        let longs: Vec<String> = sim
+            .get_subcommands()
+            .flat_map(|c| c.get_arguments())
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        let fields = [
+            Field::BlockBytes,
+            Field::SegmentBytes,
+            Field::MetadataBytes,
+            Field::SummaryBytes,
+            Field::NvramBytes,
+            Field::NvramBlocks,
+            Field::VolatileBytes,
+            Field::VolatileBlocks,
+            Field::FsyncEvery,
+            Field::TimeoutNs,
+            Field::Model,
+            Field::Policy,
+            Field::DelayedWritebackNs,
+            Field::DelaysNs,
+            Field::Seeds,
+            Field::Traces,
+        ];
+        for f in fields {
+            assert!(longs.iter().any(|l| l == flag(f)), "{f:?}: no {}", flag(f));
+        }
+        let e = flags(Invalid::new(Field::NvramBytes).text(" 1000: not a multiple"));
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(e.to_string(), "--nvram 1000: not a multiple");
+    }
 }

@@ -1,11 +1,9 @@
-//! `nvstack sim stat`: what a trace holds, as the simulator reads it: requests, block accesses,
-//! distinct blocks, streams, the time span and the lines skipped. A first look at a trace before
-//! simulating it, and a check that a reader reads it as its documentation says.
+//! `nvstack sim stat`: what a trace holds, as the simulator reads it (the counting is
+//! `nvstack_sim::trace::stat`): a table, or `--json`.
 
 use clap::Args;
 use nvstack_core::error::Result;
-use nvstack_sim::trace::{self, block_range, Op, TraceFormat};
-use rustc_hash::FxHashSet;
+use nvstack_sim::trace::{self, TraceStat};
 
 #[derive(Args)]
 pub struct StatArgs {
@@ -15,99 +13,16 @@ pub struct StatArgs {
     json: bool,
 }
 
-#[derive(Debug, serde::Serialize)]
-struct TraceStat {
-    trace: String,
-    format: TraceFormat,
-    block_bytes: u32,
-    requests: u64,
-    read_requests: u64,
-    write_requests: u64,
-    /// Writes flagged sync (blkparse S/F, fio fsync/fdatasync).
-    sync_writes: u64,
-    read_bytes: u64,
-    write_bytes: u64,
-    block_accesses: u64,
-    /// Block accesses by reads and by writes.
-    reads: u64,
-    writes: u64,
-    distinct_blocks: u64,
-    distinct_written_blocks: u64,
-    streams: u64,
-    first_time_ns: Option<u64>,
-    last_time_ns: Option<u64>,
-    skipped_lines: u64,
-}
-
 pub fn run(a: StatArgs) -> Result<i32> {
     a.trace.validate()?;
-    let stat = stat(&a.trace)?;
+    let t = &a.trace;
+    let stat = trace::stat(&t.trace, t.format, t.block_size, &t.reader_options())?;
     if a.json {
         crate::print_json(&stat)?;
     } else {
         print_table(&stat)?;
     }
     Ok(0)
-}
-
-fn stat(t: &crate::sim::TraceArgs) -> Result<TraceStat> {
-    let mut src = trace::open(&t.trace, t.format, &t.reader_options())?;
-    let mut s = TraceStat {
-        trace: t.trace.display().to_string(),
-        format: t.format,
-        block_bytes: t.block_size,
-        requests: 0,
-        read_requests: 0,
-        write_requests: 0,
-        sync_writes: 0,
-        read_bytes: 0,
-        write_bytes: 0,
-        block_accesses: 0,
-        reads: 0,
-        writes: 0,
-        distinct_blocks: 0,
-        distinct_written_blocks: 0,
-        streams: 0,
-        first_time_ns: None,
-        last_time_ns: None,
-        skipped_lines: 0,
-    };
-    let mut blocks = FxHashSet::default();
-    let mut written = FxHashSet::default();
-    let mut streams = FxHashSet::default();
-    for req in src.by_ref() {
-        let req = req?;
-        s.requests += 1;
-        s.first_time_ns.get_or_insert(req.time_ns);
-        s.last_time_ns = Some(req.time_ns);
-        streams.insert(req.stream);
-        let range = block_range(&req, t.block_size, &t.trace)?;
-        let n = range.end - range.start;
-        s.block_accesses += n;
-        match req.op {
-            Op::Read => {
-                s.read_requests += 1;
-                s.read_bytes += req.size_bytes;
-                s.reads += n;
-                blocks.extend(range);
-            }
-            Op::Write => {
-                s.write_requests += 1;
-                s.write_bytes += req.size_bytes;
-                s.writes += n;
-                s.sync_writes += u64::from(req.sync);
-                for key in range {
-                    blocks.insert(key);
-                    written.insert(key);
-                }
-            }
-        }
-    }
-    s.skipped_lines = src.skipped_lines();
-    s.distinct_blocks = blocks.len() as u64;
-    s.distinct_written_blocks = written.len() as u64;
-    s.streams = streams.len() as u64;
-    Ok(s)
 }
 
 fn time_text(ns: Option<u64>) -> String {

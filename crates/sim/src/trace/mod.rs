@@ -31,10 +31,13 @@ mod blkparse;
 mod cloudphysics;
 mod disksim;
 mod fio;
+pub mod libcachesim;
 mod lines;
 mod msr;
+mod stat;
 
 pub use lines::LINE_BYTES_MAX;
+pub use stat::{stat, TraceStat};
 
 use lines::{LineRead, LineReader};
 use nvstack_core::error::{Error, Result};
@@ -51,7 +54,8 @@ pub const STREAMS_MAX: u32 = 1 << (64 - STREAM_SHIFT);
 /// block I/O any real device issues, and it would expand into 2^18 block accesses.
 pub const REQUEST_BYTES_MAX: u64 = 1 << 30;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+/// A trace format the simulator reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TraceFormat {
     /// CSV with header `version,time,op,size,lbn` (libCacheSim's cloudPhysicsIO sample).
@@ -67,6 +71,38 @@ pub enum TraceFormat {
 }
 
 impl TraceFormat {
+    /// Every format, in the order the program lists them.
+    pub const ALL: [TraceFormat; 5] = [
+        TraceFormat::Cloudphysics,
+        TraceFormat::Disksim,
+        TraceFormat::Msr,
+        TraceFormat::Blkparse,
+        TraceFormat::Fio,
+    ];
+
+    /// The format named `name` (as [`TraceFormat::name`] spells it), if any.
+    pub fn parse(name: &str) -> Option<TraceFormat> {
+        TraceFormat::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// What a file of this format holds, in one line (the program's help shows it).
+    pub fn describe(self) -> &'static str {
+        match self {
+            TraceFormat::Cloudphysics => {
+                "CSV with header `version,time,op,size,lbn` (libCacheSim's cloudPhysicsIO sample)"
+            }
+            TraceFormat::Disksim => {
+                "DiskSim / MQSim ASCII: `time_ns device lsa sectors type(0 write, 1 read)`"
+            }
+            TraceFormat::Msr => {
+                "MSR Cambridge CSV: `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`"
+            }
+            TraceFormat::Blkparse => "blkparse default text output: D (issue) events only",
+            TraceFormat::Fio => "fio iolog version 2 or 3 (`fio --write_iolog`)",
+        }
+    }
+
+    /// The format's name, as `--format` and the JSON reports spell it.
     pub fn name(self) -> &'static str {
         match self {
             TraceFormat::Cloudphysics => "cloudphysics",

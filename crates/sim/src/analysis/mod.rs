@@ -9,9 +9,16 @@
 //! accesses. Every grid point is one [`cache::simulate`] run over the streamed trace; points
 //! run in parallel (rayon), one trace reader each.
 
+mod sweep;
+pub mod tables;
+
+pub use sweep::{sweep, LfsRow, SweepPlan, SweepReport, LFS_FSYNC_EVERY, SEEDS_MAX};
+
 use crate::cache::{self, CacheConfig, CacheStats, Model, DELAYED_WRITEBACK_DEFAULT_S};
+use crate::field::{Field, Invalid};
 use crate::trace::{self, BlockAccesses, Op, ReaderOptions, TraceFormat};
 use nvstack_core::error::{Error, Result};
+use nvstack_core::Progress;
 use nvstack_policy::PolicyKind;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
@@ -87,6 +94,17 @@ pub fn delays_default_ns() -> Vec<u64> {
 /// At most this many delays in one lifetime pass (each costs 8 bytes per written block).
 pub const DELAYS_MAX: usize = 16;
 
+/// The delays a lifetime pass takes: 1 to [`DELAYS_MAX`] of them.
+pub fn check_delays(delays_ns: &[u64]) -> std::result::Result<(), Invalid> {
+    if delays_ns.is_empty() || delays_ns.len() > DELAYS_MAX {
+        return Err(Invalid::new(Field::DelaysNs).text(format!(
+            ": give 1 to {DELAYS_MAX} delays, not {}",
+            delays_ns.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Figure 2 and Table 2 (infinite cache) in one pass.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Lifetimes {
@@ -114,12 +132,7 @@ pub struct Lifetimes {
 /// a write at or after that instant starts a new dirty period, an earlier one is absorbed.
 /// Memory: one entry per written block with one word per delay.
 pub fn lifetimes(spec: &TraceSpec, delays_ns: &[u64]) -> Result<Lifetimes> {
-    if delays_ns.is_empty() || delays_ns.len() > DELAYS_MAX {
-        return Err(Error::bad(format!(
-            "--delays: give 1 to {DELAYS_MAX} delays, not {}",
-            delays_ns.len()
-        )));
-    }
+    check_delays(delays_ns)?;
     struct Block {
         last_write_ns: u64,
         dirty_since_ns: [u64; DELAYS_MAX],
@@ -399,11 +412,13 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn blocks(spec: &TraceSpec, bytes: u64, flag: &str) -> Result<u64> {
+/// `bytes` of `field` as blocks of the trace's size; a size that is not a whole number of
+/// blocks is refused, never rounded.
+fn blocks(spec: &TraceSpec, bytes: u64, field: Field) -> std::result::Result<u64, Invalid> {
     let b = u64::from(spec.block_bytes);
     if !bytes.is_multiple_of(b) {
-        return Err(Error::bad(format!(
-            "{flag} {bytes}: not a multiple of the block size ({b} bytes)"
+        return Err(Invalid::new(field).text(format!(
+            " {bytes}: not a multiple of the block size ({b} bytes)"
         )));
     }
     Ok(bytes / b)
@@ -416,12 +431,12 @@ fn config(
     seed: u64,
     volatile_bytes: u64,
     nvram_bytes: u64,
-) -> Result<CacheConfig> {
+) -> std::result::Result<CacheConfig, Invalid> {
     let c = CacheConfig {
         model,
         policy,
-        volatile_blocks: blocks(spec, volatile_bytes, "--volatile")?,
-        nvram_blocks: blocks(spec, nvram_bytes, "--nvram")?,
+        volatile_blocks: blocks(spec, volatile_bytes, Field::VolatileBytes)?,
+        nvram_blocks: blocks(spec, nvram_bytes, Field::NvramBytes)?,
         delayed_writeback_ns: (model == Model::Volatile).then_some(DELAYED_WRITEBACK_DEFAULT_S * S),
         seed,
     };
@@ -430,7 +445,10 @@ fn config(
 }
 
 /// Figure 3: the omniscient policy on the trace's writes alone, an NVRAM of each size.
-pub fn nvram_size_points(spec: &TraceSpec, nvram: &[u64]) -> Result<Vec<PointSpec>> {
+pub fn nvram_size_points(
+    spec: &TraceSpec,
+    nvram: &[u64],
+) -> std::result::Result<Vec<PointSpec>, Invalid> {
     nvram
         .iter()
         .map(|&n| {
@@ -452,7 +470,7 @@ pub fn policy_points(
     volatile_bytes: u64,
     nvram: &[u64],
     seeds: u64,
-) -> Result<Vec<PointSpec>> {
+) -> std::result::Result<Vec<PointSpec>, Invalid> {
     let mut v = Vec::new();
     for &n in nvram {
         let mut runs = vec![(PolicyKind::Lru, 1), (PolicyKind::Omniscient, 1)];
@@ -477,15 +495,17 @@ pub fn model_points(
     bases: &[u64],
     added: &[u64],
     models: &[Model],
-) -> Result<Vec<PointSpec>> {
+) -> std::result::Result<Vec<PointSpec>, Invalid> {
     let mut v = Vec::new();
     for &base in bases {
         for &x in added {
             for &m in models {
                 let (vol, nv) = match m {
                     Model::Volatile => (
-                        base.checked_add(x)
-                            .ok_or_else(|| Error::bad("size overflow"))?,
+                        base.checked_add(x).ok_or_else(|| {
+                            Invalid::new(Field::VolatileBytes)
+                                .text(format!(" {base} + {x}: size overflow"))
+                        })?,
                         0,
                     ),
                     _ => (base, x),
@@ -525,22 +545,30 @@ pub fn run_point(spec: &TraceSpec, p: &PointSpec) -> Result<Point> {
     })
 }
 
-/// Run many points in parallel; `tick` is called after each (progress). Results keep the
-/// order of `points`. The first error stops the run.
-pub fn run_points(jobs: &[(TraceSpec, PointSpec)], tick: &(dyn Fn() + Sync)) -> Result<Vec<Point>> {
+/// Run many points in parallel (rayon), reported to `progress` as one phase named `label` of
+/// one step per point. Results keep the order of `jobs`. The first error stops the run.
+pub fn run_points(
+    jobs: &[(TraceSpec, PointSpec)],
+    label: &str,
+    progress: &dyn Progress,
+) -> Result<Vec<Point>> {
     if jobs.len() > POINTS_MAX {
         return Err(Error::bad(format!(
             "{} grid points: at most {POINTS_MAX} in one run",
             jobs.len()
         )));
     }
-    jobs.par_iter()
+    progress.start(label, jobs.len() as u64);
+    let points = jobs
+        .par_iter()
         .map(|(spec, p)| {
             let r = run_point(spec, p);
-            tick();
+            progress.advance(1);
             r
         })
-        .collect()
+        .collect();
+    progress.finish();
+    points
 }
 
 /// Mean, min and max of the random policy over its seeds, per (trace, model, nvram).
