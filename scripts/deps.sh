@@ -41,13 +41,13 @@ if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
 fi
 # libCacheSim (PyPI `libcachesim`), the reference LRU of crates/cli/tests/sim_libcachesim.rs and
 # scripts/bench-sim.sh: a venv under target/, made once. If it cannot be made, warn: that test
-# then skips its comparison and the rest still runs.
+# then fails naming what is missing (it never passes without the comparison); the rest runs.
 lcs_venv="$PWD/target/venv-libcachesim"
 if ! "$lcs_venv/bin/python" -c 'import libcachesim' >/dev/null 2>&1; then
   rm -rf "$lcs_venv"
   if ! { /usr/bin/python3 -m venv "$lcs_venv" &&
     "$lcs_venv/bin/pip" install -q --disable-pip-version-check 'libcachesim==0.3.5'; }; then
-    echo "warning: could not install libcachesim into $lcs_venv: crates/cli/tests/sim_libcachesim.rs will skip the exact LRU comparison" >&2
+    echo "warning: could not install libcachesim into $lcs_venv: crates/cli/crates/cli/tests/sim_libcachesim.rs will fail (it needs libcachesim)" >&2
     rm -rf "$lcs_venv"
   fi
 fi

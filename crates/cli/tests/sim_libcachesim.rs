@@ -16,14 +16,17 @@
 //!
 //! libCacheSim comes from PyPI (`libcachesim`): scripts/deps.sh makes a venv with it under
 //! target/ and scripts/test.sh points NVSTACK_LIBCACHESIM_PYTHON at its python. Without that
-//! variable, or if its python cannot import libcachesim, the tests say so and pass.
+//! variable, or if its python cannot import libcachesim, the tests fail naming what to install:
+//! they never pass without the comparison.
 
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SKIPPED: &str = "libcachesim not installed: skipped exact LRU comparison";
+const MISSING: &str = "libcachesim is needed for the exact LRU comparison: run scripts/test.sh \
+     (scripts/deps.sh makes a venv with PyPI's libcachesim==0.3.5 under target/) or set \
+     NVSTACK_LIBCACHESIM_PYTHON to a python that can `import libcachesim`";
 
 fn nvstack() -> String {
     std::env::var("NVSTACK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvstack").to_string())
@@ -34,13 +37,10 @@ fn note(msg: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{msg}");
 }
 
-/// The python that can import libcachesim, if there is one.
-fn libcachesim_python() -> Option<PathBuf> {
+/// The python that can import libcachesim; missing, the test fails saying what to install.
+fn libcachesim_python() -> PathBuf {
     let Some(p) = std::env::var_os("NVSTACK_LIBCACHESIM_PYTHON") else {
-        note(&format!(
-            "{SKIPPED} (NVSTACK_LIBCACHESIM_PYTHON is not set)"
-        ));
-        return None;
+        panic!("{MISSING} (NVSTACK_LIBCACHESIM_PYTHON is not set)");
     };
     let p = PathBuf::from(p);
     let ok = Command::new(&p)
@@ -48,14 +48,8 @@ fn libcachesim_python() -> Option<PathBuf> {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    if !ok {
-        note(&format!(
-            "{SKIPPED} ({} cannot import libcachesim)",
-            p.display()
-        ));
-        return None;
-    }
-    Some(p)
+    assert!(ok, "{MISSING} ({} cannot import libcachesim)", p.display());
+    p
 }
 
 fn shared_trace(name: &str) -> PathBuf {
@@ -181,9 +175,7 @@ fn libcachesim_misses(
 }
 
 fn compare(name: &str, format: &str, accesses: u64, sizes: &[u64], out_formats: &[&str]) {
-    let Some(py) = libcachesim_python() else {
-        return;
-    };
+    let py = libcachesim_python();
     let trace = shared_trace(name);
     let dir = tempfile::tempdir().unwrap();
     let ours: Vec<(u64, u64, u64)> = sizes
