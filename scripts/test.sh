@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 cargo fmt --all -- --check
+# The architecture invariants (ARCHITECTURE.md) on the crate graph: a forbidden edge fails here.
+bash scripts/check-layers.sh
 cargo clippy --release --locked --workspace --all-targets -- -D warnings
 cargo build --release --locked --workspace
 log=$(mktemp)
