@@ -4,13 +4,18 @@
 //! images a fault model allows, runs the real recovery on each, and judges every touched block
 //! with a generic oracle. docs/crashtest.md describes the models, tiers and reports.
 
+pub mod driver;
 pub mod exhaustive;
 pub mod oracle;
 pub mod random;
-pub mod scenario;
+pub mod target;
 
-use nvstack_nvramdisk::bugs::SeededBug;
-use nvstack_nvramdisk::Protocol;
+pub use driver::{
+    replay, run, BugResult, Orderings, Plan, PlanError, Replay, ReplayLine, ReplayPlan, Report, Row,
+};
+pub use target::nvramdisk::NvramTarget;
+pub use target::CrashTarget;
+
 use nvstack_pmem::crash::FaultModel;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,10 +24,12 @@ use std::sync::Mutex;
 /// Violations kept in full in a report (all are counted).
 pub const VIOLATIONS_KEPT: usize = 50;
 
+/// A violation the oracle found, as the report gives it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Violation {
     pub fault: FaultModel,
-    pub protocol: Protocol,
+    /// The configuration's labels (`CrashTarget::labels`).
+    pub protocol: &'static str,
     pub ordering: &'static str,
     pub scenario: &'static str,
     pub seed: u64,
@@ -98,8 +105,9 @@ impl Counters {
     pub fn cycle(&self) {
         self.cycles.fetch_add(1, Ordering::Relaxed);
     }
-    pub fn state(&self, p: Protocol, name: &str) {
-        let key = (p.name().to_string(), name.to_string());
+    /// Note that `name`, a state of configuration label `protocol`, was seen.
+    pub fn state(&self, protocol: &str, name: &str) {
+        let key = (protocol.to_string(), name.to_string());
         let mut s = self.states.lock().unwrap();
         if !s.contains(&key) {
             s.insert(key);
@@ -141,9 +149,4 @@ impl Counters {
             self.sampled_fraction_nano.load(Ordering::Relaxed) as f64 / 1e9 / n as f64
         }
     }
-}
-
-/// Names a seeded bug must be caught with, for reports.
-pub fn bug_name(b: Option<SeededBug>) -> Option<&'static str> {
-    b.map(|b| nvstack_nvramdisk::bugs::info(b).name)
 }

@@ -3,8 +3,6 @@
 //! acknowledged at the crash point.
 
 use nvstack_core::blockdev::BlockDevice;
-use nvstack_nvramdisk::NvramDisk;
-use nvstack_pmem::Region;
 use std::collections::BTreeMap;
 
 /// Contents of block `lba` at `version`: (lba, version, crc32c of the rest), then a pattern
@@ -87,7 +85,7 @@ impl Expect {
     }
 
     /// Check a recovered device against the crash at event index `crash`.
-    pub fn verify<R: Region>(&self, dev: &NvramDisk<R>, crash: usize) -> Result<(), Finding> {
+    pub fn verify<D: BlockDevice>(&self, dev: &D, crash: usize) -> Result<(), Finding> {
         let bs = dev.block_bytes() as usize;
         let mut buf = vec![0u8; bs];
         let mut got: BTreeMap<u64, Option<u64>> = BTreeMap::new();

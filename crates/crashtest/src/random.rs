@@ -5,33 +5,37 @@
 //! carries the recovered image to the next cycle. One seed reproduces everything.
 
 use super::oracle::{block, decode_block, Expect, OpRecord};
+use super::target::{CrashTarget, OracleRules};
 use super::{Counters, Violation};
 use nvstack_core::blockdev::BlockDevice;
-use nvstack_nvramdisk::bugs::SeededBug;
-use nvstack_nvramdisk::{format_region, FormatOptions, Geometry, NvramDisk, OpenOptions, Protocol};
+use nvstack_core::error::Error;
 use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimRegion};
-use nvstack_pmem::ordering::OrderingPolicy;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub const BLOCKS: u64 = 1024;
-pub const LANES: u32 = 4;
-pub const BLOCK_BYTES: u32 = 512;
+/// Blocks each cycle's operations stay within (a window, so that operations overlap).
+pub const WINDOW_BLOCKS: u64 = 64;
 /// Cycles per chain (one image carried from cycle to cycle).
 pub const CHAIN_CYCLES: u64 = 64;
 pub const OPS_MIN: usize = 8;
 pub const OPS_MAX: usize = 16;
 
-#[derive(Clone, Copy)]
-pub struct RandomJob {
-    pub protocol: Protocol,
-    pub ordering: OrderingPolicy,
+/// The randomized tier for one configuration of a target under one fault model.
+pub struct RandomJob<T: CrashTarget> {
+    pub config: T::Config,
     pub model: FaultModel,
-    pub bug: Option<SeededBug>,
+    pub bug: Option<T::Bug>,
     pub seed: u64,
 }
+
+impl<T: CrashTarget> Clone for RandomJob<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: CrashTarget> Copy for RandomJob<T> {}
 
 fn mix(a: u64, b: u64) -> u64 {
     let mut x = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -43,24 +47,28 @@ fn mix(a: u64, b: u64) -> u64 {
 }
 
 /// Run the cycles of one chain, `chain` numbering it within the run. `upto` limits the
-/// cycles (replay). Returns the first violation, if any.
-pub fn run_chain(
-    job: &RandomJob,
+/// cycles (replay). Returns the first violation, if any (boxed: it is rare and large).
+pub fn run_chain<T: CrashTarget>(
+    target: &T,
+    job: &RandomJob<T>,
     chain: u64,
     cycles: u64,
     counters: &Counters,
-) -> Result<(), Violation> {
-    let len = Geometry::region_bytes_for(BLOCKS, BLOCK_BYTES, LANES).expect("valid geometry");
-    let region = SimRegion::zeroed(len);
-    let fo = FormatOptions {
-        block_bytes: BLOCK_BYTES,
-        lanes: LANES,
-        protocol: job.protocol,
-        ordering: job.ordering,
-    };
-    let g = format_region(&region, &fo)
-        .expect("format a fresh sim region")
-        .geometry;
+) -> Result<(), Box<Violation>> {
+    let shape = target.random_shape();
+    assert!(
+        shape.blocks > WINDOW_BLOCKS,
+        "the window fits in the region"
+    );
+    let rules = target.rules();
+    assert!(
+        rules.atomic_unit_blocks >= 1,
+        "a write of one block is atomic"
+    );
+    let labels = target.labels(job.config);
+    let (region, layout) = target
+        .format(job.config, shape)
+        .expect("format a fresh sim region");
     let mut base = region.snapshot();
     // What each block durably holds, as far as the oracle knows (absent: never written).
     let mut known: BTreeMap<u64, Option<u64>> = BTreeMap::new();
@@ -69,39 +77,38 @@ pub fn run_chain(
         let cycle = chain * CHAIN_CYCLES + c;
         let seed = mix(job.seed, cycle);
         let mut rng = SmallRng::seed_from_u64(seed);
-        let viol = |what: String, lba: Option<u64>, image: String, step: usize| Violation {
-            fault: job.model,
-            protocol: job.protocol,
-            ordering: job.ordering.name,
-            scenario: "random",
-            seed: job.seed,
-            step: cycle as usize,
-            depth: 1,
-            lba,
-            what: format!("{what} (crash at event {step})"),
-            image,
+        let viol = |what: String, lba: Option<u64>, image: String, step: usize| {
+            Box::new(Violation {
+                fault: job.model,
+                protocol: labels.protocol,
+                ordering: labels.ordering,
+                scenario: "random",
+                seed: job.seed,
+                step: cycle as usize,
+                depth: 1,
+                lba,
+                what: format!("{what} (crash at event {step})"),
+                image,
+            })
         };
         // 1. The workload, recorded.
         let region = Arc::new(SimRegion::from_base(base.clone()));
         region.start_recording();
-        let oo = OpenOptions {
-            ordering: Some(job.ordering),
-            seeded_bug: job.bug,
-            ..Default::default()
-        };
-        let dev = NvramDisk::open(region.clone(), oo).map_err(|e| {
-            viol(
-                format!("open before the workload failed: {e}"),
-                None,
-                String::new(),
-                0,
-            )
-        })?;
+        let dev = target
+            .open(region.clone(), job.config, job.bug)
+            .map_err(|e| {
+                viol(
+                    format!("open before the workload failed: {e}"),
+                    None,
+                    String::new(),
+                    0,
+                )
+            })?;
         let mut exp = Expect::default();
         let n_ops = rng.gen_range(OPS_MIN..=OPS_MAX);
-        let bs = BLOCK_BYTES as usize;
+        let bs = shape.block_bytes as usize;
         // Work on a window of blocks so that operations overlap.
-        let window = rng.gen_range(0..BLOCKS - 64);
+        let window = rng.gen_range(0..shape.blocks - WINDOW_BLOCKS);
         let mut buf = vec![0u8; bs * 8];
         for _ in 0..n_ops {
             let kind = rng.gen_range(0..100);
@@ -138,7 +145,7 @@ pub fn run_chain(
                         .or_insert_with(|| known.get(&l).copied().flatten());
                     data.extend_from_slice(&block(l, version, bs));
                 }
-                dev.write_atomic(&lbas, &data).map_err(|e| {
+                target.write_atomic(&dev, &lbas, &data).map_err(|e| {
                     viol(
                         format!("atomic write failed: {e}"),
                         Some(lbas[0]),
@@ -148,7 +155,7 @@ pub fn run_chain(
                 })?;
                 exp.ops.push(OpRecord {
                     blocks: lbas.iter().map(|&l| (l, Some(version))).collect(),
-                    atomic: true,
+                    atomic: atomic(&rules, n as u64, false),
                     start,
                     ack: region.event_count(),
                 });
@@ -170,7 +177,7 @@ pub fn run_chain(
                 })?;
                 exp.ops.push(OpRecord {
                     blocks: (l..l + n).map(|x| (x, None)).collect(),
-                    atomic: n > 1,
+                    atomic: atomic(&rules, n, true),
                     start,
                     ack: region.event_count(),
                 });
@@ -226,8 +233,10 @@ pub fn run_chain(
         if job.model == FaultModel::M3 {
             // A media fault on top of the crash: nvstack must detect it, never return it.
             let faulty = space.image(&choice);
-            let what = media_fault(&faulty, &g, job.protocol, &exp, &cs, &mut rng);
-            match judge_media_fault(Arc::new(faulty), &exp, k, job) {
+            let pending: std::collections::BTreeSet<u64> = cs.pending_words().collect();
+            let what =
+                target.inject_media_fault(&faulty, &layout, &exp.touched(), &pending, &mut rng);
+            match judge_media_fault(target, Arc::new(faulty), &exp, k, job) {
                 Ok(outcome) => counters.media_fault(outcome),
                 Err(w) => {
                     return Err(viol(
@@ -242,9 +251,9 @@ pub fn run_chain(
         let img = Arc::new(space.image(&choice));
         // 3. Recovery and the oracle; then recovery again on the recovered image, which must
         // change nothing a reader sees (recovery is idempotent).
-        let first = recover_and_read(&img, &exp, k, job, &space, &choice, &viol)?;
+        let first = recover_and_read(target, &img, &exp, k, job, &space, &choice, &viol)?;
         let again = Arc::new(SimRegion::from_base(img.snapshot()));
-        let second = recover_and_read(&again, &exp, k, job, &space, &choice, &viol)?;
+        let second = recover_and_read(target, &again, &exp, k, job, &space, &choice, &viol)?;
         if first != second {
             return Err(viol(
                 "recovery is not idempotent: a second recovery reads differently".into(),
@@ -263,29 +272,33 @@ pub fn run_chain(
     Ok(())
 }
 
+/// Whether an operation on `blocks` blocks is all-or-nothing under the target's rules.
+fn atomic(rules: &OracleRules, blocks: u64, discard: bool) -> bool {
+    blocks > 1 && blocks <= rules.atomic_unit_blocks && (!discard || rules.atomic_discard)
+}
+
 /// Recover `img` in place (recovery's stores land in it) and judge every touched block.
-fn recover_and_read(
+#[allow(clippy::too_many_arguments)]
+fn recover_and_read<T: CrashTarget>(
+    target: &T,
     img: &Arc<SimRegion>,
     exp: &Expect,
     k: usize,
-    job: &RandomJob,
+    job: &RandomJob<T>,
     space: &ImageSpace,
     choice: &[u16],
-    viol: &dyn Fn(String, Option<u64>, String, usize) -> Violation,
-) -> Result<BTreeMap<u64, Option<u64>>, Violation> {
-    let oo = OpenOptions {
-        ordering: Some(job.ordering),
-        seeded_bug: job.bug.filter(|b| b.in_recovery()),
-        ..Default::default()
-    };
-    let dev = NvramDisk::open(img.clone(), oo).map_err(|e| {
-        viol(
-            format!("recovery refused the image: {e}"),
-            None,
-            space.describe(choice),
-            k,
-        )
-    })?;
+    viol: &dyn Fn(String, Option<u64>, String, usize) -> Box<Violation>,
+) -> Result<BTreeMap<u64, Option<u64>>, Box<Violation>> {
+    let dev = target
+        .recover(img.clone(), job.config, job.bug)
+        .map_err(|e| {
+            viol(
+                format!("recovery refused the image: {e}"),
+                None,
+                space.describe(choice),
+                k,
+            )
+        })?;
     let bs = dev.block_bytes() as usize;
     let mut buf = vec![0u8; bs];
     let mut got = BTreeMap::new();
@@ -306,79 +319,6 @@ fn recover_and_read(
     Ok(got)
 }
 
-/// Inject one media fault into durable metadata of `img`: a bit flip in a touched block's map
-/// entry, another entry's word written into one (a misdirected write), a bit flip in a
-/// superblock copy, or in a journal slot (idle or holding an update in flight). Words still
-/// pending at the crash are not targets (they are not yet on media). Returns a description.
-fn media_fault(
-    img: &SimRegion,
-    g: &Geometry,
-    protocol: Protocol,
-    exp: &Expect,
-    cs: &CrashState,
-    rng: &mut SmallRng,
-) -> String {
-    let pending: std::collections::BTreeSet<u64> = cs.pending_words().collect();
-    let touched = exp.touched();
-    for _ in 0..64 {
-        let bit = 1u64 << rng.gen_range(0..64);
-        let (word, value, what) = match rng.gen_range(0..4) {
-            0 if !touched.is_empty() => {
-                let l = touched[rng.gen_range(0..touched.len())];
-                let w = g.map_entry_off(l) / 8;
-                (
-                    w,
-                    img.peek(w) ^ bit,
-                    format!("bit flip in the map entry of LBA {l}"),
-                )
-            }
-            1 if touched.len() > 1 => {
-                let a = touched[rng.gen_range(0..touched.len())];
-                let b = touched[rng.gen_range(0..touched.len())];
-                if a == b {
-                    continue;
-                }
-                let w = g.map_entry_off(a) / 8;
-                (
-                    w,
-                    img.peek(g.map_entry_off(b) / 8),
-                    format!("misdirected write: LBA {b}'s map entry written into LBA {a}'s"),
-                )
-            }
-            2 => {
-                let copy = rng.gen_range(0..2u64);
-                let w = copy * (g.sb2_off / 8) + rng.gen_range(0..16);
-                (
-                    w,
-                    img.peek(w) ^ bit,
-                    format!("bit flip in superblock copy {} word {}", copy + 1, w % 512),
-                )
-            }
-            _ => {
-                // Any of the slot's first 40 words: the fast record's first copy (header and
-                // entries), the paper replicas, commit word and intent body; busy or idle.
-                let lane = rng.gen_range(0..g.lanes);
-                let w = g.slot_off(lane) / 8 + rng.gen_range(0..40u64);
-                let _ = protocol;
-                (
-                    w,
-                    img.peek(w) ^ bit,
-                    format!(
-                        "bit flip in the journal slot of lane {lane}, word {}",
-                        w - g.slot_off(lane) / 8
-                    ),
-                )
-            }
-        };
-        if pending.contains(&word) || img.peek(word) == value {
-            continue;
-        }
-        img.poke(word, value);
-        return what;
-    }
-    "none (no durable target)".into()
-}
-
 /// How a media fault came out.
 #[derive(Clone, Copy, Debug)]
 pub enum MediaOutcome {
@@ -393,20 +333,19 @@ pub enum MediaOutcome {
 
 /// Recover an image carrying a media fault: the damage must be reported, or have no effect
 /// on what reads return. Err names data returned in its place.
-fn judge_media_fault(
+fn judge_media_fault<T: CrashTarget>(
+    target: &T,
     img: Arc<SimRegion>,
     exp: &Expect,
     k: usize,
-    job: &RandomJob,
+    job: &RandomJob<T>,
 ) -> Result<MediaOutcome, String> {
-    let oo = OpenOptions {
-        ordering: Some(job.ordering),
-        ..Default::default()
-    };
-    let dev = match NvramDisk::open(img, oo) {
+    // No seeded bug here: the fault, not a deliberate mistake, is what is judged.
+    let dev = match target.open(img, job.config, None) {
         Ok(d) => d,
-        Err(nvstack_core::error::Error::Finding(_))
-        | Err(nvstack_core::error::Error::BadInput(_)) => return Ok(MediaOutcome::DetectedAtOpen),
+        Err(Error::Finding(_)) | Err(Error::BadInput(_)) => {
+            return Ok(MediaOutcome::DetectedAtOpen)
+        }
         Err(e) => return Err(format!("recovery failed without naming damage: {e}")),
     };
     let bs = dev.block_bytes() as usize;
@@ -415,7 +354,7 @@ fn judge_media_fault(
     let mut detected = false;
     for l in exp.touched() {
         match dev.read(l, &mut buf) {
-            Err(nvstack_core::error::Error::Finding(_)) => detected = true,
+            Err(Error::Finding(_)) => detected = true,
             Err(e) => return Err(format!("read of LBA {l} failed without naming damage: {e}")),
             Ok(()) => {
                 let v = decode_block(l, &buf).map_err(|w| format!("LBA {l} {w}"))?;

@@ -1,14 +1,16 @@
 //! Workloads the exhaustive tier crashes: each runs once on a recording simulated region,
 //! and the checker then crashes it at every event it logged.
 
-use super::oracle::{block, Expect, OpRecord};
+use super::NvramTrace;
+use crate::oracle::{block, Expect, OpRecord};
+use crate::target::Recorded;
 use nvstack_core::error::Result;
 use nvstack_nvramdisk::bugs::SeededBug;
 use nvstack_nvramdisk::{
     format_region, Action, Event, FormatOptions, Geometry, NvramDisk, OpenOptions, Phase, Protocol,
     Step,
 };
-use nvstack_pmem::crash::{SimEvent, SimRegion};
+use nvstack_pmem::crash::SimRegion;
 use nvstack_pmem::ordering::OrderingPolicy;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -42,22 +44,8 @@ pub const SCENARIOS: [(Kind, &str); 9] = [
     (Kind::RecordReuse, "record-reuse"),
 ];
 
-/// A workload run once on a recording region.
-pub struct Recorded {
-    /// The durable image when recording began (right after format: nothing pending).
-    pub base: Arc<Vec<u64>>,
-    pub events: Vec<SimEvent>,
-    /// The first event of the workload proper (crash points run from here to the end).
-    pub start: usize,
-    pub expect: Expect,
-    /// (event index, step, phase) at every protocol event, for naming states.
-    pub marks: Vec<(usize, Step, Phase)>,
-    pub geometry: Geometry,
-    /// Single-block writes whose paper states are classified: (lba, old entry, new entry,
-    /// VPN word before, start, ack).
-    pub probes: Vec<Probe>,
-}
-
+/// A single-block write whose paper states are classified (Table 2): its block, its map
+/// entry before and after, the lane's VPN, L1 and L2 words before, and its event span.
 #[derive(Clone, Copy, Debug)]
 pub struct Probe {
     pub lba: u64,
@@ -179,7 +167,7 @@ pub fn record(
     protocol: Protocol,
     ordering: OrderingPolicy,
     bug: Option<SeededBug>,
-) -> Result<Recorded> {
+) -> Result<Recorded<NvramTrace>> {
     let len = Geometry::region_bytes_for(BLOCKS, BLOCK_BYTES, LANES)?;
     let region = Arc::new(SimRegion::zeroed(len));
     let fo = FormatOptions {
@@ -312,9 +300,11 @@ pub fn record(
         events,
         start,
         expect,
-        marks,
-        geometry: g,
-        probes,
+        trace: NvramTrace {
+            marks,
+            geometry: g,
+            probes,
+        },
     })
 }
 

@@ -1,0 +1,164 @@
+//! What the checker needs from the layer it checks: [`CrashTarget`]. The tiers, fault models,
+//! counters and reports are the checker's; formatting a region, opening it (recovery runs), the
+//! workloads, the seeded bugs and the rules a block obeys after a crash are the layer's.
+//!
+//! nvramdisk fills it in ([`nvramdisk::NvramTarget`]); a new layer (the coming nvcache UBJ
+//! buffer cache) is crash-checked by implementing it too: it names its own scenarios, the
+//! states they pass through, the media faults it must detect, its seeded bugs, and its oracle
+//! rules. The device crates never depend on the checker: the implementations live here.
+
+pub mod nvramdisk;
+
+use crate::oracle::Expect;
+use nvstack_core::blockdev::BlockDevice;
+use nvstack_core::error::Result;
+use nvstack_pmem::crash::{FaultModel, SimEvent, SimRegion};
+use rand::rngs::SmallRng;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// The size of a simulated region a tier formats: small, so that each crash point is cheap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub blocks: u64,
+    pub block_bytes: u32,
+    /// Concurrent writers the layer provides for (nvramdisk: journal lanes).
+    pub lanes: u32,
+}
+
+/// How the oracle judges a block after a crash. The checker's oracle (`oracle::Expect::judge`)
+/// states the rules; a layer says which apply to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OracleRules {
+    /// Durable once the operation returned (nvramdisk), as opposed to durable only after the
+    /// next flush: an acknowledged write must survive every later crash.
+    pub durable_on_return: bool,
+    /// Largest number of blocks one write covers all-or-nothing (64 for nvramdisk; 1 for a
+    /// layer without atomic multi-block writes). An operation in flight over at most this many
+    /// blocks reads all old or all new after a crash, together.
+    pub atomic_unit_blocks: u64,
+    /// A discard of several blocks is atomic too.
+    pub atomic_discard: bool,
+}
+
+/// The report's names of one configuration: the `protocol` and `ordering` columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Labels {
+    pub protocol: &'static str,
+    pub ordering: &'static str,
+}
+
+/// One seeded bug of the catalogue: a deliberate mistake the checker must catch.
+/// Serialized as `nvstack crashtest --seeded-bug list --json` prints it.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct BugSpec<B> {
+    pub bug: B,
+    pub name: &'static str,
+    pub what: &'static str,
+    /// The configuration under which the mistake can do harm (its labels).
+    pub protocol: &'static str,
+    pub ordering: &'static str,
+    /// The weakest fault model expected to expose it (M0 < M1 < M2).
+    pub weakest: FaultModel,
+    /// Only a crash inside recovery (depth 2) exposes it.
+    pub needs_depth2: bool,
+}
+
+/// A scenario run once on a recording region: what the exhaustive tier crashes.
+pub struct Recorded<Tr> {
+    /// The durable image when recording began (nothing pending).
+    pub base: Arc<Vec<u64>>,
+    pub events: Vec<SimEvent>,
+    /// The first event of the workload proper (crash points run from here to the end).
+    pub start: usize,
+    /// What each touched block may read at each crash point.
+    pub expect: Expect,
+    /// What the layer keeps to name the states crash points fall in.
+    pub trace: Tr,
+}
+
+/// The contract a layer fills in to be crash-checked. The checker calls every method from
+/// several threads at once, and calls `recover` in its hot loop (once per image): the tiers
+/// are generic over the target, so nothing here goes through a `dyn`.
+pub trait CrashTarget: Sync {
+    /// One configuration: a row of the report (nvramdisk: protocol and ordering policy).
+    type Config: Copy + Send + Sync;
+    /// A seeded bug (see [`CrashTarget::bugs`]).
+    type Bug: Copy + PartialEq + Send + Sync;
+    /// The layer open on a simulated region.
+    type Device: BlockDevice;
+    /// What `format` learns of the layout (nvramdisk: its geometry), for `inject_media_fault`.
+    type Layout: Send + Sync;
+    /// What `record` keeps to name states (nvramdisk: protocol step events and probes).
+    type Trace: Send + Sync;
+
+    /// The report's names of `config`.
+    fn labels(&self, config: Self::Config) -> Labels;
+    /// The rules the oracle applies to this layer's blocks.
+    fn rules(&self) -> OracleRules;
+
+    /// Format a fresh simulated region of `shape` under `config`.
+    fn format(&self, config: Self::Config, shape: Shape) -> Result<(SimRegion, Self::Layout)>;
+    /// Open `region` under `config`, recovery included, with `bug` switched on in the
+    /// workload and in recovery.
+    fn open(
+        &self,
+        region: Arc<SimRegion>,
+        config: Self::Config,
+        bug: Option<Self::Bug>,
+    ) -> Result<Self::Device>;
+    /// Open a crash image: recovery runs, with `bug` only if it is a recovery bug
+    /// (`bug_in_recovery`). Err: recovery refused the image.
+    fn recover(
+        &self,
+        region: Arc<SimRegion>,
+        config: Self::Config,
+        bug: Option<Self::Bug>,
+    ) -> Result<Self::Device>;
+    /// Recovery of `device` wrote something (a redo or undo): the checker then also crashes
+    /// inside that recovery (depth 2).
+    fn recovery_did_work(&self, device: &Self::Device) -> bool;
+    /// Write `data` to `lbas` as one atomic operation (at most `rules().atomic_unit_blocks`).
+    fn write_atomic(&self, device: &Self::Device, lbas: &[u64], data: &[u8]) -> Result<()>;
+
+    /// The exhaustive tier's workloads, by name (`--scenario`), in the order they run.
+    fn scenarios(&self) -> &'static [&'static str];
+    /// The region shape of the randomized tier.
+    fn random_shape(&self) -> Shape;
+    /// Run scenario `index` of `scenarios()` once on a recording region, from right after
+    /// format, with its setup's results as the oracle's initial values.
+    fn record(
+        &self,
+        index: usize,
+        config: Self::Config,
+        bug: Option<Self::Bug>,
+    ) -> Result<Recorded<Self::Trace>>;
+    /// Name the protocol state `image` is in at crash point `crash` (collected in the
+    /// report's `states_covered`), if the layer names one there.
+    fn state_of(
+        &self,
+        rec: &Recorded<Self::Trace>,
+        config: Self::Config,
+        crash: usize,
+        image: &SimRegion,
+    ) -> Option<String>;
+    /// A key for the step the crash interrupted, where `state_of` names none: the checker
+    /// crashes inside recovery once per state or step of a scenario.
+    fn step_at(&self, rec: &Recorded<Self::Trace>, crash: usize) -> String;
+    /// Damage one durable metadata word of `image` (never a word in `pending`, not yet on
+    /// media) related to the `touched` blocks, as a media fault; returns what was done.
+    fn inject_media_fault(
+        &self,
+        image: &SimRegion,
+        layout: &Self::Layout,
+        touched: &[u64],
+        pending: &BTreeSet<u64>,
+        rng: &mut SmallRng,
+    ) -> String;
+
+    /// The seeded bugs' catalogue.
+    fn bugs(&self) -> &[BugSpec<Self::Bug>];
+    /// The bug is in recovery: it acts in every recovery the checker runs, not only in the
+    /// workload.
+    fn bug_in_recovery(&self, bug: Self::Bug) -> bool;
+}
