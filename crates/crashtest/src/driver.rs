@@ -200,7 +200,7 @@ fn setup(target: &NvramTarget, plan: &Plan) -> Result<Setup<NvramTarget>> {
     })
 }
 
-/// One row of the report: a (configuration, model, tier).
+/// One row of the report: a (configuration, model, tier). Fields as in docs/crashtest.md 9.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Row {
     pub protocol: &'static str,
@@ -213,7 +213,8 @@ pub struct Row {
     pub violations: u64,
 }
 
-/// How the hunt for a seeded bug went.
+/// How the hunt for a seeded bug went: `caught_under` and the `*_to_first` counts are
+/// None when it was not caught. Fields as in docs/crashtest.md 9.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct BugResult {
     pub name: &'static str,
@@ -579,8 +580,11 @@ fn merge(total: &Counters, c: &Counters) {
 /// with `seed` in place of the plan's.
 #[derive(Clone, Debug)]
 pub struct ReplayPlan {
+    /// Configurations, fault model and seeded bug; its seed is not used.
     pub plan: Plan,
+    /// The seed the cycle ran under.
     pub seed: u64,
+    /// The cycle (`step` of a randomized-tier violation).
     pub cycle: u64,
 }
 
@@ -597,8 +601,11 @@ pub struct ReplayLine {
 /// What a replay found, per configuration.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Replay {
+    /// As replayed.
     pub seed: u64,
+    /// As replayed.
     pub cycle: u64,
+    /// One per configuration, in the plan's order.
     pub lines: Vec<ReplayLine>,
 }
 

@@ -25,11 +25,16 @@ pub const DEPTH2_SAMPLES: usize = 8;
 pub struct Job<T: CrashTarget> {
     /// The scenario's index in `CrashTarget::scenarios`.
     pub scenario: usize,
+    /// The scenario's name, for reports.
     pub name: &'static str,
     pub config: T::Config,
+    /// The fault model images are drawn from.
     pub model: FaultModel,
+    /// A seeded bug switched on in the workload (and in recovery, if a recovery bug).
     pub bug: Option<T::Bug>,
+    /// The run's seed, mixed with each crash point's index.
     pub seed: u64,
+    /// Also crash inside recovery.
     pub depth2: bool,
     /// Stop at the first violation (seeded-bug hunts).
     pub first_only: bool,

@@ -3,6 +3,10 @@
 //! tier) or at random points of random workloads (randomized tier), builds the post-crash
 //! images a fault model allows, runs the real recovery on each, and judges every touched block
 //! with a generic oracle. docs/crashtest.md describes the models, tiers and reports.
+//!
+//! The entry points are [`run`] (a [`Plan`] in, a [`Report`] out, progress through
+//! `nvstack_core::Progress`) and [`replay`]. The checker drives a [`CrashTarget`], the layer
+//! under test; [`NvramTarget`] is nvramdisk's.
 
 pub mod driver;
 pub mod exhaustive;

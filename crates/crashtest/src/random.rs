@@ -25,8 +25,11 @@ pub const OPS_MAX: usize = 16;
 /// The randomized tier for one configuration of a target under one fault model.
 pub struct RandomJob<T: CrashTarget> {
     pub config: T::Config,
+    /// The fault model each cycle's crash image is drawn from.
     pub model: FaultModel,
+    /// A seeded bug switched on in every open (recovery bugs also in recovery).
     pub bug: Option<T::Bug>,
+    /// The run's seed: cycle c's workload and crash derive from it and c alone.
     pub seed: u64,
 }
 

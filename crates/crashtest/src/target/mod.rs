@@ -20,31 +20,35 @@ use std::sync::Arc;
 /// The size of a simulated region a tier formats: small, so that each crash point is cheap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
+    /// Blocks the device exports.
     pub blocks: u64,
+    /// Bytes per block.
     pub block_bytes: u32,
     /// Concurrent writers the layer provides for (nvramdisk: journal lanes).
     pub lanes: u32,
 }
 
-/// How the oracle judges a block after a crash. The checker's oracle (`oracle::Expect::judge`)
-/// states the rules; a layer says which apply to it.
+/// What the oracle may expect of a layer's multi-block operations after a crash. The rest of
+/// the oracle's rules (`oracle::Expect::judge`) hold for every target: a block reads zeros or a
+/// version some operation wrote to it, never torn or another block's; and an operation is
+/// durable once it returned (a layer that is durable only after a flush, as the coming UBJ
+/// cache, needs the oracle to learn flushes first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OracleRules {
-    /// Durable once the operation returned (nvramdisk), as opposed to durable only after the
-    /// next flush: an acknowledged write must survive every later crash.
-    pub durable_on_return: bool,
     /// Largest number of blocks one write covers all-or-nothing (64 for nvramdisk; 1 for a
-    /// layer without atomic multi-block writes). An operation in flight over at most this many
+    /// layer without atomic multi-block writes). An operation in flight over 2 to this many
     /// blocks reads all old or all new after a crash, together.
     pub atomic_unit_blocks: u64,
-    /// A discard of several blocks is atomic too.
+    /// A discard of several blocks (within the atomic unit) is all-or-nothing too.
     pub atomic_discard: bool,
 }
 
 /// The report's names of one configuration: the `protocol` and `ordering` columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Labels {
+    /// The `protocol` column (nvramdisk: fast or paper).
     pub protocol: &'static str,
+    /// The `ordering` column (nvramdisk: the ordering policy's name).
     pub ordering: &'static str,
 }
 
@@ -52,8 +56,11 @@ pub struct Labels {
 /// Serialized as `nvstack crashtest --seeded-bug list --json` prints it.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct BugSpec<B> {
+    /// The switch the target's `open` takes.
     pub bug: B,
+    /// Its name (`--seeded-bug NAME`).
     pub name: &'static str,
+    /// The mistake, in a sentence.
     pub what: &'static str,
     /// The configuration under which the mistake can do harm (its labels).
     pub protocol: &'static str,
@@ -68,6 +75,7 @@ pub struct BugSpec<B> {
 pub struct Recorded<Tr> {
     /// The durable image when recording began (nothing pending).
     pub base: Arc<Vec<u64>>,
+    /// Every store, flush and fence from then on, in order: crash point k follows event k.
     pub events: Vec<SimEvent>,
     /// The first event of the workload proper (crash points run from here to the end).
     pub start: usize,

@@ -24,7 +24,9 @@ use std::sync::Arc;
 /// One configuration of nvramdisk: a row of the report.
 #[derive(Clone, Copy, Debug)]
 pub struct NvramConfig {
+    /// The journaling protocol the region is formatted with.
     pub protocol: Protocol,
+    /// The ordering policy every open uses.
     pub ordering: OrderingPolicy,
 }
 
@@ -32,6 +34,7 @@ pub struct NvramConfig {
 pub struct NvramTrace {
     /// (event index, step, phase) at every protocol event.
     pub marks: Vec<(usize, Step, Phase)>,
+    /// The region's layout, to find a lane's slot and a block's map entry.
     pub geometry: Geometry,
     /// The single-block writes whose paper states are classified.
     pub probes: Vec<Probe>,
@@ -111,7 +114,6 @@ impl CrashTarget for NvramTarget {
 
     fn rules(&self) -> OracleRules {
         OracleRules {
-            durable_on_return: true,
             atomic_unit_blocks: ATOMIC_BLOCKS_MAX as u64,
             atomic_discard: true,
         }
