@@ -373,3 +373,26 @@ fn judge_media_fault<T: CrashTarget>(
         MediaOutcome::NoEffect
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomicity_follows_the_targets_rules() {
+        let nvram = OracleRules {
+            atomic_unit_blocks: 64,
+            atomic_discard: true,
+        };
+        assert!(!atomic(&nvram, 1, false), "one block: nothing to tear");
+        assert!(atomic(&nvram, 8, false));
+        assert!(atomic(&nvram, 3, true));
+        assert!(!atomic(&nvram, 65, false), "past the unit");
+        let plain = OracleRules {
+            atomic_unit_blocks: 1,
+            atomic_discard: false,
+        };
+        assert!(!atomic(&plain, 2, false));
+        assert!(!atomic(&plain, 2, true));
+    }
+}
