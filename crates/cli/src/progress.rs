@@ -6,8 +6,6 @@ use nvstack_core::Progress;
 use std::sync::Mutex;
 
 /// How a bar looks: each command keeps the layout it has always shown.
-// Crashtest and Sim are drawn once those drivers report through `Progress` (in progress).
-#[allow(dead_code)]
 #[derive(Clone, Copy, Debug)]
 pub enum Look {
     /// `nvstack crashtest`: elapsed time first, the running job last.
