@@ -68,7 +68,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub force: bool,
     /// Testing only: run on the simulated region and cut power DELAY_MS after the daemon
-    /// receives SIGUSR1, MODEL:SEED:DELAY_MS (see src/export/powercut.rs).
+    /// receives SIGUSR1, MODEL:SEED:DELAY_MS (see crates/export/src/powercut.rs).
     #[arg(long, hide = true)]
     pub power_cut: Option<String>,
     /// Internal: the daemon half of a daemonised serve (report readiness on stdout).

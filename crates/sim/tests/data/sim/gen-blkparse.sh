@@ -11,7 +11,7 @@
 # notes are not in ftrace), and the sequence numbers are counts per device and CPU that the
 # script sets.
 #
-# Usage: tests/data/sim/gen-blkparse.sh OUT   (the test's exact counts are for the committed file)
+# Usage: crates/sim/tests/data/sim/gen-blkparse.sh OUT   (the test's exact counts are for the committed file)
 set -euo pipefail
 OUT=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
