@@ -233,8 +233,8 @@ fn create_file(path: &Path, len: u64) -> Result<File> {
         .map_err(|e| Error::env(format!("{}: cannot create: {e}", path.display())))?;
     nvstack_pmem::mmap::allocate_file(&f, path, len).map_err(|e| {
         Error::env(format!(
-            "{}: cannot allocate {} MiB ({e}): pass a directory with more room (--dir) or a \
-             smaller --size",
+            "{}: cannot allocate {} MiB ({e}): choose a directory with more room (dir) or a \
+             smaller span (size_bytes)",
             path.display(),
             len >> 20
         ))

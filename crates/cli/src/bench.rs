@@ -4,7 +4,7 @@ use crate::print_json;
 use crate::progress::{Bars, Look};
 use clap::Args;
 use nvstack_bench::{self as bench, BenchOptions, Suite};
-use nvstack_core::error::Result;
+use nvstack_core::error::{Error, Result};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -77,7 +77,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         latency_multiple: a.latency,
         repeat: a.repeat,
     };
-    let r = bench::run(&o, &Bars::new(Look::Bench, true))?;
+    let r = bench::run(&o, &Bars::new(Look::Bench, true)).map_err(bench_flags)?;
     if let Some(dir) = &a.plot {
         let files = bench::write_plots(&r, dir)?;
         for f in files {
@@ -90,4 +90,17 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         bench::print_table(&r);
     }
     Ok(0)
+}
+
+/// The bench library names its options' fields; on the command line they are flags.
+fn bench_flags(e: Error) -> Error {
+    let flags = |m: String| {
+        m.replace("(dir)", "(--dir)")
+            .replace("smaller span (size_bytes)", "smaller --size")
+    };
+    match e {
+        Error::BadInput(m) => Error::BadInput(flags(m)),
+        Error::Environment(m) => Error::Environment(flags(m)),
+        other => other,
+    }
 }

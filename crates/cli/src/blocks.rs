@@ -29,6 +29,13 @@ pub fn format(
         },
         ordering: policy_by_name(ordering)?,
     };
+    // The library names its parameter; the user's word for it is the flag.
+    if path.exists() && !force {
+        return Err(Error::bad(format!(
+            "{}: file exists; pass --force to overwrite it",
+            path.display()
+        )));
+    }
     let sb = image::format_image(path, size, &fo, force)?;
     let g = sb.geometry;
     say!(

@@ -78,8 +78,14 @@ pub fn run(image: Option<PathBuf>, size: u64, json: bool) -> Result<i32> {
             protocol,
             ..Default::default()
         };
-        // The first format refuses an existing file (never overwrite without --force); the
-        // second reuses the file this run created.
+        // The first format refuses an existing file (the demo has no --force: it never
+        // overwrites what it did not make); the second reuses the file this run created.
+        if i == 0 && path.exists() {
+            return Err(Error::bad(format!(
+                "{}: file exists; the demo formats a new image: give --image a path that does not exist",
+                path.display()
+            )));
+        }
         format_image(&path, size, &fo, i > 0)?;
         if !json {
             eprintln!(

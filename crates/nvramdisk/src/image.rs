@@ -49,7 +49,7 @@ pub fn format_image(path: &Path, size: u64, fo: &FormatOptions, force: bool) -> 
     let _old = if path.exists() {
         if !force {
             return Err(Error::bad(format!(
-                "{}: file exists; pass --force to overwrite it",
+                "{}: file exists, and force is off: an image is replaced only when asked",
                 path.display()
             )));
         }

@@ -414,7 +414,7 @@ fn fio_v2_needs_interarrival() {
     let p = data("fio-v2.iolog");
     let e = message(requests(&p, TraceFormat::Fio, &opts()).unwrap_err());
     assert!(
-        e.contains("fio-v2.iolog:1:") && e.contains("--interarrival"),
+        e.contains("fio-v2.iolog:1:") && e.contains("interarrival_ns"),
         "{e}"
     );
     // Even when skipping bad lines: without times there is nothing to simulate.

@@ -100,6 +100,45 @@ enum SimCmd {
 }
 
 pub fn run(a: SimArgs) -> Result<i32> {
+    // Every command but the sweep reads its trace through TraceArgs, which has
+    // --interarrival: a reader's words for that setting become the flag.
+    let takes_interarrival = !matches!(a.cmd, SimCmd::Sweep(_));
+    let result = dispatch(a);
+    if takes_interarrival {
+        result.map_err(reader_flags)
+    } else {
+        result.map_err(sweep_reader_flags)
+    }
+}
+
+/// The sweep has no --interarrival: a fio v2 trace (no times) cannot be swept as it is.
+fn sweep_reader_flags(e: Error) -> Error {
+    match e {
+        Error::BadInput(m) => Error::BadInput(m.replace(
+            "it needs interarrival_ns (the time between requests)",
+            "sim sweep takes no --interarrival: record a version 3 iolog, or run the analyses \
+             one at a time with --interarrival",
+        )),
+        other => other,
+    }
+}
+
+/// The trace readers name the reader setting `interarrival_ns` (the fio v2 reader needs it);
+/// on the command line it is `--interarrival MICROSECONDS`.
+fn reader_flags(e: Error) -> Error {
+    match e {
+        Error::BadInput(m) => Error::BadInput(
+            m.replace(
+                "it needs interarrival_ns",
+                "pass --interarrival MICROSECONDS",
+            )
+            .replace("needs interarrival_ns", "needs --interarrival"),
+        ),
+        other => other,
+    }
+}
+
+fn dispatch(a: SimArgs) -> Result<i32> {
     match a.cmd {
         SimCmd::Cache(a) => cache(a),
         SimCmd::Blocks(a) => crate::sim::blocks::run(a),

@@ -65,7 +65,7 @@ impl Parser {
         if line == HEADER_V2 {
             if self.interarrival_ns.is_none() {
                 return Err(LineError::Fatal(
-                    "a fio iolog of version 2 has no times: pass --interarrival MICROSECONDS (the time between requests)"
+                    "a fio iolog of version 2 has no times: it needs interarrival_ns (the time between requests)"
                         .to_string(),
                 ));
             }
@@ -176,7 +176,7 @@ impl Format for Parser {
             // The header refuses version 2 without one; kept an error, never a panic.
             (None, None) => {
                 return Err(LineError::Fatal(
-                    "no time for a request: a version 2 iolog needs --interarrival".to_string(),
+                    "no time for a request: a version 2 iolog needs interarrival_ns".to_string(),
                 ))
             }
         };
@@ -293,7 +293,9 @@ mod tests {
     fn version_2_needs_an_interarrival_time() {
         let text = "fio version 2 iolog\n/a add\n/a open\n/a write 0 4096\n/a sync 0 0\n\
                     /a wait 500 0\n/a read 4096 4096\n/a close\n";
-        assert!(run(&mut v3(), text).unwrap_err().contains("--interarrival"));
+        assert!(run(&mut v3(), text)
+            .unwrap_err()
+            .contains("interarrival_ns"));
         let opts = ReaderOptions {
             skip_bad_lines: false,
             interarrival_ns: Some(1000),
