@@ -176,12 +176,7 @@ fn print_table(r: &BlocksReport) -> Result<()> {
                 .map_or_else(|| "-".to_string(), |t| format!("{t} ns (time 0)")),
         ),
     ];
-    let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    let mut out = String::new();
-    for (k, v) in rows {
-        out.push_str(&format!("{k:<w$}  {v}\n"));
-    }
-    crate::output::out(out.as_bytes())
+    crate::output::key_values(&rows)
 }
 
 #[cfg(test)]

@@ -365,12 +365,7 @@ fn print_cache_table(a: &CacheArgs, run: &CacheRun) -> Result<()> {
         ("moves NVRAM -> volatile", s.moves_to_volatile.to_string()),
         ("memory-bus blocks", s.bus_blocks.to_string()),
     ];
-    let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    let mut out = String::new();
-    for (k, v) in rows {
-        out.push_str(&format!("{k:<w$}  {v}\n"));
-    }
-    crate::output::out(out.as_bytes())
+    crate::output::key_values(&rows)
 }
 
 #[cfg(test)]

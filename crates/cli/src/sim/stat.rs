@@ -65,10 +65,5 @@ fn print_table(s: &TraceStat) -> Result<()> {
         ("span", span),
         ("skipped lines", s.skipped_lines.to_string()),
     ];
-    let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    let mut out = String::new();
-    for (k, v) in rows {
-        out.push_str(&format!("{k:<w$}  {v}\n"));
-    }
-    crate::output::out(out.as_bytes())
+    crate::output::key_values(&rows)
 }
