@@ -13,8 +13,7 @@ fn bin() -> String {
 }
 
 fn tpcc() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/traces/tpcc-small.trace")
+    nvstack_test_support::shared_trace("tpcc-small.trace")
         .to_string_lossy()
         .into_owned()
 }

@@ -4,17 +4,15 @@
 //! and that every bad argument exits 2 with a message naming its flag.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-
-const TPCC: &str = "../../../shared/traces/tpcc-small.trace";
 
 fn bin() -> String {
     std::env::var("NVSTACK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvstack").to_string())
 }
 
 fn tpcc() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(TPCC)
+    nvstack_test_support::shared_trace("tpcc-small.trace")
 }
 
 struct Out {

@@ -52,17 +52,7 @@ fn libcachesim_python() -> PathBuf {
     p
 }
 
-fn shared_trace(name: &str) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/traces")
-        .join(name);
-    assert!(
-        p.is_file(),
-        "{}: missing (the shared traces sit beside the checkout: ../shared/traces)",
-        p.display()
-    );
-    p
-}
+use nvstack_test_support::shared_trace;
 
 /// Run a command; it must succeed; its stdout as JSON.
 fn run_json(cmd: &mut Command) -> Value {
