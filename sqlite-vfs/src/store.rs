@@ -1353,9 +1353,9 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nvstack_nvramdisk::disk::{format_region, FormatOptions, NvramDisk, OpenOptions};
     use nvstack_nvramdisk::hooks::{Action, Event};
     use nvstack_nvramdisk::ATOMIC_BLOCKS_MAX;
+    use nvstack_nvramdisk::{format_region, FormatOptions, NvramDisk, OpenOptions};
     use nvstack_pmem::{MmapRegion, Region};
     use nvstack_test_support::device::TestDevice;
     use std::collections::HashMap;

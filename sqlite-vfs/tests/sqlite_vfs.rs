@@ -683,7 +683,7 @@ fn bad_parameters_and_regions_get_clear_errors() {
         "{e}"
     );
     let other = s.shm_dir.path().join("other.img");
-    let fo = nvstack_nvramdisk::disk::FormatOptions::default();
+    let fo = nvstack_nvramdisk::FormatOptions::default();
     nvstack_nvramdisk::image::format_image(&other, 16 << 20, &fo, false).expect("format");
     {
         use nvstack_core::blockdev::BlockDevice;

@@ -11,8 +11,8 @@
 
 use super::serve::{check_mountpoint, is_mount_point, Backend};
 use nvstack_core::error::{Error, Result};
-use nvstack_nvramdisk::disk::FormatOptions;
 use nvstack_nvramdisk::image::{format_image, peek};
+use nvstack_nvramdisk::FormatOptions;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -307,8 +307,8 @@ impl BlockFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nvstack_nvramdisk::disk::{FormatOptions, NvramDisk, OpenOptions};
     use nvstack_nvramdisk::ATOMIC_BLOCKS_MAX;
+    use nvstack_nvramdisk::{FormatOptions, NvramDisk, OpenOptions};
     use nvstack_pmem::MmapRegion;
     use nvstack_test_support::device::TestDevice;
     use proptest::prelude::*;
@@ -321,7 +321,7 @@ mod tests {
             lanes: 2,
             ..Default::default()
         };
-        nvstack_nvramdisk::disk::format_region(&*r, &fo).unwrap();
+        nvstack_nvramdisk::format_region(&*r, &fo).unwrap();
         let d = NvramDisk::open(r, OpenOptions::default()).unwrap();
         BlockFile::new(Arc::new(d))
     }

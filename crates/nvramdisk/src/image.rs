@@ -4,8 +4,9 @@
 //! file that failed validation. Every open takes a lock on the file: exclusive for writers,
 //! shared for readers.
 
-use super::disk::{format_region, validate_superblocks, FormatOptions, NvramDisk, OpenOptions};
-use super::layout::{Superblock, SB_PAGE_BYTES, SB_USED_BYTES};
+use super::disk::{NvramDisk, OpenOptions};
+use super::format::{format_region, FormatOptions, SuperblockCopies};
+use super::layout::{Superblock, SB_PAGE_BYTES};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::mmap::allocate_file;
 use nvstack_pmem::{Access, MmapRegion};
@@ -16,7 +17,7 @@ use std::sync::Arc;
 
 pub type Disk = NvramDisk<MmapRegion>;
 
-fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
+pub(crate) fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
     let r = if exclusive {
         file.try_lock()
     } else {
@@ -97,8 +98,10 @@ pub fn format_image(path: &Path, size: u64, fo: &FormatOptions, force: bool) -> 
     Ok(sb)
 }
 
-/// Read and validate both superblock copies of an open file, with plain reads.
-fn validate_file(file: &File, path: &Path) -> Result<(Superblock, u64)> {
+/// The length of an open image file, refused when too short to hold both superblock copies.
+/// (A length that is not a multiple of 4096 is left to the superblock, which names it:
+/// "truncated", or "file has N bytes".)
+pub(crate) fn image_len(file: &File, path: &Path) -> Result<u64> {
     let len = file
         .metadata()
         .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
@@ -115,29 +118,19 @@ fn validate_file(file: &File, path: &Path) -> Result<(Superblock, u64)> {
             path.display()
         )));
     }
-    let (c1, c2) = read_copies(file, path, len)?;
-    let sb = validate_superblocks(&c1, &c2, len)
+    Ok(len)
+}
+
+/// Read both superblock copies of an open file with plain reads, and insist they agree.
+fn validate_file(file: &File, path: &Path) -> Result<(Superblock, u64)> {
+    let len = image_len(file, path)?;
+    let sb = SuperblockCopies::read_file(file, path, len)?
+        .agreed()
         .map_err(|e| Error::bad(format!("{}: {e}", path.display())))?;
     Ok((sb, len))
 }
 
-fn read_copies(file: &File, path: &Path, len: u64) -> Result<(Vec<u8>, Vec<u8>)> {
-    let mut c1 = vec![0u8; SB_USED_BYTES];
-    let mut c2 = vec![0u8; SB_USED_BYTES];
-    let rd = |buf: &mut [u8], off: u64| {
-        file.read_exact_at(buf, off).map_err(|e| {
-            Error::bad(format!(
-                "{}: cannot read superblock at {off}: {e}",
-                path.display()
-            ))
-        })
-    };
-    rd(&mut c1, 0)?;
-    rd(&mut c2, len - SB_PAGE_BYTES)?;
-    Ok((c1, c2))
-}
-
-fn open_file(path: &Path, write: bool) -> Result<File> {
+pub(crate) fn open_file(path: &Path, write: bool) -> Result<File> {
     FsOpen::new()
         .read(true)
         .write(write)
@@ -185,26 +178,19 @@ pub fn open_image_readonly(path: &Path, oo: OpenOptions) -> Result<Disk> {
 pub fn repair_superblock(path: &Path) -> Result<Option<String>> {
     let file = open_file(path, true)?;
     lock(&file, path, true)?;
-    let len = file
-        .metadata()
-        .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
-        .len();
-    if len < 2 * SB_PAGE_BYTES {
+    let len = image_len(&file, path)?;
+    let copies = SuperblockCopies::read_file(&file, path, len)?;
+    let Some((good, why)) = copies.repairable() else {
         return validate_file(&file, path).map(|_| None);
-    }
-    let (c1, c2) = read_copies(&file, path, len)?;
-    let s1 = Superblock::decode(&c1, len);
-    let s2 = Superblock::decode(&c2, len);
-    let (good, bad_off, which, why) = match (&s1, &s2) {
-        (Ok(_), Err(e)) => (&c1, len - SB_PAGE_BYTES, 2, e.clone()),
-        (Err(e), Ok(_)) => (&c2, 0, 1, e.clone()),
-        _ => return validate_file(&file, path).map(|_| None),
     };
-    file.write_all_at(good, bad_off)
+    let damaged_offset = copies.offsets()[1 - good];
+    file.write_all_at(&copies.bytes[good], damaged_offset)
         .and_then(|_| file.sync_all())
         .map_err(|e| Error::env(format!("{}: cannot write superblock: {e}", path.display())))?;
     Ok(Some(format!(
-        "superblock copy {which} (offset {bad_off}) was damaged ({why}); rewritten from the intact copy"
+        "superblock copy {} (offset {damaged_offset}) was damaged ({why}); rewritten from the \
+         intact copy",
+        2 - good
     )))
 }
 

@@ -75,6 +75,12 @@ pub struct Geometry {
     pub sb2_off: u64,
 }
 
+/// Offsets of the two superblock copies in a region of `region_bytes`: the first page and
+/// the last.
+pub fn superblock_offsets(region_bytes: u64) -> [u64; 2] {
+    [0, region_bytes.saturating_sub(SB_PAGE_BYTES)]
+}
+
 fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
@@ -105,7 +111,7 @@ impl Geometry {
         let reserve = lanes as u64 * ATOMIC_BLOCKS_MAX as u64;
         let journal_off = SB_PAGE_BYTES;
         let map_off = journal_off + lanes as u64 * SLOT_BYTES;
-        let sb2_off = region_bytes.saturating_sub(SB_PAGE_BYTES);
+        let sb2_off = superblock_offsets(region_bytes)[1];
         let fits = |blocks: u64| -> Option<Geometry> {
             let data_off = round_up(map_off + round_up(blocks * 8, 4096), align);
             let pages = blocks + reserve;

@@ -8,11 +8,16 @@ pub mod bugs;
 pub mod check;
 pub mod disk;
 pub mod entry;
+pub mod format;
 pub mod hooks;
 pub mod image;
+pub mod journal;
 pub mod layout;
+pub mod slot;
+mod sync;
 
-pub use disk::{format_region, DiskStats, FormatOptions, NvramDisk, OpenOptions, RecoveryReport};
+pub use disk::{DiskStats, NvramDisk, OpenOptions, RecoveryReport};
+pub use format::{format_region, FormatOptions};
 pub use hooks::{Action, Event, Hook, Phase, Step};
 pub use layout::{Geometry, Protocol, Superblock, ATOMIC_BLOCKS_MAX};
 /// The chunked write moved next to the trait (it serves every device); still reachable here.

@@ -710,7 +710,7 @@ fn events_of(bug: SeededBug, active: Option<SeededBug>) -> Vec<SimEvent> {
                 Step::Record,
                 Phase::Stored,
             );
-            for copy in [0, nvstack_nvramdisk::disk::FAST_RECORD_REPLICA] {
+            for copy in [0, nvstack_nvramdisk::journal::FAST_RECORD_REPLICA] {
                 let crc_word = (e.off + copy) / 8 + 1;
                 region.poke(crc_word, region.peek(crc_word) ^ (0x5a << 40));
             }

@@ -23,11 +23,12 @@
 //! also for the data step of the record path), R1..R5 for the fast record path.
 
 use nvstack_core::Error;
-use nvstack_nvramdisk::disk::{
-    paper_intent_state, read_fast_record, read_paper_intent, IntentState, LBA_NULL,
-    PAPER_INTENT_COMMIT, PAPER_L1, PAPER_L2, PAPER_VPN,
-};
 use nvstack_nvramdisk::entry::Entry;
+use nvstack_nvramdisk::journal::{
+    read_fast_record, read_paper_intent, LBA_NULL, PAPER_INTENT, PAPER_INTENT_COMMIT, PAPER_L1,
+    PAPER_L2, PAPER_VPN,
+};
+use nvstack_nvramdisk::slot::{paper_intent_state, IntentState};
 use nvstack_nvramdisk::{
     format_region, Action, Event, FormatOptions, Geometry, Hook, NvramDisk, OpenOptions, Phase,
     Protocol, Step,
@@ -429,7 +430,7 @@ fn classify_paper_single(
 /// Whether the paper intent area holds a complete intent (count and checksum), whatever the
 /// commit word says (`read_paper_intent` only reads one its commit word matches).
 fn intent_complete(r: &MmapRegion, slot: u64) -> bool {
-    let base = slot + nvstack_nvramdisk::disk::PAPER_INTENT;
+    let base = slot + PAPER_INTENT;
     let mut head = [0u8; 8];
     r.read(base, &mut head);
     let n = u32::from_le_bytes(head[0..4].try_into().unwrap()) as usize;
@@ -1260,7 +1261,7 @@ fn learn(sc: &Scenario, cfg: Cfg) -> Known {
         .iter()
         .find_map(|e| match e.step {
             Step::JournalVpn | Step::Record => Some(e.off),
-            Step::IntentRecord => Some(e.off - nvstack_nvramdisk::disk::PAPER_INTENT),
+            Step::IntentRecord => Some(e.off - PAPER_INTENT),
             _ => None,
         })
         .unwrap_or_else(|| {

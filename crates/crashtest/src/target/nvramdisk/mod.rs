@@ -8,7 +8,7 @@ pub mod scenario;
 use super::{BugSpec, CrashTarget, Labels, OracleRules, Recorded, Shape};
 use nvstack_core::error::Result;
 use nvstack_nvramdisk::bugs::{self, SeededBug};
-use nvstack_nvramdisk::disk::LBA_NULL;
+use nvstack_nvramdisk::journal::LBA_NULL;
 use nvstack_nvramdisk::{
     format_region, FormatOptions, Geometry, NvramDisk, OpenOptions, Phase, Protocol, Step,
     ATOMIC_BLOCKS_MAX,
