@@ -124,6 +124,12 @@ pub enum Layout {
     WalFramed,
 }
 
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl Layout {
     pub fn id(self) -> u8 {
         match self {
@@ -375,13 +381,87 @@ impl StoreGeometry {
 
 /// FNV-1a, 64 bits: the directory keeps names as hashes.
 pub fn name_hash(name: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in name.as_bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in name.as_bytes() {
+        hash ^= byte as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    h
+    hash
 }
+
+/// Why a directory block is not a valid directory. At open the store refuses the device with
+/// it (and writes nothing); before every directory write the store asserts that none applies.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DirectoryError {
+    #[error("directory block of {found} bytes (the device's blocks are {block_bytes} bytes)")]
+    BlockBytes { found: usize, block_bytes: u64 },
+    #[error(
+        "block 0 holds no nvstack SQLite journal store (bad magic): the region is used for \
+         something else"
+    )]
+    BadMagic,
+    #[error("store format version {found}; this build reads version {STORE_VERSION}")]
+    Version { found: u32 },
+    #[error(
+        "directory checksum mismatch (damaged store directory): stored {stored:#010x}, \
+         computed {computed:#010x}"
+    )]
+    Checksum { stored: u32, computed: u32 },
+    #[error(
+        "directory geometry (block bytes, device blocks, chunk blocks, chunks) = {stored:?} \
+         does not match the device's {device:?}"
+    )]
+    Geometry {
+        stored: (u64, u64, u64, u64),
+        device: (u64, u64, u64, u64),
+    },
+    #[error("reserved directory bytes are not zero")]
+    ReservedBytes,
+    #[error("free entry {slot} is not zero")]
+    FreeEntryNotZero { slot: usize },
+    #[error("entry {slot}: unknown kind {id}")]
+    UnknownKind { slot: usize, id: u8 },
+    #[error("entry {slot}: unknown layout {id}")]
+    UnknownLayout { slot: usize, id: u8 },
+    #[error("entry {slot}: reserved bytes are not zero")]
+    ReservedEntryBytes { slot: usize },
+    #[error("entry {slot}: {chunk_count} chunks (at most {CHUNKS_PER_FILE_MAX})")]
+    TooManyChunks { slot: usize, chunk_count: u32 },
+    #[error(
+        "entry {slot}: size {size_bytes} bytes exceeds the largest {layout} file ({max} bytes)"
+    )]
+    SizeOverMax {
+        slot: usize,
+        layout: Layout,
+        size_bytes: u64,
+        max: u64,
+    },
+    #[error("entry {slot}: {chunk_count} chunks listed for {size_bytes} bytes ({needed} needed)")]
+    ChunkCountMismatch {
+        slot: usize,
+        chunk_count: u32,
+        size_bytes: u64,
+        needed: u64,
+    },
+    #[error("entry {slot}: unused chunk slot {index} is not zero")]
+    UnusedChunkNotZero { slot: usize, index: usize },
+    #[error("entry {slot}: chunk {chunk} out of range (the store has {chunks})")]
+    ChunkOutOfRange {
+        slot: usize,
+        chunk: u16,
+        chunks: u64,
+    },
+    #[error("chunk {chunk} is owned by entries {first} and {second}")]
+    ChunkOwnedTwice {
+        chunk: u16,
+        first: usize,
+        second: usize,
+    },
+    #[error("entries {first} and {second} have the same name hash")]
+    SameNameHash { first: usize, second: usize },
+}
+
+type DirectoryResult<T> = std::result::Result<T, DirectoryError>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct DirEntry {
@@ -405,14 +485,14 @@ impl DirEntry {
         }
     }
 
-    /// The device block of the file's virtual block `v`.
-    fn lba(&self, geo: &StoreGeometry, v: u64) -> u64 {
-        let k = (v / geo.chunk_blocks) as usize;
+    /// The device block of the file's virtual block `vblock`.
+    fn lba(&self, geo: &StoreGeometry, vblock: u64) -> u64 {
+        let index = (vblock / geo.chunk_blocks) as usize;
         assert!(
-            k < self.chunk_count as usize,
-            "virtual block {v} beyond the file's chunks"
+            index < self.chunk_count as usize,
+            "virtual block {vblock} beyond the file's chunks"
         );
-        geo.chunk_lba(self.chunks[k], v % geo.chunk_blocks)
+        geo.chunk_lba(self.chunks[index], vblock % geo.chunk_blocks)
     }
 }
 
@@ -435,6 +515,202 @@ fn put_u64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Pair assertion at an encoder, in debug builds: the bytes just encoded from `value` decode
+/// back to `value`, so an encoder and a decoder that disagree are caught where the bytes are
+/// made, not by a later open that misreads them. Nothing runs in release builds.
+#[track_caller]
+fn debug_assert_decodes<T, E>(
+    record: &str,
+    value: &T,
+    encoded: &[u8],
+    decode: impl FnOnce(&[u8]) -> std::result::Result<T, E>,
+) where
+    T: PartialEq + std::fmt::Debug,
+    E: std::fmt::Debug,
+{
+    if cfg!(debug_assertions) {
+        let decoded = decode(encoded);
+        assert!(
+            matches!(&decoded, Ok(back) if back == value),
+            "{record} pair assertion: {value:?} was encoded to bytes that decode to {decoded:?}"
+        );
+    }
+}
+
+/// Pair assertion at a decoder, in debug builds: the value just decoded from `bytes` (a
+/// checksum-valid block) encodes back to exactly `bytes`, so no byte the decoder skipped or
+/// misread goes unnoticed. Nothing runs in release builds.
+#[track_caller]
+fn debug_assert_encodes<T: std::fmt::Debug>(
+    record: &str,
+    value: &T,
+    bytes: &[u8],
+    encode: impl FnOnce(&T, &mut [u8]),
+) {
+    if cfg!(debug_assertions) {
+        let mut again = vec![0u8; bytes.len()];
+        encode(value, &mut again);
+        let differs = bytes
+            .iter()
+            .zip(&again)
+            .position(|(read, made)| read != made);
+        assert!(
+            differs.is_none(),
+            "{record} pair assertion: {value:?} was decoded from bytes it re-encodes differently \
+             (first at byte {differs:?})"
+        );
+    }
+}
+
+/// The header record (directory bytes `0..HEADER_BYTES`): magic, format version, the geometry
+/// the store was formatted for, the generation, then reserved zeros.
+fn header_to_bytes(geo: &StoreGeometry, generation: u64, out: &mut [u8]) {
+    debug_assert_eq!(out.len(), HEADER_BYTES);
+    debug_assert!(generation >= 1, "generations start at 1");
+    out.fill(0);
+    out[0..8].copy_from_slice(&STORE_MAGIC);
+    put_u32(out, 8, STORE_VERSION);
+    put_u32(out, 12, geo.block_bytes as u32);
+    put_u64(out, 16, geo.device_blocks);
+    put_u64(out, 24, geo.chunk_blocks);
+    put_u64(out, 32, geo.chunks);
+    put_u64(out, 40, generation);
+}
+
+/// Magic and version: does the header belong to a store this build reads?
+fn check_format(header: &[u8]) -> DirectoryResult<()> {
+    debug_assert_eq!(header.len(), HEADER_BYTES);
+    if header[0..8] != STORE_MAGIC {
+        return Err(DirectoryError::BadMagic);
+    }
+    let version = get_u32(header, 8);
+    if version != STORE_VERSION {
+        return Err(DirectoryError::Version { found: version });
+    }
+    Ok(())
+}
+
+/// The generation a header record holds, once its format is known, its geometry is the
+/// device's and its reserved bytes are zero.
+fn header_from_bytes(geo: &StoreGeometry, header: &[u8]) -> DirectoryResult<u64> {
+    check_format(header)?;
+    let stored = (
+        get_u32(header, 12) as u64,
+        get_u64(header, 16),
+        get_u64(header, 24),
+        get_u64(header, 32),
+    );
+    let device = (
+        geo.block_bytes,
+        geo.device_blocks,
+        geo.chunk_blocks,
+        geo.chunks,
+    );
+    if stored != device {
+        return Err(DirectoryError::Geometry { stored, device });
+    }
+    if header[48..].iter().any(|&byte| byte != 0) {
+        return Err(DirectoryError::ReservedBytes);
+    }
+    Ok(get_u64(header, 40))
+}
+
+fn encode_header(geo: &StoreGeometry, generation: u64, out: &mut [u8]) {
+    header_to_bytes(geo, generation, out);
+    debug_assert_decodes("directory header", &generation, out, |bytes| {
+        header_from_bytes(geo, bytes)
+    });
+}
+
+fn decode_header(geo: &StoreGeometry, header: &[u8]) -> DirectoryResult<u64> {
+    let generation = header_from_bytes(geo, header)?;
+    debug_assert_encodes(
+        "directory header",
+        &generation,
+        header,
+        |&generation, out| header_to_bytes(geo, generation, out),
+    );
+    Ok(generation)
+}
+
+/// An entry record (`ENTRY_BYTES`): all zero when free; else kind, layout, two reserved zero
+/// bytes, chunk count, name hash, size, then the chunk list (every slot, the unused ones zero).
+fn entry_to_bytes(entry: &Option<DirEntry>, out: &mut [u8]) {
+    debug_assert_eq!(out.len(), ENTRY_BYTES);
+    out.fill(0);
+    let Some(entry) = entry else { return };
+    debug_assert!(entry.chunk_count as usize <= CHUNKS_PER_FILE_MAX);
+    out[0] = entry.kind.id();
+    out[1] = entry.layout.id();
+    put_u32(out, 4, entry.chunk_count);
+    put_u64(out, 8, entry.name_hash);
+    put_u64(out, 16, entry.size_bytes);
+    for (index, &chunk) in entry.chunks.iter().enumerate() {
+        let at = ENTRY_HEADER_BYTES + 2 * index;
+        out[at..at + 2].copy_from_slice(&chunk.to_le_bytes());
+    }
+}
+
+/// The entry record of directory slot `slot` (`None`: a free entry).
+fn entry_from_bytes(slot: usize, bytes: &[u8]) -> DirectoryResult<Option<DirEntry>> {
+    debug_assert_eq!(bytes.len(), ENTRY_BYTES);
+    debug_assert!(slot < FILES_MAX);
+    if bytes[0] == 0 {
+        if bytes.iter().any(|&byte| byte != 0) {
+            return Err(DirectoryError::FreeEntryNotZero { slot });
+        }
+        return Ok(None);
+    }
+    let kind =
+        FileKind::from_id(bytes[0]).ok_or(DirectoryError::UnknownKind { slot, id: bytes[0] })?;
+    let layout =
+        Layout::from_id(bytes[1]).ok_or(DirectoryError::UnknownLayout { slot, id: bytes[1] })?;
+    if bytes[2..4].iter().any(|&byte| byte != 0) {
+        return Err(DirectoryError::ReservedEntryBytes { slot });
+    }
+    let chunk_count = get_u32(bytes, 4);
+    if chunk_count as usize > CHUNKS_PER_FILE_MAX {
+        return Err(DirectoryError::TooManyChunks { slot, chunk_count });
+    }
+    let mut chunks = [0u16; CHUNKS_PER_FILE_MAX];
+    for (index, chunk) in chunks.iter_mut().enumerate() {
+        let at = ENTRY_HEADER_BYTES + 2 * index;
+        *chunk = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+    }
+    Ok(Some(DirEntry {
+        kind,
+        layout,
+        name_hash: get_u64(bytes, 8),
+        size_bytes: get_u64(bytes, 16),
+        chunk_count,
+        chunks,
+    }))
+}
+
+fn encode_entry(slot: usize, entry: &Option<DirEntry>, out: &mut [u8]) {
+    entry_to_bytes(entry, out);
+    debug_assert_decodes("directory entry", entry, out, |bytes| {
+        entry_from_bytes(slot, bytes)
+    });
+}
+
+fn decode_entry(slot: usize, bytes: &[u8]) -> DirectoryResult<Option<DirEntry>> {
+    let entry = entry_from_bytes(slot, bytes)?;
+    debug_assert_encodes("directory entry", &entry, bytes, entry_to_bytes);
+    Ok(entry)
+}
+
+/// The directory's checksum (CRC32C of the bytes before it) matches.
+fn check_checksum(block: &[u8]) -> DirectoryResult<()> {
+    debug_assert!(block.len() >= DIR_BYTES);
+    let stored = get_u32(block, CRC_OFF);
+    let computed = crc32c::crc32c(&block[..CRC_OFF]);
+    if stored != computed {
+        return Err(DirectoryError::Checksum { stored, computed });
+    }
+    Ok(())
+}
+
 impl Directory {
     fn empty() -> Directory {
         Directory {
@@ -446,50 +722,68 @@ impl Directory {
     /// The structural rules a directory obeys (checked after every read and before every
     /// write): sizes within the geometry, exactly the chunks a size needs, chunk numbers in
     /// range and owned once, names unique.
-    fn validate(&self, geo: &StoreGeometry) -> std::result::Result<(), String> {
+    fn validate(&self, geo: &StoreGeometry) -> DirectoryResult<()> {
+        debug_assert!(geo.chunks >= 1 && geo.chunks <= CHUNKS_PER_FILE_MAX as u64);
+        // The slot owning each chunk (u8::MAX: none yet).
         let mut owner = [u8::MAX; CHUNKS_PER_FILE_MAX];
-        for (i, e) in self.entries.iter().enumerate() {
-            let Some(e) = e else { continue };
-            let max = geo.file_bytes_max(e.layout);
-            if e.size_bytes > max {
-                return Err(format!(
-                    "entry {i}: size {} bytes exceeds the largest {} file ({max} bytes)",
-                    e.size_bytes,
-                    e.layout.name()
-                ));
+        for (slot, entry) in self.entries.iter().enumerate() {
+            let Some(entry) = entry else { continue };
+            Self::validate_entry(geo, slot, entry)?;
+            for &chunk in &entry.chunks[..entry.chunk_count as usize] {
+                let first = owner[chunk as usize];
+                if first != u8::MAX {
+                    return Err(DirectoryError::ChunkOwnedTwice {
+                        chunk,
+                        first: first as usize,
+                        second: slot,
+                    });
+                }
+                owner[chunk as usize] = slot as u8;
             }
-            let need = geo.chunks_for(e.layout, e.size_bytes);
-            if e.chunk_count as u64 != need {
-                return Err(format!(
-                    "entry {i}: {} chunks listed for {} bytes ({need} needed)",
-                    e.chunk_count, e.size_bytes
-                ));
+            for (first, other) in self.entries[..slot].iter().enumerate() {
+                if other.is_some_and(|other| other.name_hash == entry.name_hash) {
+                    return Err(DirectoryError::SameNameHash {
+                        first,
+                        second: slot,
+                    });
+                }
             }
-            for (k, &c) in e.chunks.iter().enumerate() {
-                if k >= e.chunk_count as usize {
-                    if c != 0 {
-                        return Err(format!("entry {i}: unused chunk slot {k} is not zero"));
-                    }
-                    continue;
+        }
+        Ok(())
+    }
+
+    /// The rules of one entry alone: its size fits its layout, it lists exactly the chunks
+    /// that size needs, each in range, and its unused chunk slots are zero.
+    fn validate_entry(geo: &StoreGeometry, slot: usize, entry: &DirEntry) -> DirectoryResult<()> {
+        let max = geo.file_bytes_max(entry.layout);
+        if entry.size_bytes > max {
+            return Err(DirectoryError::SizeOverMax {
+                slot,
+                layout: entry.layout,
+                size_bytes: entry.size_bytes,
+                max,
+            });
+        }
+        let needed = geo.chunks_for(entry.layout, entry.size_bytes);
+        if entry.chunk_count as u64 != needed {
+            return Err(DirectoryError::ChunkCountMismatch {
+                slot,
+                chunk_count: entry.chunk_count,
+                size_bytes: entry.size_bytes,
+                needed,
+            });
+        }
+        for (index, &chunk) in entry.chunks.iter().enumerate() {
+            if index >= entry.chunk_count as usize {
+                if chunk != 0 {
+                    return Err(DirectoryError::UnusedChunkNotZero { slot, index });
                 }
-                if c as u64 >= geo.chunks {
-                    return Err(format!(
-                        "entry {i}: chunk {c} out of range (the store has {})",
-                        geo.chunks
-                    ));
-                }
-                if owner[c as usize] != u8::MAX {
-                    return Err(format!(
-                        "chunk {c} is owned by entries {} and {i}",
-                        owner[c as usize]
-                    ));
-                }
-                owner[c as usize] = i as u8;
-            }
-            for (j, f) in self.entries[..i].iter().enumerate() {
-                if f.is_some_and(|f| f.name_hash == e.name_hash) {
-                    return Err(format!("entries {j} and {i} have the same name hash"));
-                }
+            } else if chunk as u64 >= geo.chunks {
+                return Err(DirectoryError::ChunkOutOfRange {
+                    slot,
+                    chunk,
+                    chunks: geo.chunks,
+                });
             }
         }
         Ok(())
@@ -500,8 +794,9 @@ impl Directory {
             .entries
             .iter()
             .flatten()
-            .map(|e| e.chunk_count as u64)
+            .map(|entry| entry.chunk_count as u64)
             .sum();
+        debug_assert!(used <= geo.chunks, "{used} chunks owned of {}", geo.chunks);
         geo.chunks - used
     }
 
@@ -512,148 +807,99 @@ impl Directory {
         let want = geo.chunks_for(layout, size_bytes) as usize;
         assert!(want <= CHUNKS_PER_FILE_MAX);
         let mut used = [false; CHUNKS_PER_FILE_MAX];
-        for e in self.entries.iter().flatten() {
-            for &c in &e.chunks[..e.chunk_count as usize] {
-                used[c as usize] = true;
+        for entry in self.entries.iter().flatten() {
+            for &chunk in &entry.chunks[..entry.chunk_count as usize] {
+                used[chunk as usize] = true;
             }
         }
-        let e = self.entries[slot].as_mut().expect("resize of a live entry");
-        let mut next = 0usize;
-        while (e.chunk_count as usize) < want {
-            while used[next] {
-                next += 1;
-            }
-            assert!((next as u64) < geo.chunks, "resize beyond capacity");
-            e.chunks[e.chunk_count as usize] = next as u16;
-            used[next] = true;
-            e.chunk_count += 1;
+        let free = self.free_chunks(geo) as usize;
+        let entry = self.entries[slot].as_mut().expect("resize of a live entry");
+        let have = entry.chunk_count as usize;
+        debug_assert!(
+            want <= have || want - have <= free,
+            "resize of entry {slot} to {want} chunks: {have} owned, {free} free"
+        );
+        for index in have..want {
+            // Bounded by the store's chunks; the caller checked that enough are free.
+            let chunk = (0..geo.chunks as usize)
+                .find(|&chunk| !used[chunk])
+                .expect("resize beyond capacity");
+            entry.chunks[index] = chunk as u16;
+            used[chunk] = true;
         }
-        for c in &mut e.chunks[want..e.chunk_count as usize] {
-            *c = 0;
+        for chunk in &mut entry.chunks[want..have.max(want)] {
+            *chunk = 0;
         }
-        e.chunk_count = want as u32;
-        e.size_bytes = size_bytes;
+        entry.chunk_count = want as u32;
+        entry.size_bytes = size_bytes;
     }
 
-    /// Encode into `out` (one whole device block).
-    fn encode(&self, geo: &StoreGeometry, out: &mut [u8]) {
+    /// The directory block's bytes (one whole device block): the header, every entry (free
+    /// ones zero), reserved zeros, the checksum.
+    fn block_to_bytes(&self, geo: &StoreGeometry, out: &mut [u8]) {
         assert_eq!(out.len() as u64, geo.block_bytes);
         out.fill(0);
-        out[0..8].copy_from_slice(&STORE_MAGIC);
-        put_u32(out, 8, STORE_VERSION);
-        put_u32(out, 12, geo.block_bytes as u32);
-        put_u64(out, 16, geo.device_blocks);
-        put_u64(out, 24, geo.chunk_blocks);
-        put_u64(out, 32, geo.chunks);
-        put_u64(out, 40, self.generation);
-        for (i, e) in self.entries.iter().enumerate() {
-            let Some(e) = e else { continue };
-            let at = ENTRIES_OFF + i * ENTRY_BYTES;
-            out[at] = e.kind.id();
-            out[at + 1] = e.layout.id();
-            put_u32(out, at + 4, e.chunk_count);
-            put_u64(out, at + 8, e.name_hash);
-            put_u64(out, at + 16, e.size_bytes);
-            for (k, &c) in e.chunks.iter().enumerate() {
-                let o = at + ENTRY_HEADER_BYTES + 2 * k;
-                out[o..o + 2].copy_from_slice(&c.to_le_bytes());
-            }
+        encode_header(geo, self.generation, &mut out[..HEADER_BYTES]);
+        for (slot, entry) in self.entries.iter().enumerate() {
+            let at = ENTRIES_OFF + slot * ENTRY_BYTES;
+            encode_entry(slot, entry, &mut out[at..at + ENTRY_BYTES]);
         }
         let crc = crc32c::crc32c(&out[..CRC_OFF]);
         put_u32(out, CRC_OFF, crc);
     }
 
-    /// Decode and validate one directory block (`Ok(None)`: an all-zero, never formatted block).
-    fn decode(geo: &StoreGeometry, b: &[u8]) -> std::result::Result<Option<Directory>, String> {
-        if b.iter().all(|&x| x == 0) {
+    /// The directory a block holds, validated (`Ok(None)`: an all-zero, never formatted block).
+    fn block_from_bytes(geo: &StoreGeometry, block: &[u8]) -> DirectoryResult<Option<Directory>> {
+        if block.iter().all(|&byte| byte == 0) {
             return Ok(None);
         }
-        if b.len() as u64 != geo.block_bytes {
-            return Err(format!("directory block of {} bytes", b.len()));
-        }
-        if b[0..8] != STORE_MAGIC {
-            return Err(
-                "block 0 holds no nvstack SQLite journal store (bad magic): the region \
-                        is used for something else"
-                    .into(),
-            );
-        }
-        let version = get_u32(b, 8);
-        if version != STORE_VERSION {
-            return Err(format!(
-                "store format version {version}; this build reads version {STORE_VERSION}"
-            ));
-        }
-        let crc = get_u32(b, CRC_OFF);
-        if crc32c::crc32c(&b[..CRC_OFF]) != crc {
-            return Err("directory checksum mismatch (damaged store directory)".into());
-        }
-        let stored = (
-            get_u32(b, 12) as u64,
-            get_u64(b, 16),
-            get_u64(b, 24),
-            get_u64(b, 32),
-        );
-        let want = (
-            geo.block_bytes,
-            geo.device_blocks,
-            geo.chunk_blocks,
-            geo.chunks,
-        );
-        if stored != want {
-            return Err(format!(
-                "directory geometry (block bytes, device blocks, chunk blocks, chunks) = \
-                 {stored:?} does not match the device's {want:?}"
-            ));
-        }
-        if b[48..HEADER_BYTES].iter().any(|&x| x != 0)
-            || b[ENTRIES_OFF + FILES_MAX * ENTRY_BYTES..CRC_OFF]
-                .iter()
-                .any(|&x| x != 0)
-            || b[DIR_BYTES..].iter().any(|&x| x != 0)
-        {
-            return Err("reserved directory bytes are not zero".into());
-        }
-        let mut dir = Directory {
-            generation: get_u64(b, 40),
-            entries: [None; FILES_MAX],
-        };
-        for i in 0..FILES_MAX {
-            let at = ENTRIES_OFF + i * ENTRY_BYTES;
-            let e = &b[at..at + ENTRY_BYTES];
-            if e[0] == 0 {
-                if e.iter().any(|&x| x != 0) {
-                    return Err(format!("free entry {i} is not zero"));
-                }
-                continue;
-            }
-            let kind = FileKind::from_id(e[0])
-                .ok_or_else(|| format!("entry {i}: unknown kind {}", e[0]))?;
-            let layout = Layout::from_id(e[1])
-                .ok_or_else(|| format!("entry {i}: unknown layout {}", e[1]))?;
-            if e[2..4].iter().any(|&x| x != 0) {
-                return Err(format!("entry {i}: reserved bytes are not zero"));
-            }
-            let chunk_count = get_u32(e, 4);
-            if chunk_count as usize > CHUNKS_PER_FILE_MAX {
-                return Err(format!("entry {i}: {chunk_count} chunks"));
-            }
-            let mut chunks = [0u16; CHUNKS_PER_FILE_MAX];
-            for (k, c) in chunks.iter_mut().enumerate() {
-                let o = ENTRY_HEADER_BYTES + 2 * k;
-                *c = u16::from_le_bytes([e[o], e[o + 1]]);
-            }
-            dir.entries[i] = Some(DirEntry {
-                kind,
-                layout,
-                name_hash: get_u64(e, 8),
-                size_bytes: get_u64(e, 16),
-                chunk_count,
-                chunks,
+        if block.len() as u64 != geo.block_bytes {
+            return Err(DirectoryError::BlockBytes {
+                found: block.len(),
+                block_bytes: geo.block_bytes,
             });
         }
-        dir.validate(geo)?;
-        Ok(Some(dir))
+        // Format before checksum: foreign data is named as such, not as damage.
+        check_format(&block[..HEADER_BYTES])?;
+        check_checksum(block)?;
+        let generation = decode_header(geo, &block[..HEADER_BYTES])?;
+        if block[ENTRIES_OFF + FILES_MAX * ENTRY_BYTES..CRC_OFF]
+            .iter()
+            .chain(&block[DIR_BYTES..])
+            .any(|&byte| byte != 0)
+        {
+            return Err(DirectoryError::ReservedBytes);
+        }
+        let mut entries = [None; FILES_MAX];
+        for (slot, entry) in entries.iter_mut().enumerate() {
+            let at = ENTRIES_OFF + slot * ENTRY_BYTES;
+            *entry = decode_entry(slot, &block[at..at + ENTRY_BYTES])?;
+        }
+        let directory = Directory {
+            generation,
+            entries,
+        };
+        directory.validate(geo)?;
+        Ok(Some(directory))
+    }
+
+    /// Encode into `out` (one whole device block).
+    fn encode(&self, geo: &StoreGeometry, out: &mut [u8]) {
+        self.block_to_bytes(geo, out);
+        debug_assert_decodes("directory block", &Some(*self), out, |block| {
+            Directory::block_from_bytes(geo, block)
+        });
+    }
+
+    /// Decode and validate one directory block (`Ok(None)`: an all-zero, never formatted block).
+    fn decode(geo: &StoreGeometry, block: &[u8]) -> DirectoryResult<Option<Directory>> {
+        let found = Directory::block_from_bytes(geo, block)?;
+        if let Some(directory) = &found {
+            debug_assert_encodes("directory block", directory, block, |directory, out| {
+                directory.block_to_bytes(geo, out)
+            });
+        }
+        Ok(found)
     }
 }
 
@@ -860,7 +1106,8 @@ impl Store {
         let bb = geo.block_bytes as usize;
         let mut block = vec![0u8; bb];
         dev.read(DIR_LBA, &mut block)?;
-        // Pair assertion, after read: the directory is decoded and validated in full.
+        // After the read: the directory is decoded and validated in full (and, in debug
+        // builds, `decode` checks that it re-encodes to the bytes read).
         let found = Directory::decode(&geo, &block)
             .map_err(|why| Error::bad(format!("SQLite journal store: {why}")))?;
         let st = State {
@@ -1324,18 +1571,14 @@ impl Store {
         let bb = self.geo.block_bytes as usize;
         assert_eq!(st.lbas.len(), extra);
         assert!(extra < self.atomic_blocks);
-        // Pair assertion, before write: the directory obeys its rules and reads back as itself.
+        // Before the write: the directory obeys its rules (and, in debug builds, `encode`
+        // checks that its bytes read back as itself).
         assert_eq!(
             dir.validate(&self.geo),
             Ok(()),
             "directory about to be written"
         );
         dir.encode(&self.geo, &mut st.buf[..bb]);
-        debug_assert_eq!(
-            Directory::decode(&self.geo, &st.buf[..bb]),
-            Ok(Some(dir)),
-            "directory encoding round trip"
-        );
         st.lbas.insert(0, DIR_LBA);
         let n = extra + 1;
         let r = self.dev.write_scattered(&st.lbas[..n], &st.buf[..n * bb]);
@@ -1943,6 +2186,188 @@ mod tests {
             let (id, _) = s.lookup("/w-wal").unwrap().unwrap();
             assert_eq!(read_all(&s, id), model, "after reopen");
         }
+    }
+
+    /// A directory of two files (a WAL of 100 000 bytes, a journal of 10) on a 1000-block
+    /// device of 4 KiB blocks, and its encoded block.
+    fn sample_directory() -> (StoreGeometry, Directory, Vec<u8>) {
+        let geo = StoreGeometry::compute(4096, 1000).unwrap();
+        let mut dir = Directory::empty();
+        dir.entries[0] = Some(DirEntry::new(FileKind::Wal, 11));
+        dir.resize(&geo, 0, 100_000);
+        dir.entries[1] = Some(DirEntry::new(FileKind::MainJournal, 22));
+        dir.resize(&geo, 1, 10);
+        let mut block = vec![0u8; 4096];
+        dir.encode(&geo, &mut block);
+        (geo, dir, block)
+    }
+
+    /// Recompute the checksum of a directory block changed on purpose.
+    fn reseal(block: &mut [u8]) {
+        let crc = crc32c::crc32c(&block[..CRC_OFF]);
+        put_u32(block, CRC_OFF, crc);
+    }
+
+    /// Every rule a directory block can break is refused with an error naming it.
+    #[test]
+    fn damaged_directories_name_what_is_wrong() {
+        let (geo, dir, block) = sample_directory();
+        assert_eq!(Directory::decode(&geo, &block), Ok(Some(dir)));
+        assert_eq!(Directory::decode(&geo, &vec![0u8; 4096]), Ok(None));
+        let entry = |slot: usize| ENTRIES_OFF + slot * ENTRY_BYTES;
+        let chunk_at =
+            move |slot: usize, index: usize| entry(slot) + ENTRY_HEADER_BYTES + 2 * index;
+        let first_chunk = dir.entries[0].unwrap().chunks[0];
+        type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+        let cases: Vec<(Damage, DirectoryError)> = vec![
+            (
+                Box::new(|b| b.truncate(512)),
+                DirectoryError::BlockBytes {
+                    found: 512,
+                    block_bytes: 4096,
+                },
+            ),
+            (Box::new(|b| b[0] = b'X'), DirectoryError::BadMagic),
+            (
+                Box::new(|b| put_u32(b, 8, 2)),
+                DirectoryError::Version { found: 2 },
+            ),
+            (
+                Box::new(|b| put_u64(b, 16, 999)),
+                DirectoryError::Geometry {
+                    stored: (4096, 999, geo.chunk_blocks, geo.chunks),
+                    device: (4096, 1000, geo.chunk_blocks, geo.chunks),
+                },
+            ),
+            (Box::new(|b| b[50] = 1), DirectoryError::ReservedBytes),
+            (
+                Box::new(|b| b[CRC_OFF - 1] = 1),
+                DirectoryError::ReservedBytes,
+            ),
+            (
+                Box::new(|b| b[DIR_BYTES + 7] = 1),
+                DirectoryError::ReservedBytes,
+            ),
+            (
+                Box::new(move |b| b[entry(3) + 9] = 1),
+                DirectoryError::FreeEntryNotZero { slot: 3 },
+            ),
+            (
+                Box::new(move |b| b[entry(1)] = 9),
+                DirectoryError::UnknownKind { slot: 1, id: 9 },
+            ),
+            (
+                Box::new(move |b| b[entry(0) + 1] = 7),
+                DirectoryError::UnknownLayout { slot: 0, id: 7 },
+            ),
+            (
+                Box::new(move |b| b[entry(0) + 3] = 1),
+                DirectoryError::ReservedEntryBytes { slot: 0 },
+            ),
+            (
+                Box::new(move |b| put_u32(b, entry(1) + 4, 41)),
+                DirectoryError::TooManyChunks {
+                    slot: 1,
+                    chunk_count: 41,
+                },
+            ),
+            (
+                Box::new(move |b| put_u64(b, entry(1) + 16, 1 << 40)),
+                DirectoryError::SizeOverMax {
+                    slot: 1,
+                    layout: Layout::Linear,
+                    size_bytes: 1 << 40,
+                    max: geo.file_bytes_max(Layout::Linear),
+                },
+            ),
+            (
+                Box::new(move |b| put_u64(b, entry(1) + 16, 0)),
+                DirectoryError::ChunkCountMismatch {
+                    slot: 1,
+                    chunk_count: 1,
+                    size_bytes: 0,
+                    needed: 0,
+                },
+            ),
+            (
+                Box::new(move |b| b[chunk_at(1, 5)] = 1),
+                DirectoryError::UnusedChunkNotZero { slot: 1, index: 5 },
+            ),
+            (
+                Box::new(move |b| b[chunk_at(1, 0)] = 200),
+                DirectoryError::ChunkOutOfRange {
+                    slot: 1,
+                    chunk: 200,
+                    chunks: geo.chunks,
+                },
+            ),
+            (
+                Box::new(move |b| b[chunk_at(1, 0)] = first_chunk as u8),
+                DirectoryError::ChunkOwnedTwice {
+                    chunk: first_chunk,
+                    first: 0,
+                    second: 1,
+                },
+            ),
+            (
+                Box::new(move |b| put_u64(b, entry(1) + 8, 11)),
+                DirectoryError::SameNameHash {
+                    first: 0,
+                    second: 1,
+                },
+            ),
+        ];
+        for (damage, want) in cases {
+            let mut damaged = block.clone();
+            damage(&mut damaged);
+            reseal(&mut damaged);
+            assert_eq!(
+                Directory::decode(&geo, &damaged),
+                Err(want.clone()),
+                "{want}"
+            );
+        }
+        // Unsealed damage is a checksum mismatch, reported with both sums.
+        let mut damaged = block.clone();
+        damaged[entry(0) + 20] ^= 1;
+        let error = Directory::decode(&geo, &damaged).unwrap_err();
+        assert!(
+            matches!(error, DirectoryError::Checksum { stored, computed } if stored != computed)
+        );
+        assert!(error.to_string().contains("checksum mismatch"), "{error}");
+    }
+
+    /// The pair assertion at an encoder catches bytes its decoder reads as another value (here
+    /// an encoder that wrote the size one too large).
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "directory entry pair assertion")]
+    fn pair_assertion_catches_an_encoder_its_decoder_disagrees_with() {
+        let (_, dir, _) = sample_directory();
+        let entry = dir.entries[0];
+        let mut bytes = [0u8; ENTRY_BYTES];
+        entry_to_bytes(&entry, &mut bytes);
+        put_u64(&mut bytes, 16, entry.unwrap().size_bytes + 1);
+        debug_assert_decodes("directory entry", &entry, &bytes, |bytes| {
+            entry_from_bytes(0, bytes)
+        });
+    }
+
+    /// The pair assertion at a decoder catches a value that does not re-encode to the bytes it
+    /// was read from (here an encoder that writes the next generation).
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "directory header pair assertion")]
+    fn pair_assertion_catches_a_decode_that_does_not_re_encode() {
+        let (geo, _, block) = sample_directory();
+        let header = &block[..HEADER_BYTES];
+        let generation = header_from_bytes(&geo, header).unwrap();
+        debug_assert_encodes(
+            "directory header",
+            &generation,
+            header,
+            |&generation, out| header_to_bytes(&geo, generation + 1, out),
+        );
     }
 
     mod prop {
