@@ -173,125 +173,228 @@ impl Layout {
 #[derive(Clone, Copy, Debug)]
 struct Map {
     layout: Layout,
-    b: u64,
+    block_bytes: u64,
     /// Frames per group (WalFramed).
-    g: u64,
+    group_frames: u64,
 }
 
 impl Map {
-    fn new(layout: Layout, b: u64) -> Map {
-        let g = (b - WAL_HEADER_BYTES) / WAL_FRAME_HEADER_BYTES;
-        debug_assert!(g >= 1);
-        Map { layout, b, g }
+    fn new(layout: Layout, block_bytes: u64) -> Map {
+        debug_assert!(
+            block_bytes.is_power_of_two()
+                && (BLOCK_BYTES_MIN..=BLOCK_BYTES_MAX).contains(&block_bytes)
+        );
+        let group_frames = (block_bytes - WAL_HEADER_BYTES) / WAL_FRAME_HEADER_BYTES;
+        debug_assert!(group_frames >= 1);
+        Map {
+            layout,
+            block_bytes,
+            group_frames,
+        }
     }
 
     fn frame_bytes(&self) -> u64 {
-        WAL_FRAME_HEADER_BYTES + self.b
+        WAL_FRAME_HEADER_BYTES + self.block_bytes
     }
 
-    /// Start of frame `i` in the file.
-    fn frame_start(&self, i: u64) -> u64 {
-        WAL_HEADER_BYTES + i * self.frame_bytes()
+    /// Start of frame `frame` in the file.
+    fn frame_start(&self, frame: u64) -> u64 {
+        WAL_HEADER_BYTES + frame * self.frame_bytes()
     }
 
-    /// Where byte `o` lives: (virtual block, offset in it, bytes from `o` that follow it
-    /// contiguously in the same block).
-    fn seg(&self, o: u64) -> (u64, u64, u64) {
+    /// Where file byte `offset` lives: (virtual block, offset in it, bytes from `offset` that
+    /// follow it contiguously in the same block). Every write and read is placed by it.
+    fn seg(&self, offset: u64) -> (u64, u64, u64) {
+        let (vblock, in_block, run) = self.place(offset);
+        // Pair assertion of the framing: the run's first and last bytes map back, through the
+        // inverse, to the file bytes they were placed for.
+        debug_assert!(run >= 1 && in_block + run <= self.block_bytes);
+        debug_assert_eq!(
+            self.file_offset(vblock, in_block),
+            Some(offset),
+            "{self:?}: file byte {offset}"
+        );
+        debug_assert_eq!(
+            self.file_offset(vblock, in_block + run - 1),
+            Some(offset + run - 1),
+            "{self:?}: the run of {run} bytes from file byte {offset}"
+        );
+        (vblock, in_block, run)
+    }
+
+    /// The arithmetic of [`Map::seg`].
+    fn place(&self, offset: u64) -> (u64, u64, u64) {
         match self.layout {
-            Layout::Linear => (o / self.b, o % self.b, self.b - o % self.b),
+            Layout::Linear => {
+                let in_block = offset % self.block_bytes;
+                (
+                    offset / self.block_bytes,
+                    in_block,
+                    self.block_bytes - in_block,
+                )
+            }
             Layout::WalFramed => {
-                if o < WAL_HEADER_BYTES {
-                    return (0, o, WAL_HEADER_BYTES - o);
+                if offset < WAL_HEADER_BYTES {
+                    return (0, offset, WAL_HEADER_BYTES - offset);
                 }
-                let f = self.frame_bytes();
-                let (i, r) = ((o - WAL_HEADER_BYTES) / f, (o - WAL_HEADER_BYTES) % f);
-                let (gi, j) = (i / self.g, i % self.g);
-                if r < WAL_FRAME_HEADER_BYTES {
+                let frame_bytes = self.frame_bytes();
+                let frame = (offset - WAL_HEADER_BYTES) / frame_bytes;
+                let in_frame = (offset - WAL_HEADER_BYTES) % frame_bytes;
+                let (group, in_group) = (frame / self.group_frames, frame % self.group_frames);
+                let header_block = group * (self.group_frames + 1);
+                if in_frame < WAL_FRAME_HEADER_BYTES {
                     (
-                        gi * (self.g + 1),
-                        WAL_HEADER_BYTES + WAL_FRAME_HEADER_BYTES * j + r,
-                        WAL_FRAME_HEADER_BYTES - r,
+                        header_block,
+                        WAL_HEADER_BYTES + WAL_FRAME_HEADER_BYTES * in_group + in_frame,
+                        WAL_FRAME_HEADER_BYTES - in_frame,
                     )
                 } else {
-                    (gi * (self.g + 1) + 1 + j, r - WAL_FRAME_HEADER_BYTES, f - r)
+                    (
+                        header_block + 1 + in_group,
+                        in_frame - WAL_FRAME_HEADER_BYTES,
+                        frame_bytes - in_frame,
+                    )
                 }
             }
         }
     }
 
-    /// For virtual block `v` and a file of `s` bytes: whether the block holds any file byte
-    /// below `s`, and the offset from which every byte of the block is a file byte at or past
-    /// `s` or no file byte at all (within a block, file bytes ascend with the offset).
-    fn split(&self, v: u64, s: u64) -> (bool, u64) {
-        let clamp = |lo: u64| s.saturating_sub(lo).min(self.b);
+    /// The inverse of [`Map::seg`]: the file byte at offset `in_block` of virtual block
+    /// `vblock`, or None for a byte that holds none (a header block's tail past its frame
+    /// headers, and its first 32 bytes outside group 0).
+    fn file_offset(&self, vblock: u64, in_block: u64) -> Option<u64> {
+        debug_assert!(in_block < self.block_bytes);
         match self.layout {
-            Layout::Linear => (v * self.b < s, clamp(v * self.b)),
+            Layout::Linear => Some(vblock * self.block_bytes + in_block),
             Layout::WalFramed => {
-                let (gi, k) = (v / (self.g + 1), v % (self.g + 1));
-                if k > 0 {
-                    let lo = self.frame_start(gi * self.g + k - 1) + WAL_FRAME_HEADER_BYTES;
-                    return (lo < s, clamp(lo));
+                let group = vblock / (self.group_frames + 1);
+                let in_group = vblock % (self.group_frames + 1);
+                if in_group > 0 {
+                    let frame = group * self.group_frames + in_group - 1;
+                    return Some(self.frame_start(frame) + WAL_FRAME_HEADER_BYTES + in_block);
                 }
-                let first = self.frame_start(gi * self.g);
-                let live = if gi == 0 { s > 0 } else { first < s };
-                if gi == 0 && s < WAL_HEADER_BYTES {
-                    return (live, s);
+                if in_block < WAL_HEADER_BYTES {
+                    return (group == 0).then_some(in_block);
                 }
-                // Frame headers of this group wholly below s, then a part of the next one.
-                let h = WAL_FRAME_HEADER_BYTES;
-                let whole = if s >= first + h {
-                    ((s - first - h) / self.frame_bytes() + 1).min(self.g)
-                } else {
-                    0
-                };
-                if gi > 0 && s <= first {
-                    // Only frame headers at or past s (the first 32 bytes are unused).
-                    return (false, 0);
+                let header = (in_block - WAL_HEADER_BYTES) / WAL_FRAME_HEADER_BYTES;
+                if header >= self.group_frames {
+                    return None;
                 }
-                let mut z = WAL_HEADER_BYTES + h * whole;
-                if whole < self.g {
-                    z += s
-                        .saturating_sub(self.frame_start(gi * self.g + whole))
-                        .min(h);
-                }
-                (live, z)
+                let in_header = (in_block - WAL_HEADER_BYTES) % WAL_FRAME_HEADER_BYTES;
+                Some(self.frame_start(group * self.group_frames + header) + in_header)
             }
         }
     }
 
-    /// Virtual blocks a file of `s` bytes spans (one past the highest holding a byte < s).
-    fn vblocks_for(&self, s: u64) -> u64 {
-        if s == 0 {
+    /// For virtual block `vblock` and a file of `size` bytes: whether the block holds any
+    /// file byte below `size`, and the offset from which every byte of the block is a file
+    /// byte at or past `size` or no file byte at all (within a block, file bytes ascend with
+    /// the offset).
+    fn split(&self, vblock: u64, size: u64) -> (bool, u64) {
+        let (live, zero_from) = match self.layout {
+            Layout::Linear => {
+                let start = vblock * self.block_bytes;
+                (
+                    start < size,
+                    size.saturating_sub(start).min(self.block_bytes),
+                )
+            }
+            Layout::WalFramed => self.split_framed(vblock, size),
+        };
+        // Against the inverse map: the byte before `zero_from` is a file byte below `size`,
+        // the byte at it is not (so the block is live exactly when `zero_from` > 0).
+        debug_assert_eq!(live, zero_from > 0, "{self:?}: block {vblock}, size {size}");
+        debug_assert!(
+            zero_from == 0
+                || self
+                    .file_offset(vblock, zero_from - 1)
+                    .is_some_and(|byte| byte < size),
+            "{self:?}: block {vblock}, size {size}: a live byte before {zero_from}"
+        );
+        debug_assert!(
+            zero_from == self.block_bytes
+                || self
+                    .file_offset(vblock, zero_from)
+                    .is_none_or(|byte| byte >= size),
+            "{self:?}: block {vblock}, size {size}: no live byte from {zero_from}"
+        );
+        (live, zero_from)
+    }
+
+    /// [`Map::split`] under the WAL-framed layout.
+    fn split_framed(&self, vblock: u64, size: u64) -> (bool, u64) {
+        let frames = self.group_frames;
+        let (group, in_group) = (vblock / (frames + 1), vblock % (frames + 1));
+        if in_group > 0 {
+            // A page block: its bytes are one page, contiguous in the file.
+            let page_start =
+                self.frame_start(group * frames + in_group - 1) + WAL_FRAME_HEADER_BYTES;
+            let below = size.saturating_sub(page_start).min(self.block_bytes);
+            return (page_start < size, below);
+        }
+        // A header block: the WAL header (group 0 only), then the group's frame headers.
+        let group_start = self.frame_start(group * frames);
+        let live = if group == 0 {
+            size > 0
+        } else {
+            group_start < size
+        };
+        if group == 0 && size < WAL_HEADER_BYTES {
+            return (live, size);
+        }
+        if group > 0 && size <= group_start {
+            // Only frame headers at or past `size` (the first 32 bytes are unused).
+            return (false, 0);
+        }
+        // Frame headers of this group wholly below `size`, then a part of the next one.
+        let whole_headers = if size >= group_start + WAL_FRAME_HEADER_BYTES {
+            ((size - group_start - WAL_FRAME_HEADER_BYTES) / self.frame_bytes() + 1).min(frames)
+        } else {
+            0
+        };
+        let mut zero_from = WAL_HEADER_BYTES + WAL_FRAME_HEADER_BYTES * whole_headers;
+        if whole_headers < frames {
+            let next_header = self.frame_start(group * frames + whole_headers);
+            zero_from += size.saturating_sub(next_header).min(WAL_FRAME_HEADER_BYTES);
+        }
+        (live, zero_from)
+    }
+
+    /// Virtual blocks a file of `size` bytes spans (one past the highest holding a byte
+    /// below `size`).
+    fn vblocks_for(&self, size: u64) -> u64 {
+        if size == 0 {
             return 0;
         }
-        let (v, _, _) = self.seg(s - 1);
-        if self.layout == Layout::WalFramed && s > WAL_HEADER_BYTES {
+        let (last_vblock, _, _) = self.seg(size - 1);
+        if self.layout == Layout::WalFramed && size > WAL_HEADER_BYTES {
             // Ending in a frame header: the previous frame's page block may lie higher.
-            let f = self.frame_bytes();
-            let (i, r) = (
-                (s - 1 - WAL_HEADER_BYTES) / f,
-                (s - 1 - WAL_HEADER_BYTES) % f,
-            );
-            if r < WAL_FRAME_HEADER_BYTES && i > 0 {
-                let (p, _, _) = self.seg(self.frame_start(i - 1) + WAL_FRAME_HEADER_BYTES);
-                return v.max(p) + 1;
+            let frame_bytes = self.frame_bytes();
+            let frame = (size - 1 - WAL_HEADER_BYTES) / frame_bytes;
+            let in_frame = (size - 1 - WAL_HEADER_BYTES) % frame_bytes;
+            if in_frame < WAL_FRAME_HEADER_BYTES && frame > 0 {
+                let page_start = self.frame_start(frame - 1) + WAL_FRAME_HEADER_BYTES;
+                let (page_vblock, _, _) = self.seg(page_start);
+                return last_vblock.max(page_vblock) + 1;
             }
         }
-        v + 1
+        last_vblock + 1
     }
 
     /// The largest file that fits in `vblocks` virtual blocks.
     fn size_max(&self, vblocks: u64) -> u64 {
-        let (mut lo, mut hi) = (0u64, vblocks.saturating_mul(2 * self.b));
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if self.vblocks_for(mid) <= vblocks {
-                lo = mid;
+        // A binary search: at most 64 halvings of the range.
+        let (mut low, mut high) = (0u64, vblocks.saturating_mul(2 * self.block_bytes));
+        while low < high {
+            let middle = low + (high - low).div_ceil(2);
+            if self.vblocks_for(middle) <= vblocks {
+                low = middle;
             } else {
-                hi = mid - 1;
+                high = middle - 1;
             }
         }
-        lo
+        debug_assert!(self.vblocks_for(low) <= vblocks);
+        low
     }
 }
 
@@ -2121,6 +2224,43 @@ mod tests {
                 assert!(
                     m.vblocks_for(m.size_max(13)) <= 13 && m.vblocks_for(m.size_max(13) + 1) > 13
                 );
+            }
+        }
+    }
+
+    /// The framing's inverse (the pair of `seg`) against brute force: every byte of the first
+    /// virtual blocks maps back to the file byte `seg` placed there, or to None when `seg`
+    /// placed none.
+    #[test]
+    fn file_offset_inverts_seg() {
+        for block_bytes in [512u64, 1024, 4096] {
+            for layout in [Layout::Linear, Layout::WalFramed] {
+                let map = Map::new(layout, block_bytes);
+                let vblocks = 2 * (map.group_frames + 1) + 3;
+                // The file byte placed at each byte of the first `vblocks` blocks.
+                let mut placed = vec![None; (vblocks * block_bytes) as usize];
+                // Every frame of the first three groups: past every byte of those blocks.
+                let limit = map.frame_start(3 * map.group_frames);
+                let mut offset = 0;
+                while offset < limit {
+                    let (vblock, in_block, run) = map.seg(offset);
+                    for k in 0..run {
+                        if vblock < vblocks {
+                            placed[(vblock * block_bytes + in_block + k) as usize] =
+                                Some(offset + k);
+                        }
+                    }
+                    offset += run;
+                }
+                for vblock in 0..vblocks {
+                    for in_block in 0..block_bytes {
+                        assert_eq!(
+                            map.file_offset(vblock, in_block),
+                            placed[(vblock * block_bytes + in_block) as usize],
+                            "{layout:?} block bytes {block_bytes}: block {vblock} byte {in_block}"
+                        );
+                    }
+                }
             }
         }
     }
