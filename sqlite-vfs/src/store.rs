@@ -1074,6 +1074,7 @@ struct BlockCache {
 
 impl BlockCache {
     fn new(block_bytes: usize) -> BlockCache {
+        debug_assert!(block_bytes.is_power_of_two() && block_bytes as u64 >= BLOCK_BYTES_MIN);
         BlockCache {
             lbas: [None; CACHE_BLOCKS],
             used: [0; CACHE_BLOCKS],
@@ -1085,9 +1086,11 @@ impl BlockCache {
 
     /// Fill `dst` with block `lba`: from the cache (true), or from the device.
     fn read(&mut self, dev: &dyn BlockDevice, lba: u64, dst: &mut [u8]) -> Result<bool> {
-        let b = self.block_bytes;
-        if let Some(i) = self.lbas.iter().position(|&l| l == Some(lba)) {
-            dst.copy_from_slice(&self.data[i * b..(i + 1) * b]);
+        let block_bytes = self.block_bytes;
+        debug_assert_eq!(dst.len(), block_bytes);
+        debug_assert_ne!(lba, DIR_LBA, "the directory is read at open only");
+        if let Some(i) = self.lbas.iter().position(|&cached| cached == Some(lba)) {
+            dst.copy_from_slice(&self.data[i * block_bytes..(i + 1) * block_bytes]);
             self.clock += 1;
             self.used[i] = self.clock;
             return Ok(true);
@@ -1098,8 +1101,10 @@ impl BlockCache {
 
     /// Remember that block `lba` now holds `src` on the device.
     fn put(&mut self, lba: u64, src: &[u8]) {
-        let b = self.block_bytes;
-        let i = match self.lbas.iter().position(|&l| l == Some(lba)) {
+        let block_bytes = self.block_bytes;
+        debug_assert_eq!(src.len(), block_bytes);
+        debug_assert_ne!(lba, DIR_LBA, "the directory is never cached");
+        let i = match self.lbas.iter().position(|&cached| cached == Some(lba)) {
             Some(i) => i,
             None => (0..CACHE_BLOCKS)
                 .min_by_key(|&i| (self.lbas[i].is_some(), self.used[i]))
@@ -1108,13 +1113,13 @@ impl BlockCache {
         self.clock += 1;
         self.used[i] = self.clock;
         self.lbas[i] = Some(lba);
-        self.data[i * b..(i + 1) * b].copy_from_slice(src);
+        self.data[i * block_bytes..(i + 1) * block_bytes].copy_from_slice(src);
     }
 
     fn forget(&mut self, lba: u64) {
-        for l in self.lbas.iter_mut() {
-            if *l == Some(lba) {
-                *l = None;
+        for cached in self.lbas.iter_mut() {
+            if *cached == Some(lba) {
+                *cached = None;
             }
         }
     }
@@ -1125,7 +1130,9 @@ impl BlockCache {
 struct Seg {
     /// Index into `State::blocks`.
     block: usize,
-    blk_off: usize,
+    /// Where the run starts in its block.
+    in_block: usize,
+    /// Where the run starts in the piece's data.
     data_off: usize,
     len: usize,
 }
@@ -1134,8 +1141,33 @@ struct Seg {
 /// covers (a block covered whole needs no read).
 #[derive(Clone, Copy, Debug)]
 struct Touched {
-    v: u64,
+    vblock: u64,
     covered: u64,
+}
+
+/// The blocks of a hole that hold some of the file's bytes below its old size: zeroed past the
+/// old end inside the write instead of discarded. At most two: the block holding the old end
+/// and, under wal-framed, its group's header block.
+#[derive(Clone, Copy, Debug, Default)]
+struct PartlyLive {
+    vblocks: [u64; 2],
+    count: usize,
+}
+
+impl PartlyLive {
+    fn as_slice(&self) -> &[u64] {
+        &self.vblocks[..self.count]
+    }
+
+    fn push(&mut self, vblock: u64) {
+        assert!(
+            self.count < self.vblocks.len(),
+            "more than two partly live blocks in a hole"
+        );
+        debug_assert!(!self.as_slice().contains(&vblock));
+        self.vblocks[self.count] = vblock;
+        self.count += 1;
+    }
 }
 
 struct State {
@@ -1162,39 +1194,44 @@ pub struct Store {
     st: Mutex<State>,
 }
 
-/// Add the blocks and segments of file range `[off, off + len)` to `blocks` and `segs`,
+/// Add the blocks and segments of file range `[offset, offset + len)` to `blocks` and `segs`,
 /// stopping before the write would touch more than `max_blocks` blocks. Returns the bytes
 /// taken.
 fn plan(
     map: &Map,
-    off: u64,
+    offset: u64,
     len: u64,
     max_blocks: usize,
     blocks: &mut Vec<Touched>,
     segs: &mut Vec<Seg>,
 ) -> u64 {
+    debug_assert!(len > 0 && max_blocks >= 1);
+    debug_assert!(
+        blocks.is_empty() && segs.is_empty(),
+        "a piece is planned afresh"
+    );
     let mut done = 0u64;
     while done < len {
-        let (v, bo, run) = map.seg(off + done);
-        let n = run.min(len - done);
-        let block = match blocks.iter().rposition(|t| t.v == v) {
+        let (vblock, in_block, run) = map.seg(offset + done);
+        let taken = run.min(len - done);
+        let block = match blocks.iter().rposition(|touched| touched.vblock == vblock) {
             Some(i) => i,
             None => {
                 if blocks.len() == max_blocks {
                     break;
                 }
-                blocks.push(Touched { v, covered: 0 });
+                blocks.push(Touched { vblock, covered: 0 });
                 blocks.len() - 1
             }
         };
-        blocks[block].covered += n;
+        blocks[block].covered += taken;
         segs.push(Seg {
             block,
-            blk_off: bo as usize,
+            in_block: in_block as usize,
             data_off: done as usize,
-            len: n as usize,
+            len: taken as usize,
         });
-        done += n;
+        done += taken;
     }
     done
 }
@@ -1206,17 +1243,17 @@ impl Store {
     pub fn open(dev: Arc<dyn BlockDevice>) -> Result<Store> {
         let atomic_blocks = Self::check_caps(dev.caps())?;
         let geo = StoreGeometry::compute(dev.block_bytes() as u64, dev.blocks())?;
-        let bb = geo.block_bytes as usize;
-        let mut block = vec![0u8; bb];
+        let block_bytes = geo.block_bytes as usize;
+        let mut block = vec![0u8; block_bytes];
         dev.read(DIR_LBA, &mut block)?;
         // After the read: the directory is decoded and validated in full (and, in debug
         // builds, `decode` checks that it re-encodes to the bytes read).
         let found = Directory::decode(&geo, &block)
             .map_err(|why| Error::bad(format!("SQLite journal store: {why}")))?;
-        let st = State {
+        let state = State {
             dir: found.unwrap_or_else(Directory::empty),
-            cache: BlockCache::new(bb),
-            buf: vec![0u8; atomic_blocks * bb],
+            cache: BlockCache::new(block_bytes),
+            buf: vec![0u8; atomic_blocks * block_bytes],
             lbas: Vec::with_capacity(atomic_blocks),
             partial: Vec::with_capacity(atomic_blocks),
             blocks: Vec::with_capacity(atomic_blocks),
@@ -1227,8 +1264,9 @@ impl Store {
             dev,
             geo,
             atomic_blocks,
-            st: Mutex::new(st),
+            st: Mutex::new(state),
         };
+        debug_assert!(store.piece_blocks_max() >= 1);
         if found.is_none() {
             let mut st = store.lock();
             let dir = st.dir;
@@ -1265,7 +1303,15 @@ impl Store {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        let guard = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        // Every operation starts from a valid cached directory: it is replaced only by one
+        // that was validated and written.
+        debug_assert_eq!(guard.dir.validate(&self.geo), Ok(()));
+        debug_assert_eq!(
+            guard.buf.len(),
+            self.atomic_blocks * self.geo.block_bytes as usize
+        );
+        guard
     }
 
     pub fn geometry(&self) -> StoreGeometry {
@@ -1305,7 +1351,7 @@ impl Store {
     fn find(dir: &Directory, hash: u64) -> Option<usize> {
         dir.entries
             .iter()
-            .position(|e| e.is_some_and(|e| e.name_hash == hash))
+            .position(|entry| entry.is_some_and(|entry| entry.name_hash == hash))
     }
 
     /// The file called `name`, if the store holds it.
@@ -1313,13 +1359,13 @@ impl Store {
         let hash = Self::check_name(name)?;
         let st = self.lock();
         Ok(Self::find(&st.dir, hash).map(|slot| {
-            let e = st.dir.entries[slot].expect("found");
+            let entry = st.dir.entries[slot].expect("found");
             (
                 FileId {
                     slot,
                     name_hash: hash,
                 },
-                FileInfo::from(&e),
+                FileInfo::from(&entry),
             )
         }))
     }
@@ -1343,7 +1389,7 @@ impl Store {
         if !create {
             return Ok(None);
         }
-        let Some(slot) = st.dir.entries.iter().position(|e| e.is_none()) else {
+        let Some(slot) = st.dir.entries.iter().position(|entry| entry.is_none()) else {
             return Err(StoreError::Full(format!(
                 "journal store full: it holds {FILES_MAX} files already, no room for {name}"
             )));
@@ -1376,7 +1422,7 @@ impl Store {
 
     fn entry(st: &State, id: FileId) -> Result<DirEntry> {
         match st.dir.entries.get(id.slot).copied().flatten() {
-            Some(e) if e.name_hash == id.name_hash => Ok(e),
+            Some(entry) if entry.name_hash == id.name_hash => Ok(entry),
             _ => Err(Error::bad(
                 "journal store file was deleted while open (another connection removed it)",
             )),
@@ -1391,56 +1437,63 @@ impl Store {
     pub fn read(&self, id: FileId, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let mut guard = self.lock();
         let st = &mut *guard;
-        let e = Self::entry(st, id)?;
+        let entry = Self::entry(st, id)?;
         st.stats.reads += 1;
-        if offset >= e.size_bytes || buf.is_empty() {
+        if offset >= entry.size_bytes || buf.is_empty() {
             return Ok(0);
         }
-        let n = (buf.len() as u64).min(e.size_bytes - offset) as usize;
-        let map = self.geo.map(e.layout);
-        let bb = self.geo.block_bytes as usize;
+        let count = (buf.len() as u64).min(entry.size_bytes - offset) as usize;
+        let map = self.geo.map(entry.layout);
+        let block_bytes = self.geo.block_bytes as usize;
         let mut done = 0usize;
-        while done < n {
-            let (v, bo, run) = map.seg(offset + done as u64);
-            let len = (run as usize).min(n - done);
-            let lba = e.lba(&self.geo, v);
-            if bo == 0 && len == bb {
+        while done < count {
+            let (vblock, in_block, run) = map.seg(offset + done as u64);
+            let in_block = in_block as usize;
+            let len = (run as usize).min(count - done);
+            let lba = entry.lba(&self.geo, vblock);
+            if in_block == 0 && len == block_bytes {
                 // A whole block (a WAL page): straight into the caller's buffer.
-                st.cache.read(&*self.dev, lba, &mut buf[done..done + bb])?;
+                st.cache
+                    .read(&*self.dev, lba, &mut buf[done..done + block_bytes])?;
             } else {
-                let tmp = &mut st.buf[..bb];
-                st.cache.read(&*self.dev, lba, tmp)?;
-                buf[done..done + len].copy_from_slice(&tmp[bo as usize..bo as usize + len]);
+                let scratch = &mut st.buf[..block_bytes];
+                st.cache.read(&*self.dev, lba, scratch)?;
+                buf[done..done + len].copy_from_slice(&scratch[in_block..in_block + len]);
             }
             done += len;
         }
-        Ok(n)
+        debug_assert_eq!(done, count);
+        Ok(count)
     }
 
-    /// Check that growing entry `e` (with layout `layout`) to `size_bytes` fits.
+    /// Check that growing entry `entry` (with layout `layout`) to `size_bytes` fits.
     fn check_room(
         &self,
         st: &State,
-        e: &DirEntry,
+        entry: &DirEntry,
         layout: Layout,
         size_bytes: u64,
     ) -> StoreResult<()> {
+        debug_assert!(
+            layout == entry.layout || entry.size_bytes == 0,
+            "a file's layout changes only while it is empty"
+        );
         let max = self.geo.file_bytes_max(layout);
         if size_bytes > max {
             return Err(StoreError::Full(format!(
                 "journal store full: a {} file would grow to {size_bytes} bytes; the store \
                  holds at most {max} bytes per file",
-                e.kind.name()
+                entry.kind.name()
             )));
         }
         let need = self.geo.chunks_for(layout, size_bytes);
-        let have = e.chunk_count as u64;
+        let have = entry.chunk_count as u64;
         let free = st.dir.free_chunks(&self.geo);
         if need > have && need - have > free {
             return Err(StoreError::Full(format!(
                 "journal store full: growing a {} file to {size_bytes} bytes needs {} more \
                  chunks of {} bytes, {free} free",
-                e.kind.name(),
+                entry.kind.name(),
                 need - have,
                 self.geo.chunk_bytes()
             )));
@@ -1459,24 +1512,40 @@ impl Store {
         })?;
         let mut guard = self.lock();
         let st = &mut *guard;
-        let e = Self::entry(st, id)?;
+        let entry = Self::entry(st, id)?;
         st.stats.writes += 1;
         if data.is_empty() {
             return Ok(());
         }
-        let layout = if e.size_bytes == 0 {
+        let layout = if entry.size_bytes == 0 {
             Layout::choose(offset, data, self.geo.block_bytes)
         } else {
-            e.layout
+            entry.layout
         };
-        self.check_room(st, &e, layout, end.max(e.size_bytes))?;
+        self.check_room(st, &entry, layout, end.max(entry.size_bytes))?;
+        self.write_pieces(st, id, layout, offset, data)?;
+        Ok(())
+    }
+
+    /// Write `data` at `offset` in atomic pieces of at most [`Store::piece_blocks_max`]
+    /// blocks each, in ascending order (a crash leaves a prefix and a size that matches).
+    fn write_pieces(
+        &self,
+        st: &mut State,
+        id: FileId,
+        layout: Layout,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        debug_assert!(!data.is_empty());
+        let end = offset + data.len() as u64;
         let map = self.geo.map(layout);
         let mut at = offset;
         while at < end {
             // The next piece: as much as fits in piece_blocks_max blocks.
             st.blocks.clear();
             st.segs.clear();
-            let n = plan(
+            let taken = plan(
                 &map,
                 at,
                 end - at,
@@ -1484,10 +1553,11 @@ impl Store {
                 &mut st.blocks,
                 &mut st.segs,
             );
-            assert!(n > 0, "a piece takes at least one segment");
+            assert!(taken > 0, "a piece takes at least one segment");
             let from = (at - offset) as usize;
-            self.write_piece(st, id, layout, at, &data[from..from + n as usize], at + n)?;
-            at += n;
+            let piece = &data[from..from + taken as usize];
+            self.write_piece(st, id, layout, at, piece, at + taken)?;
+            at += taken;
         }
         Ok(())
     }
@@ -1496,158 +1566,295 @@ impl Store {
     pub fn truncate(&self, id: FileId, size_bytes: u64) -> StoreResult<()> {
         let mut guard = self.lock();
         let st = &mut *guard;
-        let e = Self::entry(st, id)?;
-        if size_bytes == e.size_bytes {
+        let entry = Self::entry(st, id)?;
+        if size_bytes == entry.size_bytes {
             return Ok(());
         }
-        self.check_room(st, &e, e.layout, size_bytes)?;
+        self.check_room(st, &entry, entry.layout, size_bytes)?;
         st.blocks.clear();
         st.segs.clear();
-        self.write_piece(st, id, e.layout, size_bytes, &[], size_bytes)?;
+        self.write_piece(st, id, entry.layout, size_bytes, &[], size_bytes)?;
         Ok(())
     }
 
-    /// One atomic write: `data` at `off` (its blocks and segments planned in `st.blocks` and
-    /// `st.segs`), the file's size becoming `max(size, new_end)` (or exactly `new_end` for a
-    /// truncate, `data` empty), with the directory when the size changes.
+    /// One atomic write: `data` at `offset` (its blocks and segments planned in `st.blocks`
+    /// and `st.segs`), the file's size becoming `max(size, new_end)` (or exactly `new_end`
+    /// for a truncate, `data` empty), with the directory when the size changes.
     fn write_piece(
         &self,
         st: &mut State,
         id: FileId,
         layout: Layout,
-        off: u64,
+        offset: u64,
         data: &[u8],
         new_end: u64,
     ) -> Result<()> {
-        let bb = self.geo.block_bytes;
-        let b = bb as usize;
-        let old = Self::entry(st, id)?;
-        let s = old.size_bytes;
+        debug_assert_eq!(
+            offset + data.len() as u64,
+            new_end,
+            "the piece ends its data"
+        );
+        debug_assert!(
+            st.blocks.len() <= self.piece_blocks_max() && st.segs.len() >= st.blocks.len()
+        );
+        let old_size = Self::entry(st, id)?.size_bytes;
         let new_size = if data.is_empty() {
             new_end
         } else {
-            new_end.max(s)
+            new_end.max(old_size)
         };
-        let resized = new_size != s;
-        let mut dir = st.dir;
-        if resized {
-            let e = dir.entries[id.slot].as_mut().expect("live");
-            e.layout = layout;
-            dir.resize(&self.geo, id.slot, new_size);
-            dir.generation += 1;
-        }
-        let e = dir.entries[id.slot].expect("live");
+        let (dir, resized) = self.directory_after(st, id, layout, new_size);
+        let entry = dir.entries[id.slot].expect("live");
         let map = self.geo.map(layout);
-        // Blocks holding bytes of the hole [s, min(off, new_size)) that this write does not
-        // touch: discarded when they hold no byte below s, zeroed past s otherwise.
-        let mut extra = [0u64; 2];
-        let mut extra_n = 0;
-        let hole_end = off.min(new_size);
-        if hole_end > s {
-            let mut o = s;
-            let mut dead_run: Option<(u64, u64)> = None;
-            while o < hole_end {
-                let (v, _, run) = map.seg(o);
-                o += run.min(hole_end - o);
-                if st.blocks.iter().any(|t| t.v == v) || extra[..extra_n].contains(&v) {
-                    continue;
-                }
-                let (live, _) = map.split(v, s);
-                if live {
-                    assert!(extra_n < 2, "more than two partly live blocks in a hole");
-                    extra[extra_n] = v;
-                    extra_n += 1;
-                    continue;
-                }
-                let lba = e.lba(&self.geo, v);
-                dead_run = match dead_run {
-                    Some((start, n)) if start + n == lba => Some((start, n + 1)),
-                    Some((start, n)) if (start..start + n).contains(&lba) => Some((start, n)),
-                    Some(run) => {
-                        self.discard(st, run)?;
-                        Some((lba, 1))
-                    }
-                    None => Some((lba, 1)),
-                };
-            }
-            if let Some(run) = dead_run {
-                self.discard(st, run)?;
-            }
-        }
-        if !resized
-            && extra_n == 0
-            && st.blocks.len() == 1
-            && st.blocks[0].covered == bb
-            && st.segs.len() == 1
-        {
-            // One whole block (a WAL page): written straight from the caller's buffer.
-            let lba = e.lba(&self.geo, st.blocks[0].v);
-            st.cache.forget(lba);
-            self.dev.write_scattered(&[lba], data)?;
-            st.stats.device_writes += 1;
-            st.stats.blocks_written += 1;
-            return Ok(());
+        let partly_live = self.clear_hole(st, &map, &entry, old_size, offset.min(new_size))?;
+        if !resized && partly_live.count == 0 && self.is_one_whole_block(st) {
+            return self.write_whole_block(st, &entry, data);
         }
         st.lbas.clear();
         st.partial.clear();
-        let mut pos = usize::from(resized);
-        for &v in &extra[..extra_n] {
-            let lba = e.lba(&self.geo, v);
-            let blk = &mut st.buf[pos * b..(pos + 1) * b];
-            if st.cache.read(&*self.dev, lba, blk)? {
-                st.stats.cached_blocks += 1;
+        // Buffer slot 0 holds the directory when the size changes.
+        let hole_slot = usize::from(resized);
+        let data_slot = self.stage_hole_blocks(
+            st,
+            &map,
+            &entry,
+            old_size,
+            partly_live.as_slice(),
+            hole_slot,
+        )?;
+        self.stage_data_blocks(st, &map, &entry, old_size, data_slot)?;
+        Self::copy_segments(st, data_slot, data);
+        if resized {
+            let staged = st.lbas.len();
+            self.commit(st, dir, staged)
+        } else {
+            self.write_staged(st)
+        }
+    }
+
+    /// The directory once a piece is written: file `id` at `new_size` bytes under `layout`,
+    /// owning the chunks that size needs; and whether its size changes (the piece then writes
+    /// the directory too).
+    fn directory_after(
+        &self,
+        st: &State,
+        id: FileId,
+        layout: Layout,
+        new_size: u64,
+    ) -> (Directory, bool) {
+        let mut dir = st.dir;
+        let old = dir.entries[id.slot].expect("live");
+        debug_assert_eq!(old.name_hash, id.name_hash);
+        debug_assert!(
+            layout == old.layout || old.size_bytes == 0,
+            "a file's layout changes only while it is empty"
+        );
+        let resized = new_size != old.size_bytes;
+        if resized {
+            dir.entries[id.slot].as_mut().expect("live").layout = layout;
+            dir.resize(&self.geo, id.slot, new_size);
+            dir.generation += 1;
+        }
+        (dir, resized)
+    }
+
+    /// The blocks holding bytes of the hole `[old_size, hole_end)` that the piece does not
+    /// touch: those holding no file byte below `old_size` are discarded (they lie beyond the
+    /// durable size until the write), the others returned, to be zeroed past the old end
+    /// inside the write.
+    fn clear_hole(
+        &self,
+        st: &mut State,
+        map: &Map,
+        entry: &DirEntry,
+        old_size: u64,
+        hole_end: u64,
+    ) -> Result<PartlyLive> {
+        let mut partly_live = PartlyLive::default();
+        if hole_end <= old_size {
+            return Ok(partly_live);
+        }
+        debug_assert!(
+            hole_end <= entry.size_bytes,
+            "the hole lies inside the new size"
+        );
+        let mut at = old_size;
+        let mut dead_run: Option<(u64, u64)> = None;
+        while at < hole_end {
+            let (vblock, _, run) = map.seg(at);
+            at += run.min(hole_end - at);
+            let touched = st.blocks.iter().any(|touched| touched.vblock == vblock);
+            if touched || partly_live.as_slice().contains(&vblock) {
+                continue;
             }
-            st.stats.rmw_blocks += 1;
-            let (_, z) = map.split(v, s);
-            blk[z as usize..].fill(0);
+            let (live, _) = map.split(vblock, old_size);
+            if live {
+                partly_live.push(vblock);
+                continue;
+            }
+            let lba = entry.lba(&self.geo, vblock);
+            dead_run = Some(self.extend_dead_run(st, dead_run, lba)?);
+        }
+        if let Some(run) = dead_run {
+            self.discard(st, run)?;
+        }
+        Ok(partly_live)
+    }
+
+    /// Add device block `lba` to the run of blocks to discard, `(first, count)`: the run grows
+    /// when `lba` follows it (or is in it already); otherwise the run is discarded now and a
+    /// new one starts at `lba`.
+    fn extend_dead_run(
+        &self,
+        st: &mut State,
+        run: Option<(u64, u64)>,
+        lba: u64,
+    ) -> Result<(u64, u64)> {
+        debug_assert_ne!(lba, DIR_LBA);
+        debug_assert!(run.is_none_or(|(_, count)| count >= 1));
+        Ok(match run {
+            Some((first, count)) if first + count == lba => (first, count + 1),
+            Some((first, count)) if (first..first + count).contains(&lba) => (first, count),
+            Some(run) => {
+                self.discard(st, run)?;
+                (lba, 1)
+            }
+            None => (lba, 1),
+        })
+    }
+
+    /// Is the planned piece one whole block in one segment (a WAL page)?
+    fn is_one_whole_block(&self, st: &State) -> bool {
+        st.blocks.len() == 1 && st.blocks[0].covered == self.geo.block_bytes && st.segs.len() == 1
+    }
+
+    /// One whole block, the size unchanged (a WAL page): written straight from the caller's
+    /// buffer, one single-block write with no read.
+    fn write_whole_block(&self, st: &mut State, entry: &DirEntry, data: &[u8]) -> Result<()> {
+        debug_assert_eq!(data.len() as u64, self.geo.block_bytes);
+        debug_assert!(st.segs[0].in_block == 0 && st.segs[0].data_off == 0);
+        let lba = entry.lba(&self.geo, st.blocks[0].vblock);
+        st.cache.forget(lba);
+        self.dev.write_scattered(&[lba], data)?;
+        st.stats.device_writes += 1;
+        st.stats.blocks_written += 1;
+        Ok(())
+    }
+
+    /// Read device block `lba` into buffer slot `slot` to patch it: from the cache of blocks
+    /// written last, or from the device.
+    fn read_back(&self, st: &mut State, lba: u64, slot: usize) -> Result<()> {
+        debug_assert!(slot < self.atomic_blocks);
+        debug_assert_ne!(lba, DIR_LBA);
+        let block_bytes = self.geo.block_bytes as usize;
+        let block = &mut st.buf[slot * block_bytes..(slot + 1) * block_bytes];
+        if st.cache.read(&*self.dev, lba, block)? {
+            st.stats.cached_blocks += 1;
+        }
+        st.stats.rmw_blocks += 1;
+        Ok(())
+    }
+
+    /// Stage the partly live hole blocks at buffer slots from `first_slot` on, each read back
+    /// and zeroed past the old end. Returns the slot after them.
+    fn stage_hole_blocks(
+        &self,
+        st: &mut State,
+        map: &Map,
+        entry: &DirEntry,
+        old_size: u64,
+        partly_live: &[u64],
+        first_slot: usize,
+    ) -> Result<usize> {
+        debug_assert!(first_slot <= 1 && partly_live.len() <= 2);
+        debug_assert!(st.lbas.is_empty() && st.partial.is_empty());
+        let block_bytes = self.geo.block_bytes as usize;
+        let mut slot = first_slot;
+        for &vblock in partly_live {
+            let lba = entry.lba(&self.geo, vblock);
+            self.read_back(st, lba, slot)?;
+            let (_, zero_from) = map.split(vblock, old_size);
+            st.buf[slot * block_bytes + zero_from as usize..(slot + 1) * block_bytes].fill(0);
             st.lbas.push(lba);
             st.partial.push(true);
-            pos += 1;
+            slot += 1;
         }
-        let first_data = pos;
-        for i in 0..st.blocks.len() {
-            let t = st.blocks[i];
-            let lba = e.lba(&self.geo, t.v);
-            let blk = &mut st.buf[pos * b..(pos + 1) * b];
-            if t.covered < bb {
-                let (live, z) = map.split(t.v, s);
+        Ok(slot)
+    }
+
+    /// Stage the blocks the piece touches at buffer slots from `first_slot` on. A block the
+    /// piece covers whole is left to the copy; one it covers partly is read back when it holds
+    /// file bytes below the old size, and zeroed past them.
+    fn stage_data_blocks(
+        &self,
+        st: &mut State,
+        map: &Map,
+        entry: &DirEntry,
+        old_size: u64,
+        first_slot: usize,
+    ) -> Result<()> {
+        debug_assert!(first_slot + st.blocks.len() <= self.atomic_blocks);
+        debug_assert_eq!(st.lbas.len(), st.partial.len());
+        let block_bytes = self.geo.block_bytes;
+        let slot_bytes = block_bytes as usize;
+        for index in 0..st.blocks.len() {
+            let touched = st.blocks[index];
+            let slot = first_slot + index;
+            let lba = entry.lba(&self.geo, touched.vblock);
+            let partial = touched.covered < block_bytes;
+            if partial {
+                // Not live: zero_from is 0, and the whole block starts as zeros.
+                let (live, zero_from) = map.split(touched.vblock, old_size);
                 if live {
-                    if st.cache.read(&*self.dev, lba, blk)? {
-                        st.stats.cached_blocks += 1;
-                    }
-                    st.stats.rmw_blocks += 1;
-                    blk[z as usize..].fill(0);
-                } else {
-                    blk.fill(0);
+                    self.read_back(st, lba, slot)?;
                 }
+                st.buf[slot * slot_bytes + zero_from as usize..(slot + 1) * slot_bytes].fill(0);
             }
             st.lbas.push(lba);
-            st.partial.push(t.covered < bb);
-            pos += 1;
+            st.partial.push(partial);
         }
-        for sg in &st.segs {
-            let at = (first_data + sg.block) * b + sg.blk_off;
-            st.buf[at..at + sg.len].copy_from_slice(&data[sg.data_off..sg.data_off + sg.len]);
+        Ok(())
+    }
+
+    /// Copy the piece's data into its staged blocks (from buffer slot `first_slot`), segment
+    /// by segment.
+    fn copy_segments(st: &mut State, first_slot: usize, data: &[u8]) {
+        debug_assert_eq!(
+            st.segs.iter().map(|segment| segment.len).sum::<usize>(),
+            data.len()
+        );
+        let block_bytes = st.cache.block_bytes;
+        for segment in &st.segs {
+            let at = (first_slot + segment.block) * block_bytes + segment.in_block;
+            let from = segment.data_off;
+            st.buf[at..at + segment.len].copy_from_slice(&data[from..from + segment.len]);
         }
-        if resized {
-            let n = st.lbas.len();
-            self.commit(st, dir, n)
-        } else {
-            let n = st.lbas.len();
-            let r = self.dev.write_scattered(&st.lbas[..n], &st.buf[..n * b]);
-            Self::remember(st, 0, r.is_ok());
-            st.lbas.clear();
-            r?;
-            st.stats.device_writes += 1;
-            st.stats.blocks_written += n as u64;
-            Ok(())
-        }
+    }
+
+    /// Write the staged blocks (`st.lbas`, from buffer slot 0; no directory) in one atomic
+    /// device write.
+    fn write_staged(&self, st: &mut State) -> Result<()> {
+        let staged = st.lbas.len();
+        debug_assert!(staged >= 1 && staged <= self.atomic_blocks);
+        debug_assert_eq!(st.partial.len(), staged);
+        let block_bytes = self.geo.block_bytes as usize;
+        let result = self
+            .dev
+            .write_scattered(&st.lbas[..staged], &st.buf[..staged * block_bytes]);
+        Self::remember(st, 0, result.is_ok());
+        st.lbas.clear();
+        result?;
+        st.stats.device_writes += 1;
+        st.stats.blocks_written += staged as u64;
+        Ok(())
     }
 
     /// Discard a run of device blocks (beyond the durable size: no crash can expose them).
     fn discard(&self, st: &mut State, (lba, count): (u64, u64)) -> Result<()> {
-        for l in lba..lba + count {
-            st.cache.forget(l);
+        debug_assert!(lba > DIR_LBA && count >= 1);
+        debug_assert!(lba + count <= self.geo.device_blocks);
+        for block in lba..lba + count {
+            st.cache.forget(block);
         }
         self.dev.discard(lba, count)?;
         st.stats.hole_blocks += count;
@@ -1658,10 +1865,13 @@ impl Store {
     /// `first` on; the directory is never cached): cache the blocks written partly, forget the
     /// others, and forget them all if the write failed.
     fn remember(st: &mut State, first: usize, ok: bool) {
-        let b = st.cache.block_bytes;
+        debug_assert!(first <= 1 && first <= st.lbas.len());
+        debug_assert!(st.partial.len() + first >= st.lbas.len());
+        let block_bytes = st.cache.block_bytes;
         for (i, &lba) in st.lbas.iter().enumerate().skip(first) {
             if ok && st.partial[i - first] {
-                st.cache.put(lba, &st.buf[i * b..(i + 1) * b]);
+                st.cache
+                    .put(lba, &st.buf[i * block_bytes..(i + 1) * block_bytes]);
             } else {
                 st.cache.forget(lba);
             }
@@ -1671,9 +1881,11 @@ impl Store {
     /// Write directory `dir` (into buffer slot 0) together with the `extra` data blocks staged
     /// at slots 1.. (their LBAs in `st.lbas`), atomically; adopt `dir` once it is durable.
     fn commit(&self, st: &mut State, dir: Directory, extra: usize) -> Result<()> {
-        let bb = self.geo.block_bytes as usize;
+        let block_bytes = self.geo.block_bytes as usize;
         assert_eq!(st.lbas.len(), extra);
         assert!(extra < self.atomic_blocks);
+        // Every directory write advances the generation by one (the format writes the first).
+        debug_assert!(dir.generation == st.dir.generation + 1 || dir == st.dir);
         // Before the write: the directory obeys its rules (and, in debug builds, `encode`
         // checks that its bytes read back as itself).
         assert_eq!(
@@ -1681,16 +1893,18 @@ impl Store {
             Ok(()),
             "directory about to be written"
         );
-        dir.encode(&self.geo, &mut st.buf[..bb]);
+        dir.encode(&self.geo, &mut st.buf[..block_bytes]);
         st.lbas.insert(0, DIR_LBA);
-        let n = extra + 1;
-        let r = self.dev.write_scattered(&st.lbas[..n], &st.buf[..n * bb]);
-        Self::remember(st, 1, r.is_ok());
+        let count = extra + 1;
+        let result = self
+            .dev
+            .write_scattered(&st.lbas[..count], &st.buf[..count * block_bytes]);
+        Self::remember(st, 1, result.is_ok());
         st.lbas.clear();
-        r?;
+        result?;
         st.stats.device_writes += 1;
         st.stats.dir_writes += 1;
-        st.stats.blocks_written += n as u64;
+        st.stats.blocks_written += count as u64;
         st.dir = dir;
         Ok(())
     }
