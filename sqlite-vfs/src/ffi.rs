@@ -93,6 +93,7 @@ fn store_error(e: StoreError, other: c_int) -> c_int {
     match e {
         StoreError::Full(m) => fail(VfsError::new(sq::SQLITE_FULL, m)),
         StoreError::Other(e) => fail(VfsError::new(other, e.to_string())),
+        e @ StoreError::PiecesExceeded { .. } => fail(VfsError::new(other, e.to_string())),
     }
 }
 

@@ -404,6 +404,19 @@ pub enum StoreError {
     /// No room: no free chunk, no free directory entry, or a file past its largest size.
     #[error("{0}")]
     Full(String),
+    /// A write that took as many atomic pieces as its length allows and was not done: the
+    /// bound that keeps a planning step that stops making progress from spinning. The pieces
+    /// written are a prefix of the write, and the file's size matches them.
+    #[error(
+        "write of {bytes} bytes at offset {offset} unfinished after {pieces} atomic pieces, the \
+         most its length allows: its first {written} bytes are written"
+    )]
+    PiecesExceeded {
+        offset: u64,
+        bytes: u64,
+        pieces: u64,
+        written: u64,
+    },
     #[error(transparent)]
     Other(#[from] Error),
 }
@@ -1236,6 +1249,14 @@ fn plan(
     done
 }
 
+/// Atomic pieces a write of `len` bytes takes at most. A piece ends only before a run of
+/// [`Map::seg`] that would need one block too many, so every piece but the first and the last
+/// takes at least one whole run, and the shortest run is a frame header (runs are blocks,
+/// pages, the 32-byte WAL header and the 24-byte frame headers).
+fn pieces_max(len: u64) -> u64 {
+    2 + len / WAL_FRAME_HEADER_BYTES
+}
+
 impl Store {
     /// Open the store on `dev`, formatting it when block 0 is all zeros (a fresh device). A
     /// block 0 that is neither zero nor a valid directory is refused and left untouched, as is
@@ -1523,12 +1544,13 @@ impl Store {
             entry.layout
         };
         self.check_room(st, &entry, layout, end.max(entry.size_bytes))?;
-        self.write_pieces(st, id, layout, offset, data)?;
-        Ok(())
+        let pieces = pieces_max(data.len() as u64);
+        self.write_pieces(st, id, layout, offset, data, pieces)
     }
 
     /// Write `data` at `offset` in atomic pieces of at most [`Store::piece_blocks_max`]
-    /// blocks each, in ascending order (a crash leaves a prefix and a size that matches).
+    /// blocks each, in ascending order (a crash leaves a prefix and a size that matches), and
+    /// at most `pieces_max` of them: past that, an error.
     fn write_pieces(
         &self,
         st: &mut State,
@@ -1536,12 +1558,17 @@ impl Store {
         layout: Layout,
         offset: u64,
         data: &[u8],
-    ) -> Result<()> {
+        pieces_max: u64,
+    ) -> StoreResult<()> {
         debug_assert!(!data.is_empty());
+        debug_assert!(pieces_max >= 1);
         let end = offset + data.len() as u64;
         let map = self.geo.map(layout);
         let mut at = offset;
-        while at < end {
+        for _ in 0..pieces_max {
+            if at == end {
+                break;
+            }
             // The next piece: as much as fits in piece_blocks_max blocks.
             st.blocks.clear();
             st.segs.clear();
@@ -1553,11 +1580,19 @@ impl Store {
                 &mut st.blocks,
                 &mut st.segs,
             );
-            assert!(taken > 0, "a piece takes at least one segment");
+            debug_assert!(taken > 0, "a piece takes at least one segment");
             let from = (at - offset) as usize;
             let piece = &data[from..from + taken as usize];
             self.write_piece(st, id, layout, at, piece, at + taken)?;
             at += taken;
+        }
+        if at < end {
+            return Err(StoreError::PiecesExceeded {
+                offset,
+                bytes: data.len() as u64,
+                pieces: pieces_max,
+                written: at - offset,
+            });
         }
         Ok(())
     }
@@ -2135,6 +2170,78 @@ mod tests {
         assert!(s.stats().device_writes >= 3);
     }
 
+    /// A write that needs more atomic pieces than it is allowed stops with an error naming the
+    /// bound, having written a prefix of itself and a size that matches (as a crash between its
+    /// pieces would leave it).
+    #[test]
+    fn a_write_past_its_piece_bound_stops_with_an_error() {
+        let r = region(4 << 20);
+        let s = store(&r);
+        let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
+        let piece_bytes = s.piece_blocks_max() * 4096;
+        let data: Vec<u8> = (0..3 * piece_bytes).map(|i| (i % 253) as u8).collect();
+        let error = {
+            let mut guard = s.lock();
+            s.write_pieces(&mut guard, id, Layout::Linear, 0, &data, 2)
+                .unwrap_err()
+        };
+        match &error {
+            StoreError::PiecesExceeded {
+                offset: 0,
+                bytes,
+                pieces: 2,
+                written,
+            } => {
+                assert_eq!(*bytes, data.len() as u64);
+                assert_eq!(*written, 2 * piece_bytes as u64);
+            }
+            other => panic!("expected PiecesExceeded, got {other:?}"),
+        }
+        assert!(
+            error
+                .to_string()
+                .contains("unfinished after 2 atomic pieces"),
+            "{error}"
+        );
+        assert_eq!(s.size_bytes(id).unwrap(), 2 * piece_bytes as u64);
+        assert_eq!(read_all(&s, id), &data[..2 * piece_bytes]);
+        // The bound a write gets is its length's: the same write then finishes.
+        s.write(id, 0, &data).unwrap();
+        assert_eq!(read_all(&s, id), data);
+    }
+
+    /// The piece bound holds for the smallest pieces (one block each, the smallest atomic unit
+    /// the store accepts) at any start, under both layouts.
+    #[test]
+    fn the_piece_bound_holds_for_one_block_pieces() {
+        for block_bytes in [512u64, 4096] {
+            for layout in [Layout::Linear, Layout::WalFramed] {
+                let map = Map::new(layout, block_bytes);
+                let frame = map.frame_bytes();
+                for offset in [0, 1, 31, 32, 33, 55, 56, 57, block_bytes, frame + 40] {
+                    for len in [1, 23, 24, 25, 56, 1000, 3 * frame + 7, 50 * frame] {
+                        let (mut blocks, mut segs) = (Vec::new(), Vec::new());
+                        let (mut at, mut pieces) = (offset, 0);
+                        while at < offset + len {
+                            blocks.clear();
+                            segs.clear();
+                            at += plan(&map, at, offset + len - at, 1, &mut blocks, &mut segs);
+                            pieces += 1;
+                        }
+                        assert!(
+                            pieces <= pieces_max(len),
+                            "{layout:?} {block_bytes}: {pieces} pieces for {len} bytes at {offset}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The most device events one operation of the crash tests may take before it finishes
+    /// (far more than any takes): a bound on the sweep over its stop points.
+    const STOP_POINTS_MAX: u64 = 100_000;
+
     /// Stop the device at every store and persist of one store operation (as a power failure
     /// would), recover, and check the file reads wholly old or wholly new, size included.
     fn crash_every_step(setup: &dyn Fn(&Store), op: &dyn Fn(&Store) -> StoreResult<()>) {
@@ -2172,7 +2279,8 @@ mod tests {
         let new = files(&store(&r));
         assert_ne!(old, new, "the operation changes something");
         let (mut saw_old, mut saw_new) = (0, 0);
-        for stop_at in 0u64.. {
+        let mut finished = false;
+        for stop_at in 0..STOP_POINTS_MAX {
             restore();
             let count = Arc::new(AtomicU64::new(0));
             let stopped = Arc::new(AtomicBool::new(false));
@@ -2199,6 +2307,7 @@ mod tests {
             drop(s);
             if !stopped.load(Ordering::Relaxed) {
                 res.unwrap();
+                finished = true;
                 break;
             }
             assert!(res.is_err(), "a stopped write reports failure");
@@ -2211,6 +2320,10 @@ mod tests {
                 panic!("stop at event {stop_at}: neither old nor new state");
             }
         }
+        assert!(
+            finished,
+            "the operation did not finish within {STOP_POINTS_MAX} stop points"
+        );
         assert!(saw_old > 0 && saw_new > 0, "old {saw_old} new {saw_new}");
     }
 
