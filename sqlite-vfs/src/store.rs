@@ -323,6 +323,7 @@ impl Map {
 
     /// [`Map::split`] under the WAL-framed layout.
     fn split_framed(&self, vblock: u64, size: u64) -> (bool, u64) {
+        debug_assert_eq!(self.layout, Layout::WalFramed);
         let frames = self.group_frames;
         let (group, in_group) = (vblock / (frames + 1), vblock % (frames + 1));
         if in_group > 0 {
@@ -357,6 +358,8 @@ impl Map {
             let next_header = self.frame_start(group * frames + whole_headers);
             zero_from += size.saturating_sub(next_header).min(WAL_FRAME_HEADER_BYTES);
         }
+        // Past the group's frame headers a header block holds no file byte.
+        debug_assert!(zero_from <= WAL_HEADER_BYTES + WAL_FRAME_HEADER_BYTES * frames);
         (live, zero_from)
     }
 
@@ -683,6 +686,10 @@ fn debug_assert_encodes<T: std::fmt::Debug>(
 fn header_to_bytes(geo: &StoreGeometry, generation: u64, out: &mut [u8]) {
     debug_assert_eq!(out.len(), HEADER_BYTES);
     debug_assert!(generation >= 1, "generations start at 1");
+    debug_assert!(
+        geo.block_bytes <= u32::MAX as u64,
+        "block bytes take 4 bytes"
+    );
     out.fill(0);
     out[0..8].copy_from_slice(&STORE_MAGIC);
     put_u32(out, 8, STORE_VERSION);
@@ -871,6 +878,7 @@ impl Directory {
     /// The rules of one entry alone: its size fits its layout, it lists exactly the chunks
     /// that size needs, each in range, and its unused chunk slots are zero.
     fn validate_entry(geo: &StoreGeometry, slot: usize, entry: &DirEntry) -> DirectoryResult<()> {
+        debug_assert!(slot < FILES_MAX);
         let max = geo.file_bytes_max(entry.layout);
         if entry.size_bytes > max {
             return Err(DirectoryError::SizeOverMax {
@@ -966,6 +974,10 @@ impl Directory {
 
     /// The directory a block holds, validated (`Ok(None)`: an all-zero, never formatted block).
     fn block_from_bytes(geo: &StoreGeometry, block: &[u8]) -> DirectoryResult<Option<Directory>> {
+        debug_assert!(
+            geo.block_bytes >= DIR_BYTES as u64,
+            "the directory fits a block"
+        );
         if block.iter().all(|&byte| byte == 0) {
             return Ok(None);
         }
@@ -1420,6 +1432,7 @@ impl Store {
         dir.generation += 1;
         st.lbas.clear();
         self.commit(&mut st, dir, 0)?;
+        debug_assert_eq!(Self::find(&st.dir, hash), Some(slot));
         Ok(Some(FileId {
             slot,
             name_hash: hash,
@@ -1438,6 +1451,7 @@ impl Store {
         dir.generation += 1;
         st.lbas.clear();
         self.commit(&mut st, dir, 0)?;
+        debug_assert_eq!(Self::find(&st.dir, hash), None);
         Ok(true)
     }
 
@@ -1464,6 +1478,7 @@ impl Store {
             return Ok(0);
         }
         let count = (buf.len() as u64).min(entry.size_bytes - offset) as usize;
+        debug_assert!(count >= 1 && count <= buf.len());
         let map = self.geo.map(entry.layout);
         let block_bytes = self.geo.block_bytes as usize;
         let mut done = 0usize;
@@ -1545,7 +1560,9 @@ impl Store {
         };
         self.check_room(st, &entry, layout, end.max(entry.size_bytes))?;
         let pieces = pieces_max(data.len() as u64);
-        self.write_pieces(st, id, layout, offset, data, pieces)
+        self.write_pieces(st, id, layout, offset, data, pieces)?;
+        debug_assert!(Self::entry(st, id).is_ok_and(|entry| entry.size_bytes >= end));
+        Ok(())
     }
 
     /// Write `data` at `offset` in atomic pieces of at most [`Store::piece_blocks_max`]
@@ -1609,6 +1626,7 @@ impl Store {
         st.blocks.clear();
         st.segs.clear();
         self.write_piece(st, id, entry.layout, size_bytes, &[], size_bytes)?;
+        debug_assert!(Self::entry(st, id).is_ok_and(|entry| entry.size_bytes == size_bytes));
         Ok(())
     }
 
