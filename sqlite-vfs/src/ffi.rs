@@ -551,13 +551,13 @@ unsafe extern "C" fn s_read(
             return fail(VfsError::new(sq::SQLITE_IOERR_READ, "negative read"));
         }
         // SAFETY: our journal file; SQLite gives a writable buffer of `amt` bytes.
-        let (h, buf) = unsafe {
+        let (handle, buf) = unsafe {
             (
                 store_handle(file),
                 std::slice::from_raw_parts_mut(buf.cast::<u8>(), amt as usize),
             )
         };
-        match h.region.store.read(h.id, off as u64, buf) {
+        match handle.region.store.read(handle.id, off as u64, buf) {
             Ok(n) if n == buf.len() => sq::SQLITE_OK,
             Ok(n) => {
                 // SQLite's rule: a short read zero-fills the rest.
@@ -581,13 +581,13 @@ unsafe extern "C" fn s_write(
             return fail(VfsError::new(sq::SQLITE_IOERR_WRITE, "negative write"));
         }
         // SAFETY: our journal file; SQLite gives a readable buffer of `amt` bytes.
-        let (h, data) = unsafe {
+        let (handle, data) = unsafe {
             (
                 store_handle(file),
                 std::slice::from_raw_parts(buf.cast::<u8>(), amt as usize),
             )
         };
-        match h.region.store.write(h.id, off as u64, data) {
+        match handle.region.store.write(handle.id, off as u64, data) {
             Ok(()) => sq::SQLITE_OK,
             Err(e) => store_error(e, sq::SQLITE_IOERR_WRITE),
         }
@@ -601,8 +601,8 @@ unsafe extern "C" fn s_truncate(file: *mut sq::sqlite3_file, size: sq::sqlite3_i
             return fail(VfsError::new(sq::SQLITE_IOERR_TRUNCATE, "negative size"));
         }
         // SAFETY: our journal file.
-        let h = unsafe { store_handle(file) };
-        match h.region.store.truncate(h.id, size as u64) {
+        let handle = unsafe { store_handle(file) };
+        match handle.region.store.truncate(handle.id, size as u64) {
             Ok(()) => sq::SQLITE_OK,
             Err(e) => store_error(e, sq::SQLITE_IOERR_TRUNCATE),
         }

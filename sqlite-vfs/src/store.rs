@@ -26,7 +26,12 @@
 //! and blocks holding some are zeroed past the old end inside the atomic write. A write that
 //! touches more than [`Store::piece_blocks_max`] blocks (SQLite never issues one: its largest write
 //! is a 64 KiB page) is split into atomic pieces in ascending order, so a crash leaves a
-//! prefix of it and a size that matches.
+//! prefix of it and a size that matches. The pieces are bounded by the write's length
+//! ([`StoreError::PiecesExceeded`] past the bound, never a spin).
+//!
+//! Every on-media record (the directory block, its header and entry records, and the
+//! WAL-framed placement of file bytes) has a pair assertion in debug builds: what is encoded
+//! decodes to the same value, and what is decoded re-encodes to the bytes read.
 //!
 //! The directory is cached in memory; the media copy is read and validated once, at open. A
 //! device write that fails leaves the cached directory as it was.
