@@ -158,6 +158,7 @@ impl Layout {
 
     /// The layout the first write `data` at `offset` to an empty file selects.
     pub fn choose(offset: u64, data: &[u8], block_bytes: u64) -> Layout {
+        debug_assert!(block_bytes.is_power_of_two(), "a device's block size");
         if offset != 0 || data.len() as u64 != WAL_HEADER_BYTES {
             return Layout::Linear;
         }
@@ -375,6 +376,9 @@ impl Map {
             return 0;
         }
         let (last_vblock, _, _) = self.seg(size - 1);
+        debug_assert!(
+            self.layout != Layout::Linear || last_vblock + 1 == size.div_ceil(self.block_bytes)
+        );
         if self.layout == Layout::WalFramed && size > WAL_HEADER_BYTES {
             // Ending in a frame header: the previous frame's page block may lie higher.
             let frame_bytes = self.frame_bytes();
