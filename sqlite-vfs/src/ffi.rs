@@ -62,6 +62,7 @@ fn api_complete(p: *const sq::sqlite3_api_routines) -> bool {
 
 /// Report an error: to sqlite3_log and to `nvstack_last_error()`; returns its code.
 fn fail(e: VfsError) -> c_int {
+    debug_assert_ne!(e.code, sq::SQLITE_OK, "a failure has an error code");
     set_last_error(&e.msg);
     let msg = CString::new(format!("nvstack: {}", e.msg.replace('\0', " ")))
         .unwrap_or_else(|_| CString::from(c"nvstack: error"));
@@ -90,9 +91,11 @@ fn guard(on_panic: c_int, f: impl FnOnce() -> c_int) -> c_int {
 }
 
 fn store_error(e: StoreError, other: c_int) -> c_int {
+    debug_assert_ne!(other, sq::SQLITE_OK, "a failure has an error code");
     match e {
         StoreError::Full(m) => fail(VfsError::new(sq::SQLITE_FULL, m)),
         StoreError::Other(e) => fail(VfsError::new(other, e.to_string())),
+        e @ StoreError::PiecesExceeded { .. } => fail(VfsError::new(other, e.to_string())),
     }
 }
 
@@ -167,6 +170,7 @@ unsafe extern "C" fn x_open(
     out_flags: *mut c_int,
 ) -> c_int {
     guard(sq::SQLITE_CANTOPEN, || {
+        debug_assert!(!vfs.is_null() && !file.is_null());
         // SAFETY: SQLite passes our VFS, a zeroed-or-not allocation of szOsFile bytes for
         // `file`, a filename that is null or a C string, and a nullable out pointer.
         unsafe {
@@ -190,25 +194,14 @@ unsafe extern "C" fn x_open(
     })
 }
 
+/// A journal of database `name` (its `-wal` or `-journal`) on the file system, if there is
+/// one: a run without this VFS left it, and this VFS, which looks for journals in the region
+/// only, would ignore it. The database is refused rather than the journal lost.
+///
 /// # Safety
-/// As for [`x_open`].
-unsafe fn open_main(
-    unix: *mut sq::sqlite3_vfs,
-    z_name: *const c_char,
-    name: &str,
-    file: *mut sq::sqlite3_file,
-    flags: c_int,
-    out_flags: *mut c_int,
-) -> c_int {
-    let params = match params::parse(|k| {
-        let key = CString::new(k).expect("parameter names have no NUL");
-        uri_param(z_name, &key)
-    }) {
-        Ok(p) => p,
-        Err(e) => return fail(e),
-    };
-    // A journal that a run without this VFS left on the file system would be ignored here
-    // (this VFS looks for journals in the region only): refuse rather than lose it.
+/// `unix` must be the unix VFS.
+unsafe fn journal_on_file_system(unix: *mut sq::sqlite3_vfs, name: &str) -> Option<String> {
+    debug_assert!(!unix.is_null() && !name.is_empty());
     for suffix in ["-wal", "-journal"] {
         let other = format!("{name}{suffix}");
         let Ok(c) = CString::new(other.clone()) else {
@@ -225,11 +218,37 @@ unsafe fn open_main(
             )
         };
         if rc == sq::SQLITE_OK && exists != 0 {
-            return fail(VfsError::cantopen(format!(
-                "{other} exists on the file system (left by a run without vfs=nvstack): open \
-                 the database once without vfs=nvstack so SQLite recovers it, then again with it"
-            )));
+            return Some(other);
         }
+    }
+    None
+}
+
+/// # Safety
+/// As for [`x_open`].
+unsafe fn open_main(
+    unix: *mut sq::sqlite3_vfs,
+    z_name: *const c_char,
+    name: &str,
+    file: *mut sq::sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
+) -> c_int {
+    debug_assert!(!z_name.is_null() && flags & sq::SQLITE_OPEN_MAIN_DB != 0);
+    debug_assert!(!unix.is_null() && !file.is_null());
+    let params = match params::parse(|k| {
+        let key = CString::new(k).expect("parameter names have no NUL");
+        uri_param(z_name, &key)
+    }) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    // SAFETY: `unix` is the unix VFS (as for x_open).
+    if let Some(other) = unsafe { journal_on_file_system(unix, name) } {
+        return fail(VfsError::cantopen(format!(
+            "{other} exists on the file system (left by a run without vfs=nvstack): open \
+             the database once without vfs=nvstack so SQLite recovers it, then again with it"
+        )));
     }
     let region = match registry::attach(name, &params) {
         Ok(r) => r,
@@ -266,6 +285,12 @@ unsafe fn open_journal(
     flags: c_int,
     out_flags: *mut c_int,
 ) -> c_int {
+    debug_assert!(
+        flags
+            & (sq::SQLITE_OPEN_WAL | sq::SQLITE_OPEN_MAIN_JOURNAL | sq::SQLITE_OPEN_SUPER_JOURNAL)
+            != 0
+    );
+    debug_assert!(!file.is_null());
     let Some((region, kind)) = registry::journal_of(name) else {
         return fail(VfsError::cantopen(format!(
             "{name}: no database open with vfs=nvstack in this process owns this journal"
@@ -313,6 +338,7 @@ unsafe extern "C" fn x_delete(
     sync_dir: c_int,
 ) -> c_int {
     guard(sq::SQLITE_IOERR_DELETE, || {
+        debug_assert!(!vfs.is_null() && !z_name.is_null());
         // SAFETY: SQLite passes our VFS and a C string name.
         unsafe {
             let unix = unix_of(vfs);
@@ -337,6 +363,7 @@ unsafe extern "C" fn x_access(
     res_out: *mut c_int,
 ) -> c_int {
     guard(sq::SQLITE_IOERR_ACCESS, || {
+        debug_assert!(!vfs.is_null() && !z_name.is_null() && !res_out.is_null());
         // SAFETY: SQLite passes our VFS, a C string name and a writable out int.
         unsafe {
             let unix = unix_of(vfs);
@@ -519,17 +546,18 @@ unsafe extern "C" fn s_read(
     off: sq::sqlite3_int64,
 ) -> c_int {
     guard(sq::SQLITE_IOERR_READ, || {
+        debug_assert!(!file.is_null() && (amt <= 0 || !buf.is_null()));
         if amt < 0 || off < 0 {
             return fail(VfsError::new(sq::SQLITE_IOERR_READ, "negative read"));
         }
         // SAFETY: our journal file; SQLite gives a writable buffer of `amt` bytes.
-        let (h, buf) = unsafe {
+        let (handle, buf) = unsafe {
             (
                 store_handle(file),
                 std::slice::from_raw_parts_mut(buf.cast::<u8>(), amt as usize),
             )
         };
-        match h.region.store.read(h.id, off as u64, buf) {
+        match handle.region.store.read(handle.id, off as u64, buf) {
             Ok(n) if n == buf.len() => sq::SQLITE_OK,
             Ok(n) => {
                 // SQLite's rule: a short read zero-fills the rest.
@@ -548,17 +576,18 @@ unsafe extern "C" fn s_write(
     off: sq::sqlite3_int64,
 ) -> c_int {
     guard(sq::SQLITE_IOERR_WRITE, || {
+        debug_assert!(!file.is_null() && (amt <= 0 || !buf.is_null()));
         if amt < 0 || off < 0 {
             return fail(VfsError::new(sq::SQLITE_IOERR_WRITE, "negative write"));
         }
         // SAFETY: our journal file; SQLite gives a readable buffer of `amt` bytes.
-        let (h, data) = unsafe {
+        let (handle, data) = unsafe {
             (
                 store_handle(file),
                 std::slice::from_raw_parts(buf.cast::<u8>(), amt as usize),
             )
         };
-        match h.region.store.write(h.id, off as u64, data) {
+        match handle.region.store.write(handle.id, off as u64, data) {
             Ok(()) => sq::SQLITE_OK,
             Err(e) => store_error(e, sq::SQLITE_IOERR_WRITE),
         }
@@ -567,12 +596,13 @@ unsafe extern "C" fn s_write(
 
 unsafe extern "C" fn s_truncate(file: *mut sq::sqlite3_file, size: sq::sqlite3_int64) -> c_int {
     guard(sq::SQLITE_IOERR_TRUNCATE, || {
+        debug_assert!(!file.is_null());
         if size < 0 {
             return fail(VfsError::new(sq::SQLITE_IOERR_TRUNCATE, "negative size"));
         }
         // SAFETY: our journal file.
-        let h = unsafe { store_handle(file) };
-        match h.region.store.truncate(h.id, size as u64) {
+        let handle = unsafe { store_handle(file) };
+        match handle.region.store.truncate(handle.id, size as u64) {
             Ok(()) => sq::SQLITE_OK,
             Err(e) => store_error(e, sq::SQLITE_IOERR_TRUNCATE),
         }
@@ -591,6 +621,7 @@ unsafe extern "C" fn s_file_size(
     out: *mut sq::sqlite3_int64,
 ) -> c_int {
     guard(sq::SQLITE_IOERR_FSTAT, || {
+        debug_assert!(!file.is_null() && !out.is_null());
         // SAFETY: our journal file.
         let h = unsafe { store_handle(file) };
         match h.region.store.size_bytes(h.id) {
@@ -668,10 +699,13 @@ static STORE_METHODS: sq::sqlite3_io_methods = sq::sqlite3_io_methods {
 static VFS: OnceLock<Result<usize, String>> = OnceLock::new();
 
 fn make_vfs(unix: *mut sq::sqlite3_vfs) -> sq::sqlite3_vfs {
+    debug_assert!(!unix.is_null());
     // SAFETY: `unix` is the registered unix VFS (non-null, lives forever).
     let (version, sz_unix, mx_path) =
         unsafe { ((*unix).iVersion, (*unix).szOsFile, (*unix).mxPathname) };
     let sz = (INNER_OFF + sz_unix.max(0) as usize).max(std::mem::size_of::<NvFile>());
+    // Our file, then the unix file at INNER_OFF (see `inner_of`).
+    debug_assert!(sz >= INNER_OFF + sz_unix.max(0) as usize && sz <= c_int::MAX as usize);
     sq::sqlite3_vfs {
         iVersion: version.min(3),
         szOsFile: sz as c_int,

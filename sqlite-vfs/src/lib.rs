@@ -63,17 +63,38 @@ static LAST_ERROR: Mutex<Option<String>> = Mutex::new(None);
 
 /// Remember `msg` as this process's last nvstack error.
 pub fn set_last_error(msg: &str) {
-    let mut m = msg.to_string();
-    if m.len() > LAST_ERROR_BYTES_MAX {
-        let mut cut = LAST_ERROR_BYTES_MAX;
-        while !m.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        m.truncate(cut);
+    let mut kept = msg.to_string();
+    if kept.len() > LAST_ERROR_BYTES_MAX {
+        // The last char boundary at or below the limit: at most 3 bytes back (a UTF-8 char
+        // takes at most 4), and 0 always is one.
+        let cut = (0..=LAST_ERROR_BYTES_MAX)
+            .rev()
+            .find(|&at| kept.is_char_boundary(at))
+            .unwrap_or(0);
+        kept.truncate(cut);
     }
-    *LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+    debug_assert!(kept.len() <= LAST_ERROR_BYTES_MAX && msg.starts_with(&kept));
+    *LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some(kept);
 }
 
 pub fn last_error() -> Option<String> {
     LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A long message is kept up to the limit, cut at a char boundary.
+    #[test]
+    fn last_error_is_cut_at_a_char_boundary() {
+        set_last_error("short");
+        assert_eq!(last_error().as_deref(), Some("short"));
+        // 'é' takes 2 bytes: the limit falls inside the last one that would fit.
+        let long = format!("x{}", "é".repeat(LAST_ERROR_BYTES_MAX));
+        set_last_error(&long);
+        let kept = last_error().unwrap();
+        assert_eq!(kept.len(), LAST_ERROR_BYTES_MAX - 1);
+        assert!(long.starts_with(&kept));
+    }
 }

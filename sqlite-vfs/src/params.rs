@@ -54,6 +54,8 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Params, VfsError> {
                 .map_err(|e| VfsError::cantopen(format!("URI parameter powercut={s}: {e}")))?,
         ),
     };
+    debug_assert!(!region.as_os_str().is_empty());
+    debug_assert!(region.as_os_str().len() <= REGION_PATH_BYTES_MAX);
     Ok(Params {
         region,
         region_size_bytes,

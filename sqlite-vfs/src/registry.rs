@@ -90,6 +90,7 @@ fn busy(path: &Path) -> VfsError {
 
 /// The region for the database `db` (opening, creating and formatting it as needed).
 pub fn attach(db: &str, params: &Params) -> Result<Arc<OpenRegion>, VfsError> {
+    debug_assert!(!db.is_empty(), "SQLite names the main database");
     let mut list = open_list();
     let path = canonical(&params.region)?;
     for r in live(&list) {
@@ -126,6 +127,7 @@ pub fn attach(db: &str, params: &Params) -> Result<Arc<OpenRegion>, VfsError> {
     }
     let r = Arc::new(open_region(db, &path, params)?);
     list.push(Arc::downgrade(&r));
+    debug_assert!(list.len() <= REGIONS_MAX);
     Ok(r)
 }
 
@@ -141,6 +143,8 @@ fn check_size(path: &Path, actual: u64, params: &Params) -> Result<(), VfsError>
 }
 
 fn open_region(db: &str, path: &Path, params: &Params) -> Result<OpenRegion, VfsError> {
+    debug_assert!(path.is_absolute(), "regions are keyed by canonical paths");
+    debug_assert!(!db.is_empty());
     if !path.exists() {
         let Some(size) = params.region_size_bytes else {
             return Err(VfsError::cantopen(format!(

@@ -26,7 +26,12 @@
 //! and blocks holding some are zeroed past the old end inside the atomic write. A write that
 //! touches more than [`Store::piece_blocks_max`] blocks (SQLite never issues one: its largest write
 //! is a 64 KiB page) is split into atomic pieces in ascending order, so a crash leaves a
-//! prefix of it and a size that matches.
+//! prefix of it and a size that matches. The pieces are bounded by the write's length
+//! ([`StoreError::PiecesExceeded`] past the bound, never a spin).
+//!
+//! Every on-media record (the directory block, its header and entry records, and the
+//! WAL-framed placement of file bytes) has a pair assertion in debug builds: what is encoded
+//! decodes to the same value, and what is decoded re-encodes to the bytes read.
 //!
 //! The directory is cached in memory; the media copy is read and validated once, at open. A
 //! device write that fails leaves the cached directory as it was.
@@ -124,6 +129,12 @@ pub enum Layout {
     WalFramed,
 }
 
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl Layout {
     pub fn id(self) -> u8 {
         match self {
@@ -147,6 +158,7 @@ impl Layout {
 
     /// The layout the first write `data` at `offset` to an empty file selects.
     pub fn choose(offset: u64, data: &[u8], block_bytes: u64) -> Layout {
+        debug_assert!(block_bytes.is_power_of_two(), "a device's block size");
         if offset != 0 || data.len() as u64 != WAL_HEADER_BYTES {
             return Layout::Linear;
         }
@@ -167,125 +179,234 @@ impl Layout {
 #[derive(Clone, Copy, Debug)]
 struct Map {
     layout: Layout,
-    b: u64,
+    block_bytes: u64,
     /// Frames per group (WalFramed).
-    g: u64,
+    group_frames: u64,
 }
 
 impl Map {
-    fn new(layout: Layout, b: u64) -> Map {
-        let g = (b - WAL_HEADER_BYTES) / WAL_FRAME_HEADER_BYTES;
-        debug_assert!(g >= 1);
-        Map { layout, b, g }
+    fn new(layout: Layout, block_bytes: u64) -> Map {
+        debug_assert!(
+            block_bytes.is_power_of_two()
+                && (BLOCK_BYTES_MIN..=BLOCK_BYTES_MAX).contains(&block_bytes)
+        );
+        let group_frames = (block_bytes - WAL_HEADER_BYTES) / WAL_FRAME_HEADER_BYTES;
+        debug_assert!(group_frames >= 1);
+        Map {
+            layout,
+            block_bytes,
+            group_frames,
+        }
     }
 
     fn frame_bytes(&self) -> u64 {
-        WAL_FRAME_HEADER_BYTES + self.b
+        WAL_FRAME_HEADER_BYTES + self.block_bytes
     }
 
-    /// Start of frame `i` in the file.
-    fn frame_start(&self, i: u64) -> u64 {
-        WAL_HEADER_BYTES + i * self.frame_bytes()
+    /// Start of frame `frame` in the file.
+    fn frame_start(&self, frame: u64) -> u64 {
+        WAL_HEADER_BYTES + frame * self.frame_bytes()
     }
 
-    /// Where byte `o` lives: (virtual block, offset in it, bytes from `o` that follow it
-    /// contiguously in the same block).
-    fn seg(&self, o: u64) -> (u64, u64, u64) {
+    /// Where file byte `offset` lives: (virtual block, offset in it, bytes from `offset` that
+    /// follow it contiguously in the same block). Every write and read is placed by it.
+    fn seg(&self, offset: u64) -> (u64, u64, u64) {
+        let (vblock, in_block, run) = self.place(offset);
+        // Pair assertion of the framing: the run's first and last bytes map back, through the
+        // inverse, to the file bytes they were placed for.
+        debug_assert!(run >= 1 && in_block + run <= self.block_bytes);
+        debug_assert_eq!(
+            self.file_offset(vblock, in_block),
+            Some(offset),
+            "{self:?}: file byte {offset}"
+        );
+        debug_assert_eq!(
+            self.file_offset(vblock, in_block + run - 1),
+            Some(offset + run - 1),
+            "{self:?}: the run of {run} bytes from file byte {offset}"
+        );
+        (vblock, in_block, run)
+    }
+
+    /// The arithmetic of [`Map::seg`].
+    fn place(&self, offset: u64) -> (u64, u64, u64) {
         match self.layout {
-            Layout::Linear => (o / self.b, o % self.b, self.b - o % self.b),
+            Layout::Linear => {
+                let in_block = offset % self.block_bytes;
+                (
+                    offset / self.block_bytes,
+                    in_block,
+                    self.block_bytes - in_block,
+                )
+            }
             Layout::WalFramed => {
-                if o < WAL_HEADER_BYTES {
-                    return (0, o, WAL_HEADER_BYTES - o);
+                if offset < WAL_HEADER_BYTES {
+                    return (0, offset, WAL_HEADER_BYTES - offset);
                 }
-                let f = self.frame_bytes();
-                let (i, r) = ((o - WAL_HEADER_BYTES) / f, (o - WAL_HEADER_BYTES) % f);
-                let (gi, j) = (i / self.g, i % self.g);
-                if r < WAL_FRAME_HEADER_BYTES {
+                let frame_bytes = self.frame_bytes();
+                let frame = (offset - WAL_HEADER_BYTES) / frame_bytes;
+                let in_frame = (offset - WAL_HEADER_BYTES) % frame_bytes;
+                let (group, in_group) = (frame / self.group_frames, frame % self.group_frames);
+                let header_block = group * (self.group_frames + 1);
+                if in_frame < WAL_FRAME_HEADER_BYTES {
                     (
-                        gi * (self.g + 1),
-                        WAL_HEADER_BYTES + WAL_FRAME_HEADER_BYTES * j + r,
-                        WAL_FRAME_HEADER_BYTES - r,
+                        header_block,
+                        WAL_HEADER_BYTES + WAL_FRAME_HEADER_BYTES * in_group + in_frame,
+                        WAL_FRAME_HEADER_BYTES - in_frame,
                     )
                 } else {
-                    (gi * (self.g + 1) + 1 + j, r - WAL_FRAME_HEADER_BYTES, f - r)
+                    (
+                        header_block + 1 + in_group,
+                        in_frame - WAL_FRAME_HEADER_BYTES,
+                        frame_bytes - in_frame,
+                    )
                 }
             }
         }
     }
 
-    /// For virtual block `v` and a file of `s` bytes: whether the block holds any file byte
-    /// below `s`, and the offset from which every byte of the block is a file byte at or past
-    /// `s` or no file byte at all (within a block, file bytes ascend with the offset).
-    fn split(&self, v: u64, s: u64) -> (bool, u64) {
-        let clamp = |lo: u64| s.saturating_sub(lo).min(self.b);
+    /// The inverse of [`Map::seg`]: the file byte at offset `in_block` of virtual block
+    /// `vblock`, or None for a byte that holds none (a header block's tail past its frame
+    /// headers, and its first 32 bytes outside group 0).
+    fn file_offset(&self, vblock: u64, in_block: u64) -> Option<u64> {
+        debug_assert!(in_block < self.block_bytes);
         match self.layout {
-            Layout::Linear => (v * self.b < s, clamp(v * self.b)),
+            Layout::Linear => Some(vblock * self.block_bytes + in_block),
             Layout::WalFramed => {
-                let (gi, k) = (v / (self.g + 1), v % (self.g + 1));
-                if k > 0 {
-                    let lo = self.frame_start(gi * self.g + k - 1) + WAL_FRAME_HEADER_BYTES;
-                    return (lo < s, clamp(lo));
+                let group = vblock / (self.group_frames + 1);
+                let in_group = vblock % (self.group_frames + 1);
+                if in_group > 0 {
+                    let frame = group * self.group_frames + in_group - 1;
+                    return Some(self.frame_start(frame) + WAL_FRAME_HEADER_BYTES + in_block);
                 }
-                let first = self.frame_start(gi * self.g);
-                let live = if gi == 0 { s > 0 } else { first < s };
-                if gi == 0 && s < WAL_HEADER_BYTES {
-                    return (live, s);
+                if in_block < WAL_HEADER_BYTES {
+                    return (group == 0).then_some(in_block);
                 }
-                // Frame headers of this group wholly below s, then a part of the next one.
-                let h = WAL_FRAME_HEADER_BYTES;
-                let whole = if s >= first + h {
-                    ((s - first - h) / self.frame_bytes() + 1).min(self.g)
-                } else {
-                    0
-                };
-                if gi > 0 && s <= first {
-                    // Only frame headers at or past s (the first 32 bytes are unused).
-                    return (false, 0);
+                let header = (in_block - WAL_HEADER_BYTES) / WAL_FRAME_HEADER_BYTES;
+                if header >= self.group_frames {
+                    return None;
                 }
-                let mut z = WAL_HEADER_BYTES + h * whole;
-                if whole < self.g {
-                    z += s
-                        .saturating_sub(self.frame_start(gi * self.g + whole))
-                        .min(h);
-                }
-                (live, z)
+                let in_header = (in_block - WAL_HEADER_BYTES) % WAL_FRAME_HEADER_BYTES;
+                Some(self.frame_start(group * self.group_frames + header) + in_header)
             }
         }
     }
 
-    /// Virtual blocks a file of `s` bytes spans (one past the highest holding a byte < s).
-    fn vblocks_for(&self, s: u64) -> u64 {
-        if s == 0 {
+    /// For virtual block `vblock` and a file of `size` bytes: whether the block holds any
+    /// file byte below `size`, and the offset from which every byte of the block is a file
+    /// byte at or past `size` or no file byte at all (within a block, file bytes ascend with
+    /// the offset).
+    fn split(&self, vblock: u64, size: u64) -> (bool, u64) {
+        let (live, zero_from) = match self.layout {
+            Layout::Linear => {
+                let start = vblock * self.block_bytes;
+                (
+                    start < size,
+                    size.saturating_sub(start).min(self.block_bytes),
+                )
+            }
+            Layout::WalFramed => self.split_framed(vblock, size),
+        };
+        // Against the inverse map: the byte before `zero_from` is a file byte below `size`,
+        // the byte at it is not (so the block is live exactly when `zero_from` > 0).
+        debug_assert_eq!(live, zero_from > 0, "{self:?}: block {vblock}, size {size}");
+        debug_assert!(
+            zero_from == 0
+                || self
+                    .file_offset(vblock, zero_from - 1)
+                    .is_some_and(|byte| byte < size),
+            "{self:?}: block {vblock}, size {size}: a live byte before {zero_from}"
+        );
+        debug_assert!(
+            zero_from == self.block_bytes
+                || self
+                    .file_offset(vblock, zero_from)
+                    .is_none_or(|byte| byte >= size),
+            "{self:?}: block {vblock}, size {size}: no live byte from {zero_from}"
+        );
+        (live, zero_from)
+    }
+
+    /// [`Map::split`] under the WAL-framed layout.
+    fn split_framed(&self, vblock: u64, size: u64) -> (bool, u64) {
+        debug_assert_eq!(self.layout, Layout::WalFramed);
+        let frames = self.group_frames;
+        let (group, in_group) = (vblock / (frames + 1), vblock % (frames + 1));
+        if in_group > 0 {
+            // A page block: its bytes are one page, contiguous in the file.
+            let page_start =
+                self.frame_start(group * frames + in_group - 1) + WAL_FRAME_HEADER_BYTES;
+            let below = size.saturating_sub(page_start).min(self.block_bytes);
+            return (page_start < size, below);
+        }
+        // A header block: the WAL header (group 0 only), then the group's frame headers.
+        let group_start = self.frame_start(group * frames);
+        let live = if group == 0 {
+            size > 0
+        } else {
+            group_start < size
+        };
+        if group == 0 && size < WAL_HEADER_BYTES {
+            return (live, size);
+        }
+        if group > 0 && size <= group_start {
+            // Only frame headers at or past `size` (the first 32 bytes are unused).
+            return (false, 0);
+        }
+        // Frame headers of this group wholly below `size`, then a part of the next one.
+        let whole_headers = if size >= group_start + WAL_FRAME_HEADER_BYTES {
+            ((size - group_start - WAL_FRAME_HEADER_BYTES) / self.frame_bytes() + 1).min(frames)
+        } else {
+            0
+        };
+        let mut zero_from = WAL_HEADER_BYTES + WAL_FRAME_HEADER_BYTES * whole_headers;
+        if whole_headers < frames {
+            let next_header = self.frame_start(group * frames + whole_headers);
+            zero_from += size.saturating_sub(next_header).min(WAL_FRAME_HEADER_BYTES);
+        }
+        // Past the group's frame headers a header block holds no file byte.
+        debug_assert!(zero_from <= WAL_HEADER_BYTES + WAL_FRAME_HEADER_BYTES * frames);
+        (live, zero_from)
+    }
+
+    /// Virtual blocks a file of `size` bytes spans (one past the highest holding a byte
+    /// below `size`).
+    fn vblocks_for(&self, size: u64) -> u64 {
+        if size == 0 {
             return 0;
         }
-        let (v, _, _) = self.seg(s - 1);
-        if self.layout == Layout::WalFramed && s > WAL_HEADER_BYTES {
+        let (last_vblock, _, _) = self.seg(size - 1);
+        debug_assert!(
+            self.layout != Layout::Linear || last_vblock + 1 == size.div_ceil(self.block_bytes)
+        );
+        if self.layout == Layout::WalFramed && size > WAL_HEADER_BYTES {
             // Ending in a frame header: the previous frame's page block may lie higher.
-            let f = self.frame_bytes();
-            let (i, r) = (
-                (s - 1 - WAL_HEADER_BYTES) / f,
-                (s - 1 - WAL_HEADER_BYTES) % f,
-            );
-            if r < WAL_FRAME_HEADER_BYTES && i > 0 {
-                let (p, _, _) = self.seg(self.frame_start(i - 1) + WAL_FRAME_HEADER_BYTES);
-                return v.max(p) + 1;
+            let frame_bytes = self.frame_bytes();
+            let frame = (size - 1 - WAL_HEADER_BYTES) / frame_bytes;
+            let in_frame = (size - 1 - WAL_HEADER_BYTES) % frame_bytes;
+            if in_frame < WAL_FRAME_HEADER_BYTES && frame > 0 {
+                let page_start = self.frame_start(frame - 1) + WAL_FRAME_HEADER_BYTES;
+                let (page_vblock, _, _) = self.seg(page_start);
+                return last_vblock.max(page_vblock) + 1;
             }
         }
-        v + 1
+        last_vblock + 1
     }
 
     /// The largest file that fits in `vblocks` virtual blocks.
     fn size_max(&self, vblocks: u64) -> u64 {
-        let (mut lo, mut hi) = (0u64, vblocks.saturating_mul(2 * self.b));
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if self.vblocks_for(mid) <= vblocks {
-                lo = mid;
+        // A binary search: at most 64 halvings of the range.
+        let (mut low, mut high) = (0u64, vblocks.saturating_mul(2 * self.block_bytes));
+        while low < high {
+            let middle = low + (high - low).div_ceil(2);
+            if self.vblocks_for(middle) <= vblocks {
+                low = middle;
             } else {
-                hi = mid - 1;
+                high = middle - 1;
             }
         }
-        lo
+        debug_assert!(self.vblocks_for(low) <= vblocks);
+        low
     }
 }
 
@@ -295,6 +416,19 @@ pub enum StoreError {
     /// No room: no free chunk, no free directory entry, or a file past its largest size.
     #[error("{0}")]
     Full(String),
+    /// A write that took as many atomic pieces as its length allows and was not done: the
+    /// bound that keeps a planning step that stops making progress from spinning. The pieces
+    /// written are a prefix of the write, and the file's size matches them.
+    #[error(
+        "write of {bytes} bytes at offset {offset} unfinished after {pieces} atomic pieces, the \
+         most its length allows: its first {written} bytes are written"
+    )]
+    PiecesExceeded {
+        offset: u64,
+        bytes: u64,
+        pieces: u64,
+        written: u64,
+    },
     #[error(transparent)]
     Other(#[from] Error),
 }
@@ -375,13 +509,87 @@ impl StoreGeometry {
 
 /// FNV-1a, 64 bits: the directory keeps names as hashes.
 pub fn name_hash(name: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in name.as_bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in name.as_bytes() {
+        hash ^= byte as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    h
+    hash
 }
+
+/// Why a directory block is not a valid directory. At open the store refuses the device with
+/// it (and writes nothing); before every directory write the store asserts that none applies.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DirectoryError {
+    #[error("directory block of {found} bytes (the device's blocks are {block_bytes} bytes)")]
+    BlockBytes { found: usize, block_bytes: u64 },
+    #[error(
+        "block 0 holds no nvstack SQLite journal store (bad magic): the region is used for \
+         something else"
+    )]
+    BadMagic,
+    #[error("store format version {found}; this build reads version {STORE_VERSION}")]
+    Version { found: u32 },
+    #[error(
+        "directory checksum mismatch (damaged store directory): stored {stored:#010x}, \
+         computed {computed:#010x}"
+    )]
+    Checksum { stored: u32, computed: u32 },
+    #[error(
+        "directory geometry (block bytes, device blocks, chunk blocks, chunks) = {stored:?} \
+         does not match the device's {device:?}"
+    )]
+    Geometry {
+        stored: (u64, u64, u64, u64),
+        device: (u64, u64, u64, u64),
+    },
+    #[error("reserved directory bytes are not zero")]
+    ReservedBytes,
+    #[error("free entry {slot} is not zero")]
+    FreeEntryNotZero { slot: usize },
+    #[error("entry {slot}: unknown kind {id}")]
+    UnknownKind { slot: usize, id: u8 },
+    #[error("entry {slot}: unknown layout {id}")]
+    UnknownLayout { slot: usize, id: u8 },
+    #[error("entry {slot}: reserved bytes are not zero")]
+    ReservedEntryBytes { slot: usize },
+    #[error("entry {slot}: {chunk_count} chunks (at most {CHUNKS_PER_FILE_MAX})")]
+    TooManyChunks { slot: usize, chunk_count: u32 },
+    #[error(
+        "entry {slot}: size {size_bytes} bytes exceeds the largest {layout} file ({max} bytes)"
+    )]
+    SizeOverMax {
+        slot: usize,
+        layout: Layout,
+        size_bytes: u64,
+        max: u64,
+    },
+    #[error("entry {slot}: {chunk_count} chunks listed for {size_bytes} bytes ({needed} needed)")]
+    ChunkCountMismatch {
+        slot: usize,
+        chunk_count: u32,
+        size_bytes: u64,
+        needed: u64,
+    },
+    #[error("entry {slot}: unused chunk slot {index} is not zero")]
+    UnusedChunkNotZero { slot: usize, index: usize },
+    #[error("entry {slot}: chunk {chunk} out of range (the store has {chunks})")]
+    ChunkOutOfRange {
+        slot: usize,
+        chunk: u16,
+        chunks: u64,
+    },
+    #[error("chunk {chunk} is owned by entries {first} and {second}")]
+    ChunkOwnedTwice {
+        chunk: u16,
+        first: usize,
+        second: usize,
+    },
+    #[error("entries {first} and {second} have the same name hash")]
+    SameNameHash { first: usize, second: usize },
+}
+
+type DirectoryResult<T> = std::result::Result<T, DirectoryError>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct DirEntry {
@@ -405,14 +613,14 @@ impl DirEntry {
         }
     }
 
-    /// The device block of the file's virtual block `v`.
-    fn lba(&self, geo: &StoreGeometry, v: u64) -> u64 {
-        let k = (v / geo.chunk_blocks) as usize;
+    /// The device block of the file's virtual block `vblock`.
+    fn lba(&self, geo: &StoreGeometry, vblock: u64) -> u64 {
+        let index = (vblock / geo.chunk_blocks) as usize;
         assert!(
-            k < self.chunk_count as usize,
-            "virtual block {v} beyond the file's chunks"
+            index < self.chunk_count as usize,
+            "virtual block {vblock} beyond the file's chunks"
         );
-        geo.chunk_lba(self.chunks[k], v % geo.chunk_blocks)
+        geo.chunk_lba(self.chunks[index], vblock % geo.chunk_blocks)
     }
 }
 
@@ -435,6 +643,206 @@ fn put_u64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Pair assertion at an encoder, in debug builds: the bytes just encoded from `value` decode
+/// back to `value`, so an encoder and a decoder that disagree are caught where the bytes are
+/// made, not by a later open that misreads them. Nothing runs in release builds.
+#[track_caller]
+fn debug_assert_decodes<T, E>(
+    record: &str,
+    value: &T,
+    encoded: &[u8],
+    decode: impl FnOnce(&[u8]) -> std::result::Result<T, E>,
+) where
+    T: PartialEq + std::fmt::Debug,
+    E: std::fmt::Debug,
+{
+    if cfg!(debug_assertions) {
+        let decoded = decode(encoded);
+        assert!(
+            matches!(&decoded, Ok(back) if back == value),
+            "{record} pair assertion: {value:?} was encoded to bytes that decode to {decoded:?}"
+        );
+    }
+}
+
+/// Pair assertion at a decoder, in debug builds: the value just decoded from `bytes` (a
+/// checksum-valid block) encodes back to exactly `bytes`, so no byte the decoder skipped or
+/// misread goes unnoticed. Nothing runs in release builds.
+#[track_caller]
+fn debug_assert_encodes<T: std::fmt::Debug>(
+    record: &str,
+    value: &T,
+    bytes: &[u8],
+    encode: impl FnOnce(&T, &mut [u8]),
+) {
+    if cfg!(debug_assertions) {
+        let mut again = vec![0u8; bytes.len()];
+        encode(value, &mut again);
+        let differs = bytes
+            .iter()
+            .zip(&again)
+            .position(|(read, made)| read != made);
+        assert!(
+            differs.is_none(),
+            "{record} pair assertion: {value:?} was decoded from bytes it re-encodes differently \
+             (first at byte {differs:?})"
+        );
+    }
+}
+
+/// The header record (directory bytes `0..HEADER_BYTES`): magic, format version, the geometry
+/// the store was formatted for, the generation, then reserved zeros.
+fn header_to_bytes(geo: &StoreGeometry, generation: u64, out: &mut [u8]) {
+    debug_assert_eq!(out.len(), HEADER_BYTES);
+    debug_assert!(generation >= 1, "generations start at 1");
+    debug_assert!(
+        geo.block_bytes <= u32::MAX as u64,
+        "block bytes take 4 bytes"
+    );
+    out.fill(0);
+    out[0..8].copy_from_slice(&STORE_MAGIC);
+    put_u32(out, 8, STORE_VERSION);
+    put_u32(out, 12, geo.block_bytes as u32);
+    put_u64(out, 16, geo.device_blocks);
+    put_u64(out, 24, geo.chunk_blocks);
+    put_u64(out, 32, geo.chunks);
+    put_u64(out, 40, generation);
+}
+
+/// Magic and version: does the header belong to a store this build reads?
+fn check_format(header: &[u8]) -> DirectoryResult<()> {
+    debug_assert_eq!(header.len(), HEADER_BYTES);
+    if header[0..8] != STORE_MAGIC {
+        return Err(DirectoryError::BadMagic);
+    }
+    let version = get_u32(header, 8);
+    if version != STORE_VERSION {
+        return Err(DirectoryError::Version { found: version });
+    }
+    Ok(())
+}
+
+/// The generation a header record holds, once its format is known, its geometry is the
+/// device's and its reserved bytes are zero.
+fn header_from_bytes(geo: &StoreGeometry, header: &[u8]) -> DirectoryResult<u64> {
+    check_format(header)?;
+    let stored = (
+        get_u32(header, 12) as u64,
+        get_u64(header, 16),
+        get_u64(header, 24),
+        get_u64(header, 32),
+    );
+    let device = (
+        geo.block_bytes,
+        geo.device_blocks,
+        geo.chunk_blocks,
+        geo.chunks,
+    );
+    if stored != device {
+        return Err(DirectoryError::Geometry { stored, device });
+    }
+    if header[48..].iter().any(|&byte| byte != 0) {
+        return Err(DirectoryError::ReservedBytes);
+    }
+    Ok(get_u64(header, 40))
+}
+
+fn encode_header(geo: &StoreGeometry, generation: u64, out: &mut [u8]) {
+    header_to_bytes(geo, generation, out);
+    debug_assert_decodes("directory header", &generation, out, |bytes| {
+        header_from_bytes(geo, bytes)
+    });
+}
+
+fn decode_header(geo: &StoreGeometry, header: &[u8]) -> DirectoryResult<u64> {
+    let generation = header_from_bytes(geo, header)?;
+    debug_assert_encodes(
+        "directory header",
+        &generation,
+        header,
+        |&generation, out| header_to_bytes(geo, generation, out),
+    );
+    Ok(generation)
+}
+
+/// An entry record (`ENTRY_BYTES`): all zero when free; else kind, layout, two reserved zero
+/// bytes, chunk count, name hash, size, then the chunk list (every slot, the unused ones zero).
+fn entry_to_bytes(entry: &Option<DirEntry>, out: &mut [u8]) {
+    debug_assert_eq!(out.len(), ENTRY_BYTES);
+    out.fill(0);
+    let Some(entry) = entry else { return };
+    debug_assert!(entry.chunk_count as usize <= CHUNKS_PER_FILE_MAX);
+    out[0] = entry.kind.id();
+    out[1] = entry.layout.id();
+    put_u32(out, 4, entry.chunk_count);
+    put_u64(out, 8, entry.name_hash);
+    put_u64(out, 16, entry.size_bytes);
+    for (index, &chunk) in entry.chunks.iter().enumerate() {
+        let at = ENTRY_HEADER_BYTES + 2 * index;
+        out[at..at + 2].copy_from_slice(&chunk.to_le_bytes());
+    }
+}
+
+/// The entry record of directory slot `slot` (`None`: a free entry).
+fn entry_from_bytes(slot: usize, bytes: &[u8]) -> DirectoryResult<Option<DirEntry>> {
+    debug_assert_eq!(bytes.len(), ENTRY_BYTES);
+    debug_assert!(slot < FILES_MAX);
+    if bytes[0] == 0 {
+        if bytes.iter().any(|&byte| byte != 0) {
+            return Err(DirectoryError::FreeEntryNotZero { slot });
+        }
+        return Ok(None);
+    }
+    let kind =
+        FileKind::from_id(bytes[0]).ok_or(DirectoryError::UnknownKind { slot, id: bytes[0] })?;
+    let layout =
+        Layout::from_id(bytes[1]).ok_or(DirectoryError::UnknownLayout { slot, id: bytes[1] })?;
+    if bytes[2..4].iter().any(|&byte| byte != 0) {
+        return Err(DirectoryError::ReservedEntryBytes { slot });
+    }
+    let chunk_count = get_u32(bytes, 4);
+    if chunk_count as usize > CHUNKS_PER_FILE_MAX {
+        return Err(DirectoryError::TooManyChunks { slot, chunk_count });
+    }
+    let mut chunks = [0u16; CHUNKS_PER_FILE_MAX];
+    for (index, chunk) in chunks.iter_mut().enumerate() {
+        let at = ENTRY_HEADER_BYTES + 2 * index;
+        *chunk = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+    }
+    Ok(Some(DirEntry {
+        kind,
+        layout,
+        name_hash: get_u64(bytes, 8),
+        size_bytes: get_u64(bytes, 16),
+        chunk_count,
+        chunks,
+    }))
+}
+
+fn encode_entry(slot: usize, entry: &Option<DirEntry>, out: &mut [u8]) {
+    entry_to_bytes(entry, out);
+    debug_assert_decodes("directory entry", entry, out, |bytes| {
+        entry_from_bytes(slot, bytes)
+    });
+}
+
+fn decode_entry(slot: usize, bytes: &[u8]) -> DirectoryResult<Option<DirEntry>> {
+    let entry = entry_from_bytes(slot, bytes)?;
+    debug_assert_encodes("directory entry", &entry, bytes, entry_to_bytes);
+    Ok(entry)
+}
+
+/// The directory's checksum (CRC32C of the bytes before it) matches.
+fn check_checksum(block: &[u8]) -> DirectoryResult<()> {
+    debug_assert!(block.len() >= DIR_BYTES);
+    let stored = get_u32(block, CRC_OFF);
+    let computed = crc32c::crc32c(&block[..CRC_OFF]);
+    if stored != computed {
+        return Err(DirectoryError::Checksum { stored, computed });
+    }
+    Ok(())
+}
+
 impl Directory {
     fn empty() -> Directory {
         Directory {
@@ -446,50 +854,69 @@ impl Directory {
     /// The structural rules a directory obeys (checked after every read and before every
     /// write): sizes within the geometry, exactly the chunks a size needs, chunk numbers in
     /// range and owned once, names unique.
-    fn validate(&self, geo: &StoreGeometry) -> std::result::Result<(), String> {
+    fn validate(&self, geo: &StoreGeometry) -> DirectoryResult<()> {
+        debug_assert!(geo.chunks >= 1 && geo.chunks <= CHUNKS_PER_FILE_MAX as u64);
+        // The slot owning each chunk (u8::MAX: none yet).
         let mut owner = [u8::MAX; CHUNKS_PER_FILE_MAX];
-        for (i, e) in self.entries.iter().enumerate() {
-            let Some(e) = e else { continue };
-            let max = geo.file_bytes_max(e.layout);
-            if e.size_bytes > max {
-                return Err(format!(
-                    "entry {i}: size {} bytes exceeds the largest {} file ({max} bytes)",
-                    e.size_bytes,
-                    e.layout.name()
-                ));
+        for (slot, entry) in self.entries.iter().enumerate() {
+            let Some(entry) = entry else { continue };
+            Self::validate_entry(geo, slot, entry)?;
+            for &chunk in &entry.chunks[..entry.chunk_count as usize] {
+                let first = owner[chunk as usize];
+                if first != u8::MAX {
+                    return Err(DirectoryError::ChunkOwnedTwice {
+                        chunk,
+                        first: first as usize,
+                        second: slot,
+                    });
+                }
+                owner[chunk as usize] = slot as u8;
             }
-            let need = geo.chunks_for(e.layout, e.size_bytes);
-            if e.chunk_count as u64 != need {
-                return Err(format!(
-                    "entry {i}: {} chunks listed for {} bytes ({need} needed)",
-                    e.chunk_count, e.size_bytes
-                ));
+            for (first, other) in self.entries[..slot].iter().enumerate() {
+                if other.is_some_and(|other| other.name_hash == entry.name_hash) {
+                    return Err(DirectoryError::SameNameHash {
+                        first,
+                        second: slot,
+                    });
+                }
             }
-            for (k, &c) in e.chunks.iter().enumerate() {
-                if k >= e.chunk_count as usize {
-                    if c != 0 {
-                        return Err(format!("entry {i}: unused chunk slot {k} is not zero"));
-                    }
-                    continue;
+        }
+        Ok(())
+    }
+
+    /// The rules of one entry alone: its size fits its layout, it lists exactly the chunks
+    /// that size needs, each in range, and its unused chunk slots are zero.
+    fn validate_entry(geo: &StoreGeometry, slot: usize, entry: &DirEntry) -> DirectoryResult<()> {
+        debug_assert!(slot < FILES_MAX);
+        let max = geo.file_bytes_max(entry.layout);
+        if entry.size_bytes > max {
+            return Err(DirectoryError::SizeOverMax {
+                slot,
+                layout: entry.layout,
+                size_bytes: entry.size_bytes,
+                max,
+            });
+        }
+        let needed = geo.chunks_for(entry.layout, entry.size_bytes);
+        if entry.chunk_count as u64 != needed {
+            return Err(DirectoryError::ChunkCountMismatch {
+                slot,
+                chunk_count: entry.chunk_count,
+                size_bytes: entry.size_bytes,
+                needed,
+            });
+        }
+        for (index, &chunk) in entry.chunks.iter().enumerate() {
+            if index >= entry.chunk_count as usize {
+                if chunk != 0 {
+                    return Err(DirectoryError::UnusedChunkNotZero { slot, index });
                 }
-                if c as u64 >= geo.chunks {
-                    return Err(format!(
-                        "entry {i}: chunk {c} out of range (the store has {})",
-                        geo.chunks
-                    ));
-                }
-                if owner[c as usize] != u8::MAX {
-                    return Err(format!(
-                        "chunk {c} is owned by entries {} and {i}",
-                        owner[c as usize]
-                    ));
-                }
-                owner[c as usize] = i as u8;
-            }
-            for (j, f) in self.entries[..i].iter().enumerate() {
-                if f.is_some_and(|f| f.name_hash == e.name_hash) {
-                    return Err(format!("entries {j} and {i} have the same name hash"));
-                }
+            } else if chunk as u64 >= geo.chunks {
+                return Err(DirectoryError::ChunkOutOfRange {
+                    slot,
+                    chunk,
+                    chunks: geo.chunks,
+                });
             }
         }
         Ok(())
@@ -500,8 +927,9 @@ impl Directory {
             .entries
             .iter()
             .flatten()
-            .map(|e| e.chunk_count as u64)
+            .map(|entry| entry.chunk_count as u64)
             .sum();
+        debug_assert!(used <= geo.chunks, "{used} chunks owned of {}", geo.chunks);
         geo.chunks - used
     }
 
@@ -512,148 +940,103 @@ impl Directory {
         let want = geo.chunks_for(layout, size_bytes) as usize;
         assert!(want <= CHUNKS_PER_FILE_MAX);
         let mut used = [false; CHUNKS_PER_FILE_MAX];
-        for e in self.entries.iter().flatten() {
-            for &c in &e.chunks[..e.chunk_count as usize] {
-                used[c as usize] = true;
+        for entry in self.entries.iter().flatten() {
+            for &chunk in &entry.chunks[..entry.chunk_count as usize] {
+                used[chunk as usize] = true;
             }
         }
-        let e = self.entries[slot].as_mut().expect("resize of a live entry");
-        let mut next = 0usize;
-        while (e.chunk_count as usize) < want {
-            while used[next] {
-                next += 1;
-            }
-            assert!((next as u64) < geo.chunks, "resize beyond capacity");
-            e.chunks[e.chunk_count as usize] = next as u16;
-            used[next] = true;
-            e.chunk_count += 1;
+        let free = self.free_chunks(geo) as usize;
+        let entry = self.entries[slot].as_mut().expect("resize of a live entry");
+        let have = entry.chunk_count as usize;
+        debug_assert!(
+            want <= have || want - have <= free,
+            "resize of entry {slot} to {want} chunks: {have} owned, {free} free"
+        );
+        for index in have..want {
+            // Bounded by the store's chunks; the caller checked that enough are free.
+            let chunk = (0..geo.chunks as usize)
+                .find(|&chunk| !used[chunk])
+                .expect("resize beyond capacity");
+            entry.chunks[index] = chunk as u16;
+            used[chunk] = true;
         }
-        for c in &mut e.chunks[want..e.chunk_count as usize] {
-            *c = 0;
+        for chunk in &mut entry.chunks[want..have.max(want)] {
+            *chunk = 0;
         }
-        e.chunk_count = want as u32;
-        e.size_bytes = size_bytes;
+        entry.chunk_count = want as u32;
+        entry.size_bytes = size_bytes;
     }
 
-    /// Encode into `out` (one whole device block).
-    fn encode(&self, geo: &StoreGeometry, out: &mut [u8]) {
+    /// The directory block's bytes (one whole device block): the header, every entry (free
+    /// ones zero), reserved zeros, the checksum.
+    fn block_to_bytes(&self, geo: &StoreGeometry, out: &mut [u8]) {
         assert_eq!(out.len() as u64, geo.block_bytes);
         out.fill(0);
-        out[0..8].copy_from_slice(&STORE_MAGIC);
-        put_u32(out, 8, STORE_VERSION);
-        put_u32(out, 12, geo.block_bytes as u32);
-        put_u64(out, 16, geo.device_blocks);
-        put_u64(out, 24, geo.chunk_blocks);
-        put_u64(out, 32, geo.chunks);
-        put_u64(out, 40, self.generation);
-        for (i, e) in self.entries.iter().enumerate() {
-            let Some(e) = e else { continue };
-            let at = ENTRIES_OFF + i * ENTRY_BYTES;
-            out[at] = e.kind.id();
-            out[at + 1] = e.layout.id();
-            put_u32(out, at + 4, e.chunk_count);
-            put_u64(out, at + 8, e.name_hash);
-            put_u64(out, at + 16, e.size_bytes);
-            for (k, &c) in e.chunks.iter().enumerate() {
-                let o = at + ENTRY_HEADER_BYTES + 2 * k;
-                out[o..o + 2].copy_from_slice(&c.to_le_bytes());
-            }
+        encode_header(geo, self.generation, &mut out[..HEADER_BYTES]);
+        for (slot, entry) in self.entries.iter().enumerate() {
+            let at = ENTRIES_OFF + slot * ENTRY_BYTES;
+            encode_entry(slot, entry, &mut out[at..at + ENTRY_BYTES]);
         }
         let crc = crc32c::crc32c(&out[..CRC_OFF]);
         put_u32(out, CRC_OFF, crc);
     }
 
-    /// Decode and validate one directory block (`Ok(None)`: an all-zero, never formatted block).
-    fn decode(geo: &StoreGeometry, b: &[u8]) -> std::result::Result<Option<Directory>, String> {
-        if b.iter().all(|&x| x == 0) {
+    /// The directory a block holds, validated (`Ok(None)`: an all-zero, never formatted block).
+    fn block_from_bytes(geo: &StoreGeometry, block: &[u8]) -> DirectoryResult<Option<Directory>> {
+        debug_assert!(
+            geo.block_bytes >= DIR_BYTES as u64,
+            "the directory fits a block"
+        );
+        if block.iter().all(|&byte| byte == 0) {
             return Ok(None);
         }
-        if b.len() as u64 != geo.block_bytes {
-            return Err(format!("directory block of {} bytes", b.len()));
-        }
-        if b[0..8] != STORE_MAGIC {
-            return Err(
-                "block 0 holds no nvstack SQLite journal store (bad magic): the region \
-                        is used for something else"
-                    .into(),
-            );
-        }
-        let version = get_u32(b, 8);
-        if version != STORE_VERSION {
-            return Err(format!(
-                "store format version {version}; this build reads version {STORE_VERSION}"
-            ));
-        }
-        let crc = get_u32(b, CRC_OFF);
-        if crc32c::crc32c(&b[..CRC_OFF]) != crc {
-            return Err("directory checksum mismatch (damaged store directory)".into());
-        }
-        let stored = (
-            get_u32(b, 12) as u64,
-            get_u64(b, 16),
-            get_u64(b, 24),
-            get_u64(b, 32),
-        );
-        let want = (
-            geo.block_bytes,
-            geo.device_blocks,
-            geo.chunk_blocks,
-            geo.chunks,
-        );
-        if stored != want {
-            return Err(format!(
-                "directory geometry (block bytes, device blocks, chunk blocks, chunks) = \
-                 {stored:?} does not match the device's {want:?}"
-            ));
-        }
-        if b[48..HEADER_BYTES].iter().any(|&x| x != 0)
-            || b[ENTRIES_OFF + FILES_MAX * ENTRY_BYTES..CRC_OFF]
-                .iter()
-                .any(|&x| x != 0)
-            || b[DIR_BYTES..].iter().any(|&x| x != 0)
-        {
-            return Err("reserved directory bytes are not zero".into());
-        }
-        let mut dir = Directory {
-            generation: get_u64(b, 40),
-            entries: [None; FILES_MAX],
-        };
-        for i in 0..FILES_MAX {
-            let at = ENTRIES_OFF + i * ENTRY_BYTES;
-            let e = &b[at..at + ENTRY_BYTES];
-            if e[0] == 0 {
-                if e.iter().any(|&x| x != 0) {
-                    return Err(format!("free entry {i} is not zero"));
-                }
-                continue;
-            }
-            let kind = FileKind::from_id(e[0])
-                .ok_or_else(|| format!("entry {i}: unknown kind {}", e[0]))?;
-            let layout = Layout::from_id(e[1])
-                .ok_or_else(|| format!("entry {i}: unknown layout {}", e[1]))?;
-            if e[2..4].iter().any(|&x| x != 0) {
-                return Err(format!("entry {i}: reserved bytes are not zero"));
-            }
-            let chunk_count = get_u32(e, 4);
-            if chunk_count as usize > CHUNKS_PER_FILE_MAX {
-                return Err(format!("entry {i}: {chunk_count} chunks"));
-            }
-            let mut chunks = [0u16; CHUNKS_PER_FILE_MAX];
-            for (k, c) in chunks.iter_mut().enumerate() {
-                let o = ENTRY_HEADER_BYTES + 2 * k;
-                *c = u16::from_le_bytes([e[o], e[o + 1]]);
-            }
-            dir.entries[i] = Some(DirEntry {
-                kind,
-                layout,
-                name_hash: get_u64(e, 8),
-                size_bytes: get_u64(e, 16),
-                chunk_count,
-                chunks,
+        if block.len() as u64 != geo.block_bytes {
+            return Err(DirectoryError::BlockBytes {
+                found: block.len(),
+                block_bytes: geo.block_bytes,
             });
         }
-        dir.validate(geo)?;
-        Ok(Some(dir))
+        // Format before checksum: foreign data is named as such, not as damage.
+        check_format(&block[..HEADER_BYTES])?;
+        check_checksum(block)?;
+        let generation = decode_header(geo, &block[..HEADER_BYTES])?;
+        if block[ENTRIES_OFF + FILES_MAX * ENTRY_BYTES..CRC_OFF]
+            .iter()
+            .chain(&block[DIR_BYTES..])
+            .any(|&byte| byte != 0)
+        {
+            return Err(DirectoryError::ReservedBytes);
+        }
+        let mut entries = [None; FILES_MAX];
+        for (slot, entry) in entries.iter_mut().enumerate() {
+            let at = ENTRIES_OFF + slot * ENTRY_BYTES;
+            *entry = decode_entry(slot, &block[at..at + ENTRY_BYTES])?;
+        }
+        let directory = Directory {
+            generation,
+            entries,
+        };
+        directory.validate(geo)?;
+        Ok(Some(directory))
+    }
+
+    /// Encode into `out` (one whole device block).
+    fn encode(&self, geo: &StoreGeometry, out: &mut [u8]) {
+        self.block_to_bytes(geo, out);
+        debug_assert_decodes("directory block", &Some(*self), out, |block| {
+            Directory::block_from_bytes(geo, block)
+        });
+    }
+
+    /// Decode and validate one directory block (`Ok(None)`: an all-zero, never formatted block).
+    fn decode(geo: &StoreGeometry, block: &[u8]) -> DirectoryResult<Option<Directory>> {
+        let found = Directory::block_from_bytes(geo, block)?;
+        if let Some(directory) = &found {
+            debug_assert_encodes("directory block", directory, block, |directory, out| {
+                directory.block_to_bytes(geo, out)
+            });
+        }
+        Ok(found)
     }
 }
 
@@ -725,6 +1108,7 @@ struct BlockCache {
 
 impl BlockCache {
     fn new(block_bytes: usize) -> BlockCache {
+        debug_assert!(block_bytes.is_power_of_two() && block_bytes as u64 >= BLOCK_BYTES_MIN);
         BlockCache {
             lbas: [None; CACHE_BLOCKS],
             used: [0; CACHE_BLOCKS],
@@ -736,9 +1120,11 @@ impl BlockCache {
 
     /// Fill `dst` with block `lba`: from the cache (true), or from the device.
     fn read(&mut self, dev: &dyn BlockDevice, lba: u64, dst: &mut [u8]) -> Result<bool> {
-        let b = self.block_bytes;
-        if let Some(i) = self.lbas.iter().position(|&l| l == Some(lba)) {
-            dst.copy_from_slice(&self.data[i * b..(i + 1) * b]);
+        let block_bytes = self.block_bytes;
+        debug_assert_eq!(dst.len(), block_bytes);
+        debug_assert_ne!(lba, DIR_LBA, "the directory is read at open only");
+        if let Some(i) = self.lbas.iter().position(|&cached| cached == Some(lba)) {
+            dst.copy_from_slice(&self.data[i * block_bytes..(i + 1) * block_bytes]);
             self.clock += 1;
             self.used[i] = self.clock;
             return Ok(true);
@@ -749,8 +1135,10 @@ impl BlockCache {
 
     /// Remember that block `lba` now holds `src` on the device.
     fn put(&mut self, lba: u64, src: &[u8]) {
-        let b = self.block_bytes;
-        let i = match self.lbas.iter().position(|&l| l == Some(lba)) {
+        let block_bytes = self.block_bytes;
+        debug_assert_eq!(src.len(), block_bytes);
+        debug_assert_ne!(lba, DIR_LBA, "the directory is never cached");
+        let i = match self.lbas.iter().position(|&cached| cached == Some(lba)) {
             Some(i) => i,
             None => (0..CACHE_BLOCKS)
                 .min_by_key(|&i| (self.lbas[i].is_some(), self.used[i]))
@@ -759,13 +1147,13 @@ impl BlockCache {
         self.clock += 1;
         self.used[i] = self.clock;
         self.lbas[i] = Some(lba);
-        self.data[i * b..(i + 1) * b].copy_from_slice(src);
+        self.data[i * block_bytes..(i + 1) * block_bytes].copy_from_slice(src);
     }
 
     fn forget(&mut self, lba: u64) {
-        for l in self.lbas.iter_mut() {
-            if *l == Some(lba) {
-                *l = None;
+        for cached in self.lbas.iter_mut() {
+            if *cached == Some(lba) {
+                *cached = None;
             }
         }
     }
@@ -776,7 +1164,9 @@ impl BlockCache {
 struct Seg {
     /// Index into `State::blocks`.
     block: usize,
-    blk_off: usize,
+    /// Where the run starts in its block.
+    in_block: usize,
+    /// Where the run starts in the piece's data.
     data_off: usize,
     len: usize,
 }
@@ -785,8 +1175,33 @@ struct Seg {
 /// covers (a block covered whole needs no read).
 #[derive(Clone, Copy, Debug)]
 struct Touched {
-    v: u64,
+    vblock: u64,
     covered: u64,
+}
+
+/// The blocks of a hole that hold some of the file's bytes below its old size: zeroed past the
+/// old end inside the write instead of discarded. At most two: the block holding the old end
+/// and, under wal-framed, its group's header block.
+#[derive(Clone, Copy, Debug, Default)]
+struct PartlyLive {
+    vblocks: [u64; 2],
+    count: usize,
+}
+
+impl PartlyLive {
+    fn as_slice(&self) -> &[u64] {
+        &self.vblocks[..self.count]
+    }
+
+    fn push(&mut self, vblock: u64) {
+        assert!(
+            self.count < self.vblocks.len(),
+            "more than two partly live blocks in a hole"
+        );
+        debug_assert!(!self.as_slice().contains(&vblock));
+        self.vblocks[self.count] = vblock;
+        self.count += 1;
+    }
 }
 
 struct State {
@@ -813,41 +1228,54 @@ pub struct Store {
     st: Mutex<State>,
 }
 
-/// Add the blocks and segments of file range `[off, off + len)` to `blocks` and `segs`,
+/// Add the blocks and segments of file range `[offset, offset + len)` to `blocks` and `segs`,
 /// stopping before the write would touch more than `max_blocks` blocks. Returns the bytes
 /// taken.
 fn plan(
     map: &Map,
-    off: u64,
+    offset: u64,
     len: u64,
     max_blocks: usize,
     blocks: &mut Vec<Touched>,
     segs: &mut Vec<Seg>,
 ) -> u64 {
+    debug_assert!(len > 0 && max_blocks >= 1);
+    debug_assert!(
+        blocks.is_empty() && segs.is_empty(),
+        "a piece is planned afresh"
+    );
     let mut done = 0u64;
     while done < len {
-        let (v, bo, run) = map.seg(off + done);
-        let n = run.min(len - done);
-        let block = match blocks.iter().rposition(|t| t.v == v) {
+        let (vblock, in_block, run) = map.seg(offset + done);
+        let taken = run.min(len - done);
+        let block = match blocks.iter().rposition(|touched| touched.vblock == vblock) {
             Some(i) => i,
             None => {
                 if blocks.len() == max_blocks {
                     break;
                 }
-                blocks.push(Touched { v, covered: 0 });
+                blocks.push(Touched { vblock, covered: 0 });
                 blocks.len() - 1
             }
         };
-        blocks[block].covered += n;
+        blocks[block].covered += taken;
         segs.push(Seg {
             block,
-            blk_off: bo as usize,
+            in_block: in_block as usize,
             data_off: done as usize,
-            len: n as usize,
+            len: taken as usize,
         });
-        done += n;
+        done += taken;
     }
     done
+}
+
+/// Atomic pieces a write of `len` bytes takes at most. A piece ends only before a run of
+/// [`Map::seg`] that would need one block too many, so every piece but the first and the last
+/// takes at least one whole run, and the shortest run is a frame header (runs are blocks,
+/// pages, the 32-byte WAL header and the 24-byte frame headers).
+fn pieces_max(len: u64) -> u64 {
+    2 + len / WAL_FRAME_HEADER_BYTES
 }
 
 impl Store {
@@ -857,16 +1285,17 @@ impl Store {
     pub fn open(dev: Arc<dyn BlockDevice>) -> Result<Store> {
         let atomic_blocks = Self::check_caps(dev.caps())?;
         let geo = StoreGeometry::compute(dev.block_bytes() as u64, dev.blocks())?;
-        let bb = geo.block_bytes as usize;
-        let mut block = vec![0u8; bb];
+        let block_bytes = geo.block_bytes as usize;
+        let mut block = vec![0u8; block_bytes];
         dev.read(DIR_LBA, &mut block)?;
-        // Pair assertion, after read: the directory is decoded and validated in full.
+        // After the read: the directory is decoded and validated in full (and, in debug
+        // builds, `decode` checks that it re-encodes to the bytes read).
         let found = Directory::decode(&geo, &block)
             .map_err(|why| Error::bad(format!("SQLite journal store: {why}")))?;
-        let st = State {
+        let state = State {
             dir: found.unwrap_or_else(Directory::empty),
-            cache: BlockCache::new(bb),
-            buf: vec![0u8; atomic_blocks * bb],
+            cache: BlockCache::new(block_bytes),
+            buf: vec![0u8; atomic_blocks * block_bytes],
             lbas: Vec::with_capacity(atomic_blocks),
             partial: Vec::with_capacity(atomic_blocks),
             blocks: Vec::with_capacity(atomic_blocks),
@@ -877,8 +1306,9 @@ impl Store {
             dev,
             geo,
             atomic_blocks,
-            st: Mutex::new(st),
+            st: Mutex::new(state),
         };
+        debug_assert!(store.piece_blocks_max() >= 1);
         if found.is_none() {
             let mut st = store.lock();
             let dir = st.dir;
@@ -915,7 +1345,15 @@ impl Store {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        let guard = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        // Every operation starts from a valid cached directory: it is replaced only by one
+        // that was validated and written.
+        debug_assert_eq!(guard.dir.validate(&self.geo), Ok(()));
+        debug_assert_eq!(
+            guard.buf.len(),
+            self.atomic_blocks * self.geo.block_bytes as usize
+        );
+        guard
     }
 
     pub fn geometry(&self) -> StoreGeometry {
@@ -955,7 +1393,7 @@ impl Store {
     fn find(dir: &Directory, hash: u64) -> Option<usize> {
         dir.entries
             .iter()
-            .position(|e| e.is_some_and(|e| e.name_hash == hash))
+            .position(|entry| entry.is_some_and(|entry| entry.name_hash == hash))
     }
 
     /// The file called `name`, if the store holds it.
@@ -963,13 +1401,13 @@ impl Store {
         let hash = Self::check_name(name)?;
         let st = self.lock();
         Ok(Self::find(&st.dir, hash).map(|slot| {
-            let e = st.dir.entries[slot].expect("found");
+            let entry = st.dir.entries[slot].expect("found");
             (
                 FileId {
                     slot,
                     name_hash: hash,
                 },
-                FileInfo::from(&e),
+                FileInfo::from(&entry),
             )
         }))
     }
@@ -993,7 +1431,7 @@ impl Store {
         if !create {
             return Ok(None);
         }
-        let Some(slot) = st.dir.entries.iter().position(|e| e.is_none()) else {
+        let Some(slot) = st.dir.entries.iter().position(|entry| entry.is_none()) else {
             return Err(StoreError::Full(format!(
                 "journal store full: it holds {FILES_MAX} files already, no room for {name}"
             )));
@@ -1003,6 +1441,7 @@ impl Store {
         dir.generation += 1;
         st.lbas.clear();
         self.commit(&mut st, dir, 0)?;
+        debug_assert_eq!(Self::find(&st.dir, hash), Some(slot));
         Ok(Some(FileId {
             slot,
             name_hash: hash,
@@ -1021,12 +1460,13 @@ impl Store {
         dir.generation += 1;
         st.lbas.clear();
         self.commit(&mut st, dir, 0)?;
+        debug_assert_eq!(Self::find(&st.dir, hash), None);
         Ok(true)
     }
 
     fn entry(st: &State, id: FileId) -> Result<DirEntry> {
         match st.dir.entries.get(id.slot).copied().flatten() {
-            Some(e) if e.name_hash == id.name_hash => Ok(e),
+            Some(entry) if entry.name_hash == id.name_hash => Ok(entry),
             _ => Err(Error::bad(
                 "journal store file was deleted while open (another connection removed it)",
             )),
@@ -1041,56 +1481,64 @@ impl Store {
     pub fn read(&self, id: FileId, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let mut guard = self.lock();
         let st = &mut *guard;
-        let e = Self::entry(st, id)?;
+        let entry = Self::entry(st, id)?;
         st.stats.reads += 1;
-        if offset >= e.size_bytes || buf.is_empty() {
+        if offset >= entry.size_bytes || buf.is_empty() {
             return Ok(0);
         }
-        let n = (buf.len() as u64).min(e.size_bytes - offset) as usize;
-        let map = self.geo.map(e.layout);
-        let bb = self.geo.block_bytes as usize;
+        let count = (buf.len() as u64).min(entry.size_bytes - offset) as usize;
+        debug_assert!(count >= 1 && count <= buf.len());
+        let map = self.geo.map(entry.layout);
+        let block_bytes = self.geo.block_bytes as usize;
         let mut done = 0usize;
-        while done < n {
-            let (v, bo, run) = map.seg(offset + done as u64);
-            let len = (run as usize).min(n - done);
-            let lba = e.lba(&self.geo, v);
-            if bo == 0 && len == bb {
+        while done < count {
+            let (vblock, in_block, run) = map.seg(offset + done as u64);
+            let in_block = in_block as usize;
+            let len = (run as usize).min(count - done);
+            let lba = entry.lba(&self.geo, vblock);
+            if in_block == 0 && len == block_bytes {
                 // A whole block (a WAL page): straight into the caller's buffer.
-                st.cache.read(&*self.dev, lba, &mut buf[done..done + bb])?;
+                st.cache
+                    .read(&*self.dev, lba, &mut buf[done..done + block_bytes])?;
             } else {
-                let tmp = &mut st.buf[..bb];
-                st.cache.read(&*self.dev, lba, tmp)?;
-                buf[done..done + len].copy_from_slice(&tmp[bo as usize..bo as usize + len]);
+                let scratch = &mut st.buf[..block_bytes];
+                st.cache.read(&*self.dev, lba, scratch)?;
+                buf[done..done + len].copy_from_slice(&scratch[in_block..in_block + len]);
             }
             done += len;
         }
-        Ok(n)
+        debug_assert_eq!(done, count);
+        Ok(count)
     }
 
-    /// Check that growing entry `e` (with layout `layout`) to `size_bytes` fits.
+    /// Check that growing entry `entry` (with layout `layout`) to `size_bytes` fits.
     fn check_room(
         &self,
         st: &State,
-        e: &DirEntry,
+        entry: &DirEntry,
         layout: Layout,
         size_bytes: u64,
     ) -> StoreResult<()> {
+        debug_assert!(
+            layout == entry.layout || entry.size_bytes == 0,
+            "a file's layout changes only while it is empty"
+        );
         let max = self.geo.file_bytes_max(layout);
         if size_bytes > max {
             return Err(StoreError::Full(format!(
                 "journal store full: a {} file would grow to {size_bytes} bytes; the store \
                  holds at most {max} bytes per file",
-                e.kind.name()
+                entry.kind.name()
             )));
         }
         let need = self.geo.chunks_for(layout, size_bytes);
-        let have = e.chunk_count as u64;
+        let have = entry.chunk_count as u64;
         let free = st.dir.free_chunks(&self.geo);
         if need > have && need - have > free {
             return Err(StoreError::Full(format!(
                 "journal store full: growing a {} file to {size_bytes} bytes needs {} more \
                  chunks of {} bytes, {free} free",
-                e.kind.name(),
+                entry.kind.name(),
                 need - have,
                 self.geo.chunk_bytes()
             )));
@@ -1109,24 +1557,48 @@ impl Store {
         })?;
         let mut guard = self.lock();
         let st = &mut *guard;
-        let e = Self::entry(st, id)?;
+        let entry = Self::entry(st, id)?;
         st.stats.writes += 1;
         if data.is_empty() {
             return Ok(());
         }
-        let layout = if e.size_bytes == 0 {
+        let layout = if entry.size_bytes == 0 {
             Layout::choose(offset, data, self.geo.block_bytes)
         } else {
-            e.layout
+            entry.layout
         };
-        self.check_room(st, &e, layout, end.max(e.size_bytes))?;
+        self.check_room(st, &entry, layout, end.max(entry.size_bytes))?;
+        let pieces = pieces_max(data.len() as u64);
+        self.write_pieces(st, id, layout, offset, data, pieces)?;
+        debug_assert!(Self::entry(st, id).is_ok_and(|entry| entry.size_bytes >= end));
+        Ok(())
+    }
+
+    /// Write `data` at `offset` in atomic pieces of at most [`Store::piece_blocks_max`]
+    /// blocks each, in ascending order (a crash leaves a prefix and a size that matches), and
+    /// at most `pieces_max` of them: past that, an error.
+    fn write_pieces(
+        &self,
+        st: &mut State,
+        id: FileId,
+        layout: Layout,
+        offset: u64,
+        data: &[u8],
+        pieces_max: u64,
+    ) -> StoreResult<()> {
+        debug_assert!(!data.is_empty());
+        debug_assert!(pieces_max >= 1);
+        let end = offset + data.len() as u64;
         let map = self.geo.map(layout);
         let mut at = offset;
-        while at < end {
+        for _ in 0..pieces_max {
+            if at == end {
+                break;
+            }
             // The next piece: as much as fits in piece_blocks_max blocks.
             st.blocks.clear();
             st.segs.clear();
-            let n = plan(
+            let taken = plan(
                 &map,
                 at,
                 end - at,
@@ -1134,10 +1606,19 @@ impl Store {
                 &mut st.blocks,
                 &mut st.segs,
             );
-            assert!(n > 0, "a piece takes at least one segment");
+            debug_assert!(taken > 0, "a piece takes at least one segment");
             let from = (at - offset) as usize;
-            self.write_piece(st, id, layout, at, &data[from..from + n as usize], at + n)?;
-            at += n;
+            let piece = &data[from..from + taken as usize];
+            self.write_piece(st, id, layout, at, piece, at + taken)?;
+            at += taken;
+        }
+        if at < end {
+            return Err(StoreError::PiecesExceeded {
+                offset,
+                bytes: data.len() as u64,
+                pieces: pieces_max,
+                written: at - offset,
+            });
         }
         Ok(())
     }
@@ -1146,158 +1627,296 @@ impl Store {
     pub fn truncate(&self, id: FileId, size_bytes: u64) -> StoreResult<()> {
         let mut guard = self.lock();
         let st = &mut *guard;
-        let e = Self::entry(st, id)?;
-        if size_bytes == e.size_bytes {
+        let entry = Self::entry(st, id)?;
+        if size_bytes == entry.size_bytes {
             return Ok(());
         }
-        self.check_room(st, &e, e.layout, size_bytes)?;
+        self.check_room(st, &entry, entry.layout, size_bytes)?;
         st.blocks.clear();
         st.segs.clear();
-        self.write_piece(st, id, e.layout, size_bytes, &[], size_bytes)?;
+        self.write_piece(st, id, entry.layout, size_bytes, &[], size_bytes)?;
+        debug_assert!(Self::entry(st, id).is_ok_and(|entry| entry.size_bytes == size_bytes));
         Ok(())
     }
 
-    /// One atomic write: `data` at `off` (its blocks and segments planned in `st.blocks` and
-    /// `st.segs`), the file's size becoming `max(size, new_end)` (or exactly `new_end` for a
-    /// truncate, `data` empty), with the directory when the size changes.
+    /// One atomic write: `data` at `offset` (its blocks and segments planned in `st.blocks`
+    /// and `st.segs`), the file's size becoming `max(size, new_end)` (or exactly `new_end`
+    /// for a truncate, `data` empty), with the directory when the size changes.
     fn write_piece(
         &self,
         st: &mut State,
         id: FileId,
         layout: Layout,
-        off: u64,
+        offset: u64,
         data: &[u8],
         new_end: u64,
     ) -> Result<()> {
-        let bb = self.geo.block_bytes;
-        let b = bb as usize;
-        let old = Self::entry(st, id)?;
-        let s = old.size_bytes;
+        debug_assert_eq!(
+            offset + data.len() as u64,
+            new_end,
+            "the piece ends its data"
+        );
+        debug_assert!(
+            st.blocks.len() <= self.piece_blocks_max() && st.segs.len() >= st.blocks.len()
+        );
+        let old_size = Self::entry(st, id)?.size_bytes;
         let new_size = if data.is_empty() {
             new_end
         } else {
-            new_end.max(s)
+            new_end.max(old_size)
         };
-        let resized = new_size != s;
-        let mut dir = st.dir;
-        if resized {
-            let e = dir.entries[id.slot].as_mut().expect("live");
-            e.layout = layout;
-            dir.resize(&self.geo, id.slot, new_size);
-            dir.generation += 1;
-        }
-        let e = dir.entries[id.slot].expect("live");
+        let (dir, resized) = self.directory_after(st, id, layout, new_size);
+        let entry = dir.entries[id.slot].expect("live");
         let map = self.geo.map(layout);
-        // Blocks holding bytes of the hole [s, min(off, new_size)) that this write does not
-        // touch: discarded when they hold no byte below s, zeroed past s otherwise.
-        let mut extra = [0u64; 2];
-        let mut extra_n = 0;
-        let hole_end = off.min(new_size);
-        if hole_end > s {
-            let mut o = s;
-            let mut dead_run: Option<(u64, u64)> = None;
-            while o < hole_end {
-                let (v, _, run) = map.seg(o);
-                o += run.min(hole_end - o);
-                if st.blocks.iter().any(|t| t.v == v) || extra[..extra_n].contains(&v) {
-                    continue;
-                }
-                let (live, _) = map.split(v, s);
-                if live {
-                    assert!(extra_n < 2, "more than two partly live blocks in a hole");
-                    extra[extra_n] = v;
-                    extra_n += 1;
-                    continue;
-                }
-                let lba = e.lba(&self.geo, v);
-                dead_run = match dead_run {
-                    Some((start, n)) if start + n == lba => Some((start, n + 1)),
-                    Some((start, n)) if (start..start + n).contains(&lba) => Some((start, n)),
-                    Some(run) => {
-                        self.discard(st, run)?;
-                        Some((lba, 1))
-                    }
-                    None => Some((lba, 1)),
-                };
-            }
-            if let Some(run) = dead_run {
-                self.discard(st, run)?;
-            }
-        }
-        if !resized
-            && extra_n == 0
-            && st.blocks.len() == 1
-            && st.blocks[0].covered == bb
-            && st.segs.len() == 1
-        {
-            // One whole block (a WAL page): written straight from the caller's buffer.
-            let lba = e.lba(&self.geo, st.blocks[0].v);
-            st.cache.forget(lba);
-            self.dev.write_scattered(&[lba], data)?;
-            st.stats.device_writes += 1;
-            st.stats.blocks_written += 1;
-            return Ok(());
+        let partly_live = self.clear_hole(st, &map, &entry, old_size, offset.min(new_size))?;
+        if !resized && partly_live.count == 0 && self.is_one_whole_block(st) {
+            return self.write_whole_block(st, &entry, data);
         }
         st.lbas.clear();
         st.partial.clear();
-        let mut pos = usize::from(resized);
-        for &v in &extra[..extra_n] {
-            let lba = e.lba(&self.geo, v);
-            let blk = &mut st.buf[pos * b..(pos + 1) * b];
-            if st.cache.read(&*self.dev, lba, blk)? {
-                st.stats.cached_blocks += 1;
+        // Buffer slot 0 holds the directory when the size changes.
+        let hole_slot = usize::from(resized);
+        let data_slot = self.stage_hole_blocks(
+            st,
+            &map,
+            &entry,
+            old_size,
+            partly_live.as_slice(),
+            hole_slot,
+        )?;
+        self.stage_data_blocks(st, &map, &entry, old_size, data_slot)?;
+        Self::copy_segments(st, data_slot, data);
+        if resized {
+            let staged = st.lbas.len();
+            self.commit(st, dir, staged)
+        } else {
+            self.write_staged(st)
+        }
+    }
+
+    /// The directory once a piece is written: file `id` at `new_size` bytes under `layout`,
+    /// owning the chunks that size needs; and whether its size changes (the piece then writes
+    /// the directory too).
+    fn directory_after(
+        &self,
+        st: &State,
+        id: FileId,
+        layout: Layout,
+        new_size: u64,
+    ) -> (Directory, bool) {
+        let mut dir = st.dir;
+        let old = dir.entries[id.slot].expect("live");
+        debug_assert_eq!(old.name_hash, id.name_hash);
+        debug_assert!(
+            layout == old.layout || old.size_bytes == 0,
+            "a file's layout changes only while it is empty"
+        );
+        let resized = new_size != old.size_bytes;
+        if resized {
+            dir.entries[id.slot].as_mut().expect("live").layout = layout;
+            dir.resize(&self.geo, id.slot, new_size);
+            dir.generation += 1;
+        }
+        (dir, resized)
+    }
+
+    /// The blocks holding bytes of the hole `[old_size, hole_end)` that the piece does not
+    /// touch: those holding no file byte below `old_size` are discarded (they lie beyond the
+    /// durable size until the write), the others returned, to be zeroed past the old end
+    /// inside the write.
+    fn clear_hole(
+        &self,
+        st: &mut State,
+        map: &Map,
+        entry: &DirEntry,
+        old_size: u64,
+        hole_end: u64,
+    ) -> Result<PartlyLive> {
+        let mut partly_live = PartlyLive::default();
+        if hole_end <= old_size {
+            return Ok(partly_live);
+        }
+        debug_assert!(
+            hole_end <= entry.size_bytes,
+            "the hole lies inside the new size"
+        );
+        let mut at = old_size;
+        let mut dead_run: Option<(u64, u64)> = None;
+        while at < hole_end {
+            let (vblock, _, run) = map.seg(at);
+            at += run.min(hole_end - at);
+            let touched = st.blocks.iter().any(|touched| touched.vblock == vblock);
+            if touched || partly_live.as_slice().contains(&vblock) {
+                continue;
             }
-            st.stats.rmw_blocks += 1;
-            let (_, z) = map.split(v, s);
-            blk[z as usize..].fill(0);
+            let (live, _) = map.split(vblock, old_size);
+            if live {
+                partly_live.push(vblock);
+                continue;
+            }
+            let lba = entry.lba(&self.geo, vblock);
+            dead_run = Some(self.extend_dead_run(st, dead_run, lba)?);
+        }
+        if let Some(run) = dead_run {
+            self.discard(st, run)?;
+        }
+        Ok(partly_live)
+    }
+
+    /// Add device block `lba` to the run of blocks to discard, `(first, count)`: the run grows
+    /// when `lba` follows it (or is in it already); otherwise the run is discarded now and a
+    /// new one starts at `lba`.
+    fn extend_dead_run(
+        &self,
+        st: &mut State,
+        run: Option<(u64, u64)>,
+        lba: u64,
+    ) -> Result<(u64, u64)> {
+        debug_assert_ne!(lba, DIR_LBA);
+        debug_assert!(run.is_none_or(|(_, count)| count >= 1));
+        Ok(match run {
+            Some((first, count)) if first + count == lba => (first, count + 1),
+            Some((first, count)) if (first..first + count).contains(&lba) => (first, count),
+            Some(run) => {
+                self.discard(st, run)?;
+                (lba, 1)
+            }
+            None => (lba, 1),
+        })
+    }
+
+    /// Is the planned piece one whole block in one segment (a WAL page)?
+    fn is_one_whole_block(&self, st: &State) -> bool {
+        st.blocks.len() == 1 && st.blocks[0].covered == self.geo.block_bytes && st.segs.len() == 1
+    }
+
+    /// One whole block, the size unchanged (a WAL page): written straight from the caller's
+    /// buffer, one single-block write with no read.
+    fn write_whole_block(&self, st: &mut State, entry: &DirEntry, data: &[u8]) -> Result<()> {
+        debug_assert_eq!(data.len() as u64, self.geo.block_bytes);
+        debug_assert!(st.segs[0].in_block == 0 && st.segs[0].data_off == 0);
+        let lba = entry.lba(&self.geo, st.blocks[0].vblock);
+        st.cache.forget(lba);
+        self.dev.write_scattered(&[lba], data)?;
+        st.stats.device_writes += 1;
+        st.stats.blocks_written += 1;
+        Ok(())
+    }
+
+    /// Read device block `lba` into buffer slot `slot` to patch it: from the cache of blocks
+    /// written last, or from the device.
+    fn read_back(&self, st: &mut State, lba: u64, slot: usize) -> Result<()> {
+        debug_assert!(slot < self.atomic_blocks);
+        debug_assert_ne!(lba, DIR_LBA);
+        let block_bytes = self.geo.block_bytes as usize;
+        let block = &mut st.buf[slot * block_bytes..(slot + 1) * block_bytes];
+        if st.cache.read(&*self.dev, lba, block)? {
+            st.stats.cached_blocks += 1;
+        }
+        st.stats.rmw_blocks += 1;
+        Ok(())
+    }
+
+    /// Stage the partly live hole blocks at buffer slots from `first_slot` on, each read back
+    /// and zeroed past the old end. Returns the slot after them.
+    fn stage_hole_blocks(
+        &self,
+        st: &mut State,
+        map: &Map,
+        entry: &DirEntry,
+        old_size: u64,
+        partly_live: &[u64],
+        first_slot: usize,
+    ) -> Result<usize> {
+        debug_assert!(first_slot <= 1 && partly_live.len() <= 2);
+        debug_assert!(st.lbas.is_empty() && st.partial.is_empty());
+        let block_bytes = self.geo.block_bytes as usize;
+        let mut slot = first_slot;
+        for &vblock in partly_live {
+            let lba = entry.lba(&self.geo, vblock);
+            self.read_back(st, lba, slot)?;
+            let (_, zero_from) = map.split(vblock, old_size);
+            st.buf[slot * block_bytes + zero_from as usize..(slot + 1) * block_bytes].fill(0);
             st.lbas.push(lba);
             st.partial.push(true);
-            pos += 1;
+            slot += 1;
         }
-        let first_data = pos;
-        for i in 0..st.blocks.len() {
-            let t = st.blocks[i];
-            let lba = e.lba(&self.geo, t.v);
-            let blk = &mut st.buf[pos * b..(pos + 1) * b];
-            if t.covered < bb {
-                let (live, z) = map.split(t.v, s);
+        Ok(slot)
+    }
+
+    /// Stage the blocks the piece touches at buffer slots from `first_slot` on. A block the
+    /// piece covers whole is left to the copy; one it covers partly is read back when it holds
+    /// file bytes below the old size, and zeroed past them.
+    fn stage_data_blocks(
+        &self,
+        st: &mut State,
+        map: &Map,
+        entry: &DirEntry,
+        old_size: u64,
+        first_slot: usize,
+    ) -> Result<()> {
+        debug_assert!(first_slot + st.blocks.len() <= self.atomic_blocks);
+        debug_assert_eq!(st.lbas.len(), st.partial.len());
+        let block_bytes = self.geo.block_bytes;
+        let slot_bytes = block_bytes as usize;
+        for index in 0..st.blocks.len() {
+            let touched = st.blocks[index];
+            let slot = first_slot + index;
+            let lba = entry.lba(&self.geo, touched.vblock);
+            let partial = touched.covered < block_bytes;
+            if partial {
+                // Not live: zero_from is 0, and the whole block starts as zeros.
+                let (live, zero_from) = map.split(touched.vblock, old_size);
                 if live {
-                    if st.cache.read(&*self.dev, lba, blk)? {
-                        st.stats.cached_blocks += 1;
-                    }
-                    st.stats.rmw_blocks += 1;
-                    blk[z as usize..].fill(0);
-                } else {
-                    blk.fill(0);
+                    self.read_back(st, lba, slot)?;
                 }
+                st.buf[slot * slot_bytes + zero_from as usize..(slot + 1) * slot_bytes].fill(0);
             }
             st.lbas.push(lba);
-            st.partial.push(t.covered < bb);
-            pos += 1;
+            st.partial.push(partial);
         }
-        for sg in &st.segs {
-            let at = (first_data + sg.block) * b + sg.blk_off;
-            st.buf[at..at + sg.len].copy_from_slice(&data[sg.data_off..sg.data_off + sg.len]);
+        Ok(())
+    }
+
+    /// Copy the piece's data into its staged blocks (from buffer slot `first_slot`), segment
+    /// by segment.
+    fn copy_segments(st: &mut State, first_slot: usize, data: &[u8]) {
+        debug_assert_eq!(
+            st.segs.iter().map(|segment| segment.len).sum::<usize>(),
+            data.len()
+        );
+        let block_bytes = st.cache.block_bytes;
+        for segment in &st.segs {
+            let at = (first_slot + segment.block) * block_bytes + segment.in_block;
+            let from = segment.data_off;
+            st.buf[at..at + segment.len].copy_from_slice(&data[from..from + segment.len]);
         }
-        if resized {
-            let n = st.lbas.len();
-            self.commit(st, dir, n)
-        } else {
-            let n = st.lbas.len();
-            let r = self.dev.write_scattered(&st.lbas[..n], &st.buf[..n * b]);
-            Self::remember(st, 0, r.is_ok());
-            st.lbas.clear();
-            r?;
-            st.stats.device_writes += 1;
-            st.stats.blocks_written += n as u64;
-            Ok(())
-        }
+    }
+
+    /// Write the staged blocks (`st.lbas`, from buffer slot 0; no directory) in one atomic
+    /// device write.
+    fn write_staged(&self, st: &mut State) -> Result<()> {
+        let staged = st.lbas.len();
+        debug_assert!(staged >= 1 && staged <= self.atomic_blocks);
+        debug_assert_eq!(st.partial.len(), staged);
+        let block_bytes = self.geo.block_bytes as usize;
+        let result = self
+            .dev
+            .write_scattered(&st.lbas[..staged], &st.buf[..staged * block_bytes]);
+        Self::remember(st, 0, result.is_ok());
+        st.lbas.clear();
+        result?;
+        st.stats.device_writes += 1;
+        st.stats.blocks_written += staged as u64;
+        Ok(())
     }
 
     /// Discard a run of device blocks (beyond the durable size: no crash can expose them).
     fn discard(&self, st: &mut State, (lba, count): (u64, u64)) -> Result<()> {
-        for l in lba..lba + count {
-            st.cache.forget(l);
+        debug_assert!(lba > DIR_LBA && count >= 1);
+        debug_assert!(lba + count <= self.geo.device_blocks);
+        for block in lba..lba + count {
+            st.cache.forget(block);
         }
         self.dev.discard(lba, count)?;
         st.stats.hole_blocks += count;
@@ -1308,10 +1927,13 @@ impl Store {
     /// `first` on; the directory is never cached): cache the blocks written partly, forget the
     /// others, and forget them all if the write failed.
     fn remember(st: &mut State, first: usize, ok: bool) {
-        let b = st.cache.block_bytes;
+        debug_assert!(first <= 1 && first <= st.lbas.len());
+        debug_assert!(st.partial.len() + first >= st.lbas.len());
+        let block_bytes = st.cache.block_bytes;
         for (i, &lba) in st.lbas.iter().enumerate().skip(first) {
             if ok && st.partial[i - first] {
-                st.cache.put(lba, &st.buf[i * b..(i + 1) * b]);
+                st.cache
+                    .put(lba, &st.buf[i * block_bytes..(i + 1) * block_bytes]);
             } else {
                 st.cache.forget(lba);
             }
@@ -1321,30 +1943,30 @@ impl Store {
     /// Write directory `dir` (into buffer slot 0) together with the `extra` data blocks staged
     /// at slots 1.. (their LBAs in `st.lbas`), atomically; adopt `dir` once it is durable.
     fn commit(&self, st: &mut State, dir: Directory, extra: usize) -> Result<()> {
-        let bb = self.geo.block_bytes as usize;
+        let block_bytes = self.geo.block_bytes as usize;
         assert_eq!(st.lbas.len(), extra);
         assert!(extra < self.atomic_blocks);
-        // Pair assertion, before write: the directory obeys its rules and reads back as itself.
+        // Every directory write advances the generation by one (the format writes the first).
+        debug_assert!(dir.generation == st.dir.generation + 1 || dir == st.dir);
+        // Before the write: the directory obeys its rules (and, in debug builds, `encode`
+        // checks that its bytes read back as itself).
         assert_eq!(
             dir.validate(&self.geo),
             Ok(()),
             "directory about to be written"
         );
-        dir.encode(&self.geo, &mut st.buf[..bb]);
-        debug_assert_eq!(
-            Directory::decode(&self.geo, &st.buf[..bb]),
-            Ok(Some(dir)),
-            "directory encoding round trip"
-        );
+        dir.encode(&self.geo, &mut st.buf[..block_bytes]);
         st.lbas.insert(0, DIR_LBA);
-        let n = extra + 1;
-        let r = self.dev.write_scattered(&st.lbas[..n], &st.buf[..n * bb]);
-        Self::remember(st, 1, r.is_ok());
+        let count = extra + 1;
+        let result = self
+            .dev
+            .write_scattered(&st.lbas[..count], &st.buf[..count * block_bytes]);
+        Self::remember(st, 1, result.is_ok());
         st.lbas.clear();
-        r?;
+        result?;
         st.stats.device_writes += 1;
         st.stats.dir_writes += 1;
-        st.stats.blocks_written += n as u64;
+        st.stats.blocks_written += count as u64;
         st.dir = dir;
         Ok(())
     }
@@ -1575,6 +2197,78 @@ mod tests {
         assert!(s.stats().device_writes >= 3);
     }
 
+    /// A write that needs more atomic pieces than it is allowed stops with an error naming the
+    /// bound, having written a prefix of itself and a size that matches (as a crash between its
+    /// pieces would leave it).
+    #[test]
+    fn a_write_past_its_piece_bound_stops_with_an_error() {
+        let r = region(4 << 20);
+        let s = store(&r);
+        let id = s.open_file("/w", FileKind::Wal, true).unwrap().unwrap();
+        let piece_bytes = s.piece_blocks_max() * 4096;
+        let data: Vec<u8> = (0..3 * piece_bytes).map(|i| (i % 253) as u8).collect();
+        let error = {
+            let mut guard = s.lock();
+            s.write_pieces(&mut guard, id, Layout::Linear, 0, &data, 2)
+                .unwrap_err()
+        };
+        match &error {
+            StoreError::PiecesExceeded {
+                offset: 0,
+                bytes,
+                pieces: 2,
+                written,
+            } => {
+                assert_eq!(*bytes, data.len() as u64);
+                assert_eq!(*written, 2 * piece_bytes as u64);
+            }
+            other => panic!("expected PiecesExceeded, got {other:?}"),
+        }
+        assert!(
+            error
+                .to_string()
+                .contains("unfinished after 2 atomic pieces"),
+            "{error}"
+        );
+        assert_eq!(s.size_bytes(id).unwrap(), 2 * piece_bytes as u64);
+        assert_eq!(read_all(&s, id), &data[..2 * piece_bytes]);
+        // The bound a write gets is its length's: the same write then finishes.
+        s.write(id, 0, &data).unwrap();
+        assert_eq!(read_all(&s, id), data);
+    }
+
+    /// The piece bound holds for the smallest pieces (one block each, the smallest atomic unit
+    /// the store accepts) at any start, under both layouts.
+    #[test]
+    fn the_piece_bound_holds_for_one_block_pieces() {
+        for block_bytes in [512u64, 4096] {
+            for layout in [Layout::Linear, Layout::WalFramed] {
+                let map = Map::new(layout, block_bytes);
+                let frame = map.frame_bytes();
+                for offset in [0, 1, 31, 32, 33, 55, 56, 57, block_bytes, frame + 40] {
+                    for len in [1, 23, 24, 25, 56, 1000, 3 * frame + 7, 50 * frame] {
+                        let (mut blocks, mut segs) = (Vec::new(), Vec::new());
+                        let (mut at, mut pieces) = (offset, 0);
+                        while at < offset + len {
+                            blocks.clear();
+                            segs.clear();
+                            at += plan(&map, at, offset + len - at, 1, &mut blocks, &mut segs);
+                            pieces += 1;
+                        }
+                        assert!(
+                            pieces <= pieces_max(len),
+                            "{layout:?} {block_bytes}: {pieces} pieces for {len} bytes at {offset}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The most device events one operation of the crash tests may take before it finishes
+    /// (far more than any takes): a bound on the sweep over its stop points.
+    const STOP_POINTS_MAX: u64 = 100_000;
+
     /// Stop the device at every store and persist of one store operation (as a power failure
     /// would), recover, and check the file reads wholly old or wholly new, size included.
     fn crash_every_step(setup: &dyn Fn(&Store), op: &dyn Fn(&Store) -> StoreResult<()>) {
@@ -1612,7 +2306,8 @@ mod tests {
         let new = files(&store(&r));
         assert_ne!(old, new, "the operation changes something");
         let (mut saw_old, mut saw_new) = (0, 0);
-        for stop_at in 0u64.. {
+        let mut finished = false;
+        for stop_at in 0..STOP_POINTS_MAX {
             restore();
             let count = Arc::new(AtomicU64::new(0));
             let stopped = Arc::new(AtomicBool::new(false));
@@ -1639,6 +2334,7 @@ mod tests {
             drop(s);
             if !stopped.load(Ordering::Relaxed) {
                 res.unwrap();
+                finished = true;
                 break;
             }
             assert!(res.is_err(), "a stopped write reports failure");
@@ -1651,6 +2347,10 @@ mod tests {
                 panic!("stop at event {stop_at}: neither old nor new state");
             }
         }
+        assert!(
+            finished,
+            "the operation did not finish within {STOP_POINTS_MAX} stop points"
+        );
         assert!(saw_old > 0 && saw_new > 0, "old {saw_old} new {saw_new}");
     }
 
@@ -1882,6 +2582,43 @@ mod tests {
         }
     }
 
+    /// The framing's inverse (the pair of `seg`) against brute force: every byte of the first
+    /// virtual blocks maps back to the file byte `seg` placed there, or to None when `seg`
+    /// placed none.
+    #[test]
+    fn file_offset_inverts_seg() {
+        for block_bytes in [512u64, 1024, 4096] {
+            for layout in [Layout::Linear, Layout::WalFramed] {
+                let map = Map::new(layout, block_bytes);
+                let vblocks = 2 * (map.group_frames + 1) + 3;
+                // The file byte placed at each byte of the first `vblocks` blocks.
+                let mut placed = vec![None; (vblocks * block_bytes) as usize];
+                // Every frame of the first three groups: past every byte of those blocks.
+                let limit = map.frame_start(3 * map.group_frames);
+                let mut offset = 0;
+                while offset < limit {
+                    let (vblock, in_block, run) = map.seg(offset);
+                    for k in 0..run {
+                        if vblock < vblocks {
+                            placed[(vblock * block_bytes + in_block + k) as usize] =
+                                Some(offset + k);
+                        }
+                    }
+                    offset += run;
+                }
+                for vblock in 0..vblocks {
+                    for in_block in 0..block_bytes {
+                        assert_eq!(
+                            map.file_offset(vblock, in_block),
+                            placed[(vblock * block_bytes + in_block) as usize],
+                            "{layout:?} block bytes {block_bytes}: block {vblock} byte {in_block}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn wal_frames_take_two_single_block_writes_and_no_read_back() {
         for bb in [512u32, 4096] {
@@ -1943,6 +2680,188 @@ mod tests {
             let (id, _) = s.lookup("/w-wal").unwrap().unwrap();
             assert_eq!(read_all(&s, id), model, "after reopen");
         }
+    }
+
+    /// A directory of two files (a WAL of 100 000 bytes, a journal of 10) on a 1000-block
+    /// device of 4 KiB blocks, and its encoded block.
+    fn sample_directory() -> (StoreGeometry, Directory, Vec<u8>) {
+        let geo = StoreGeometry::compute(4096, 1000).unwrap();
+        let mut dir = Directory::empty();
+        dir.entries[0] = Some(DirEntry::new(FileKind::Wal, 11));
+        dir.resize(&geo, 0, 100_000);
+        dir.entries[1] = Some(DirEntry::new(FileKind::MainJournal, 22));
+        dir.resize(&geo, 1, 10);
+        let mut block = vec![0u8; 4096];
+        dir.encode(&geo, &mut block);
+        (geo, dir, block)
+    }
+
+    /// Recompute the checksum of a directory block changed on purpose.
+    fn reseal(block: &mut [u8]) {
+        let crc = crc32c::crc32c(&block[..CRC_OFF]);
+        put_u32(block, CRC_OFF, crc);
+    }
+
+    /// Every rule a directory block can break is refused with an error naming it.
+    #[test]
+    fn damaged_directories_name_what_is_wrong() {
+        let (geo, dir, block) = sample_directory();
+        assert_eq!(Directory::decode(&geo, &block), Ok(Some(dir)));
+        assert_eq!(Directory::decode(&geo, &vec![0u8; 4096]), Ok(None));
+        let entry = |slot: usize| ENTRIES_OFF + slot * ENTRY_BYTES;
+        let chunk_at =
+            move |slot: usize, index: usize| entry(slot) + ENTRY_HEADER_BYTES + 2 * index;
+        let first_chunk = dir.entries[0].unwrap().chunks[0];
+        type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+        let cases: Vec<(Damage, DirectoryError)> = vec![
+            (
+                Box::new(|b| b.truncate(512)),
+                DirectoryError::BlockBytes {
+                    found: 512,
+                    block_bytes: 4096,
+                },
+            ),
+            (Box::new(|b| b[0] = b'X'), DirectoryError::BadMagic),
+            (
+                Box::new(|b| put_u32(b, 8, 2)),
+                DirectoryError::Version { found: 2 },
+            ),
+            (
+                Box::new(|b| put_u64(b, 16, 999)),
+                DirectoryError::Geometry {
+                    stored: (4096, 999, geo.chunk_blocks, geo.chunks),
+                    device: (4096, 1000, geo.chunk_blocks, geo.chunks),
+                },
+            ),
+            (Box::new(|b| b[50] = 1), DirectoryError::ReservedBytes),
+            (
+                Box::new(|b| b[CRC_OFF - 1] = 1),
+                DirectoryError::ReservedBytes,
+            ),
+            (
+                Box::new(|b| b[DIR_BYTES + 7] = 1),
+                DirectoryError::ReservedBytes,
+            ),
+            (
+                Box::new(move |b| b[entry(3) + 9] = 1),
+                DirectoryError::FreeEntryNotZero { slot: 3 },
+            ),
+            (
+                Box::new(move |b| b[entry(1)] = 9),
+                DirectoryError::UnknownKind { slot: 1, id: 9 },
+            ),
+            (
+                Box::new(move |b| b[entry(0) + 1] = 7),
+                DirectoryError::UnknownLayout { slot: 0, id: 7 },
+            ),
+            (
+                Box::new(move |b| b[entry(0) + 3] = 1),
+                DirectoryError::ReservedEntryBytes { slot: 0 },
+            ),
+            (
+                Box::new(move |b| put_u32(b, entry(1) + 4, 41)),
+                DirectoryError::TooManyChunks {
+                    slot: 1,
+                    chunk_count: 41,
+                },
+            ),
+            (
+                Box::new(move |b| put_u64(b, entry(1) + 16, 1 << 40)),
+                DirectoryError::SizeOverMax {
+                    slot: 1,
+                    layout: Layout::Linear,
+                    size_bytes: 1 << 40,
+                    max: geo.file_bytes_max(Layout::Linear),
+                },
+            ),
+            (
+                Box::new(move |b| put_u64(b, entry(1) + 16, 0)),
+                DirectoryError::ChunkCountMismatch {
+                    slot: 1,
+                    chunk_count: 1,
+                    size_bytes: 0,
+                    needed: 0,
+                },
+            ),
+            (
+                Box::new(move |b| b[chunk_at(1, 5)] = 1),
+                DirectoryError::UnusedChunkNotZero { slot: 1, index: 5 },
+            ),
+            (
+                Box::new(move |b| b[chunk_at(1, 0)] = 200),
+                DirectoryError::ChunkOutOfRange {
+                    slot: 1,
+                    chunk: 200,
+                    chunks: geo.chunks,
+                },
+            ),
+            (
+                Box::new(move |b| b[chunk_at(1, 0)] = first_chunk as u8),
+                DirectoryError::ChunkOwnedTwice {
+                    chunk: first_chunk,
+                    first: 0,
+                    second: 1,
+                },
+            ),
+            (
+                Box::new(move |b| put_u64(b, entry(1) + 8, 11)),
+                DirectoryError::SameNameHash {
+                    first: 0,
+                    second: 1,
+                },
+            ),
+        ];
+        for (damage, want) in cases {
+            let mut damaged = block.clone();
+            damage(&mut damaged);
+            reseal(&mut damaged);
+            assert_eq!(
+                Directory::decode(&geo, &damaged),
+                Err(want.clone()),
+                "{want}"
+            );
+        }
+        // Unsealed damage is a checksum mismatch, reported with both sums.
+        let mut damaged = block.clone();
+        damaged[entry(0) + 20] ^= 1;
+        let error = Directory::decode(&geo, &damaged).unwrap_err();
+        assert!(
+            matches!(error, DirectoryError::Checksum { stored, computed } if stored != computed)
+        );
+        assert!(error.to_string().contains("checksum mismatch"), "{error}");
+    }
+
+    /// The pair assertion at an encoder catches bytes its decoder reads as another value (here
+    /// an encoder that wrote the size one too large).
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "directory entry pair assertion")]
+    fn pair_assertion_catches_an_encoder_its_decoder_disagrees_with() {
+        let (_, dir, _) = sample_directory();
+        let entry = dir.entries[0];
+        let mut bytes = [0u8; ENTRY_BYTES];
+        entry_to_bytes(&entry, &mut bytes);
+        put_u64(&mut bytes, 16, entry.unwrap().size_bytes + 1);
+        debug_assert_decodes("directory entry", &entry, &bytes, |bytes| {
+            entry_from_bytes(0, bytes)
+        });
+    }
+
+    /// The pair assertion at a decoder catches a value that does not re-encode to the bytes it
+    /// was read from (here an encoder that writes the next generation).
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "directory header pair assertion")]
+    fn pair_assertion_catches_a_decode_that_does_not_re_encode() {
+        let (geo, _, block) = sample_directory();
+        let header = &block[..HEADER_BYTES];
+        let generation = header_from_bytes(&geo, header).unwrap();
+        debug_assert_encodes(
+            "directory header",
+            &generation,
+            header,
+            |&generation, out| header_to_bytes(&geo, generation + 1, out),
+        );
     }
 
     mod prop {
