@@ -226,6 +226,17 @@ fn get_u64(b: &[u8], off: usize) -> u64 {
 
 impl Superblock {
     pub fn encode(&self) -> [u8; SB_USED_BYTES] {
+        let b = self.encode_unchecked();
+        // Pair assertion (the write): the bytes decode to this superblock.
+        debug_assert_eq!(
+            Superblock::decode(&b, self.geometry.region_bytes).as_ref(),
+            Ok(self)
+        );
+        b
+    }
+
+    /// The encoding, without the pair assertion (which `decode`'s own uses).
+    fn encode_unchecked(&self) -> [u8; SB_USED_BYTES] {
         let g = &self.geometry;
         let mut b = [0u8; SB_USED_BYTES];
         b[0..8].copy_from_slice(&MAGIC);
@@ -255,67 +266,8 @@ impl Superblock {
     /// names the first thing wrong, checked in the order magic, version, checksum, geometry.
     pub fn decode(b: &[u8], file_bytes: u64) -> std::result::Result<Superblock, String> {
         assert!(b.len() >= SB_USED_BYTES);
-        if b[0..8] != MAGIC {
-            return Err(format!(
-                "bad magic {:02x?} (expected \"NVSTKDSK\"): not an nvstack image",
-                &b[0..8]
-            ));
-        }
-        let version = get_u32(b, 8);
-        if version != FORMAT_VERSION {
-            return Err(format!(
-                "unsupported format version {version} (this nvstack reads version {FORMAT_VERSION})"
-            ));
-        }
-        let crc = get_u32(b, 124);
-        let want = crc32c::crc32c(&b[..124]);
-        if crc != want {
-            return Err(format!("bad checksum {crc:#010x} (computed {want:#010x})"));
-        }
-        if get_u32(b, 12) as usize != SB_USED_BYTES {
-            return Err(format!(
-                "unsupported superblock size {} (expected {SB_USED_BYTES})",
-                get_u32(b, 12)
-            ));
-        }
-        if b[82] != 0 || b[83] != 0 {
-            return Err(format!(
-                "unsupported feature flags {:#06x}",
-                u16::from_le_bytes([b[82], b[83]])
-            ));
-        }
-        if b[112..124].iter().any(|&x| x != 0) {
-            return Err("reserved superblock bytes 112..124 are not zero".to_string());
-        }
-        let region_bytes = get_u64(b, 16);
-        let block_bytes = get_u32(b, 24);
-        let lanes = get_u32(b, 28);
-        if region_bytes != file_bytes {
-            return Err(if file_bytes < region_bytes {
-                format!("image is truncated: superblock says {region_bytes} bytes, file has {file_bytes}")
-            } else {
-                format!("geometry mismatch: superblock says {region_bytes} bytes, file has {file_bytes}")
-            });
-        }
-        let g = Geometry::compute(region_bytes, block_bytes, lanes)
-            .map_err(|e| format!("geometry invalid: {e}"))?;
-        let stored = Geometry {
-            region_bytes,
-            block_bytes,
-            lanes,
-            blocks: get_u64(b, 32),
-            pages: get_u64(b, 40),
-            journal_off: get_u64(b, 48),
-            map_off: get_u64(b, 56),
-            data_off: get_u64(b, 64),
-            sb2_off: get_u64(b, 72),
-        };
-        if stored != g {
-            return Err(format!(
-                "geometry mismatch: stored layout {stored:?} differs from the layout of \
-                 {region_bytes} bytes, {block_bytes}-byte blocks, {lanes} lanes ({g:?})"
-            ));
-        }
+        decode_header(b)?;
+        let geometry = decode_geometry(b, file_bytes)?;
         let protocol =
             Protocol::from_id(b[80]).ok_or_else(|| format!("unknown protocol id {}", b[80]))?;
         let ordering_id = b[81];
@@ -327,14 +279,96 @@ impl Superblock {
         }
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[88..104]);
-        Ok(Superblock {
-            geometry: g,
+        let sb = Superblock {
+            geometry,
             protocol,
             ordering_id,
             uuid,
             created_unix_s: get_u64(b, 104),
-        })
+        };
+        // Pair assertion (the read): a valid copy re-encodes to the bytes read.
+        debug_assert!(
+            sb.encode_unchecked()[..] == b[..SB_USED_BYTES],
+            "superblock re-encodes differently"
+        );
+        Ok(sb)
     }
+}
+
+/// The copy's self-description: magic, version, checksum, size, flags, reserved bytes.
+fn decode_header(b: &[u8]) -> std::result::Result<(), String> {
+    if b[0..8] != MAGIC {
+        return Err(format!(
+            "bad magic {:02x?} (expected \"NVSTKDSK\"): not an nvstack image",
+            &b[0..8]
+        ));
+    }
+    let version = get_u32(b, 8);
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "unsupported format version {version} (this nvstack reads version {FORMAT_VERSION})"
+        ));
+    }
+    let crc = get_u32(b, 124);
+    let want = crc32c::crc32c(&b[..124]);
+    if crc != want {
+        return Err(format!("bad checksum {crc:#010x} (computed {want:#010x})"));
+    }
+    if get_u32(b, 12) as usize != SB_USED_BYTES {
+        return Err(format!(
+            "unsupported superblock size {} (expected {SB_USED_BYTES})",
+            get_u32(b, 12)
+        ));
+    }
+    if b[82] != 0 || b[83] != 0 {
+        return Err(format!(
+            "unsupported feature flags {:#06x}",
+            u16::from_le_bytes([b[82], b[83]])
+        ));
+    }
+    if b[112..124].iter().any(|&x| x != 0) {
+        return Err("reserved superblock bytes 112..124 are not zero".to_string());
+    }
+    Ok(())
+}
+
+/// The stored geometry, which must be the one its region size, block size and lane count
+/// compute, for a file of `file_bytes`.
+fn decode_geometry(b: &[u8], file_bytes: u64) -> std::result::Result<Geometry, String> {
+    let region_bytes = get_u64(b, 16);
+    let block_bytes = get_u32(b, 24);
+    let lanes = get_u32(b, 28);
+    if region_bytes != file_bytes {
+        return Err(if file_bytes < region_bytes {
+            format!(
+                "image is truncated: superblock says {region_bytes} bytes, file has {file_bytes}"
+            )
+        } else {
+            format!(
+                "geometry mismatch: superblock says {region_bytes} bytes, file has {file_bytes}"
+            )
+        });
+    }
+    let computed = Geometry::compute(region_bytes, block_bytes, lanes)
+        .map_err(|e| format!("geometry invalid: {e}"))?;
+    let stored = Geometry {
+        region_bytes,
+        block_bytes,
+        lanes,
+        blocks: get_u64(b, 32),
+        pages: get_u64(b, 40),
+        journal_off: get_u64(b, 48),
+        map_off: get_u64(b, 56),
+        data_off: get_u64(b, 64),
+        sb2_off: get_u64(b, 72),
+    };
+    if stored != computed {
+        return Err(format!(
+            "geometry mismatch: stored layout {stored:?} differs from the layout of \
+             {region_bytes} bytes, {block_bytes}-byte blocks, {lanes} lanes ({computed:?})"
+        ));
+    }
+    Ok(stored)
 }
 
 #[cfg(test)]

@@ -114,14 +114,11 @@ fn make_device(
     lanes: u32,
     block_bytes: u32,
     target_blocks: u64,
-) -> Option<(Arc<MmapRegion>, Geometry)> {
-    let ordering = match policy_by_name(ordering) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("skipping {protocol:?}/{ordering}: {e}");
-            return None;
-        }
-    };
+) -> (Arc<MmapRegion>, Geometry) {
+    // The tests name p4 and `best_flush_policy()`, which every x86-64 CPU runs: a policy that
+    // does not resolve is a failure, never a skip that would count as passed.
+    let ordering =
+        policy_by_name(ordering).unwrap_or_else(|e| panic!("{protocol:?}/{ordering}: {e}"));
     let len = region_len(block_bytes, lanes, target_blocks);
     let region = Arc::new(MmapRegion::anonymous(len).expect("anonymous region"));
     let sb = format_region(
@@ -134,7 +131,7 @@ fn make_device(
         },
     )
     .expect("format");
-    Some((region, sb.geometry))
+    (region, sb.geometry)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,9 +325,7 @@ fn worker(dev: &Dev, sh: &Shared, t: u64, seed: u64) {
 }
 
 fn stress(protocol: Protocol, ordering: &str, lanes: u32, block_bytes: u32) {
-    let Some((region, _)) = make_device(protocol, ordering, lanes, block_bytes, 64) else {
-        return;
-    };
+    let (region, _) = make_device(protocol, ordering, lanes, block_bytes, 64);
     let dev = NvramDisk::open(region.clone(), OpenOptions::default()).expect("open");
     let b = block_bytes as usize;
     let sh = Shared::new(THREADS * OPS_PER_THREAD);
@@ -475,8 +470,8 @@ fn recycled_page_read(
     ordering: &str,
     block_bytes: u32,
     read_protection: bool,
-) -> Option<Outcome> {
-    let (region, geo) = make_device(protocol, ordering, 1, block_bytes, 64)?;
+) -> Outcome {
+    let (region, geo) = make_device(protocol, ordering, 1, block_bytes, 64);
     let b = block_bytes as usize;
     let (tx, rx) = mpsc::channel::<Msg>();
     let (release_tx, release_rx) = mpsc::channel::<()>();
@@ -592,13 +587,13 @@ fn recycled_page_read(
         (returned, new_a, page)
     });
     let stats = dev.stats();
-    Some(Outcome {
+    Outcome {
         returned,
         new_a,
         recycled,
         read_retries: stats.read_retries,
         lookups: lookups.load(SeqCst),
-    })
+    }
 }
 
 /// Stands for `best_flush_policy()` (p6 with clwb, clflushopt or clflush) in the table below.
@@ -626,9 +621,7 @@ const INTERLEAVING_CONFIGS: [(Protocol, &str, u32); 8] = [
 #[test]
 fn read_protection_retries_past_a_recycled_page() {
     for (protocol, ordering, bb) in INTERLEAVING_CONFIGS {
-        let Some(o) = recycled_page_read(protocol, resolve(ordering), bb, true) else {
-            continue;
-        };
+        let o = recycled_page_read(protocol, resolve(ordering), bb, true);
         let what = format!("{protocol:?}/{ordering}/{bb}");
         assert!(
             parse_block(&o.returned, A).is_ok(),
@@ -648,9 +641,7 @@ fn read_protection_retries_past_a_recycled_page() {
 #[test]
 fn without_read_protection_a_reader_gets_another_blocks_data() {
     for (protocol, ordering, bb) in INTERLEAVING_CONFIGS {
-        let Some(o) = recycled_page_read(protocol, resolve(ordering), bb, false) else {
-            continue;
-        };
+        let o = recycled_page_read(protocol, resolve(ordering), bb, false);
         let what = format!("{protocol:?}/{ordering}/{bb}");
         let other = word(&o.recycled, 0);
         assert_ne!(
@@ -680,9 +671,7 @@ fn without_read_protection_a_reader_gets_another_blocks_data() {
 /// starved a writer whose lane list was empty while the other lane was never idle).
 #[test]
 fn shadow_pages_never_run_out_with_more_writers_than_lanes() {
-    let Some((region, g)) = make_device(Protocol::Fast, "p4", 2, 512, 256) else {
-        return;
-    };
+    let (region, g) = make_device(Protocol::Fast, "p4", 2, 512, 256);
     let dev = Arc::new(NvramDisk::open(region, OpenOptions::default()).expect("open"));
     let b = g.block_bytes as usize;
     let full = vec![7u8; b * ATOMIC_BLOCKS_MAX];

@@ -25,20 +25,23 @@ impl<R: Region> NvramDisk<R> {
         data: &[u8],
         pages: &mut [u32],
     ) -> Result<bool> {
-        let r = &*self.region;
-        let b = self.geo.block_bytes as usize;
+        let region = &*self.region;
+        let block_bytes = self.geo.block_bytes as usize;
         let fast = self.sb.protocol == Protocol::Fast;
         if self.seeded(SeededBug::FastWriteInPlace) && fast {
             // Seeded bug fast-write-in-place: a mapped block gets its current page as its
             // "shadow" page (the one taken for it goes back to the free list unused), so the
             // Data step overwrites the only copy of the old contents; the map entry is still
             // updated (generation + 1, same page). Unmapped blocks keep their shadow page.
-            for (p, &lba) in pages.iter_mut().zip(lbas) {
-                let raw = r.load_u64(self.geo.map_entry_off(lba));
-                if let Ok(Entry { vpn: Some(v), .. }) = Entry::decode(lba, raw) {
-                    if (v as u64) < self.geo.pages {
-                        lock(&self.free).push(*p);
-                        *p = v;
+            for (page, &lba) in pages.iter_mut().zip(lbas) {
+                let raw = region.load_u64(self.geo.map_entry_off(lba));
+                if let Ok(Entry {
+                    vpn: Some(current), ..
+                }) = Entry::decode(lba, raw)
+                {
+                    if (current as u64) < self.geo.pages {
+                        lock(&self.free).push(*page);
+                        *page = current;
                     }
                 }
             }
@@ -50,21 +53,22 @@ impl<R: Region> NvramDisk<R> {
             _ => return Ok(false),
         };
         for (i, &lba) in lbas.iter().enumerate() {
-            let off = self.geo.page_off(pages[i]);
-            let src = &data[i * b..(i + 1) * b];
+            let offset = self.geo.page_off(pages[i]);
+            let source = &data[i * block_bytes..(i + 1) * block_bytes];
             if unflushed {
                 // Seeded bug paper-no-data-fence: plain cached stores that the lane's domain
                 // never hears of, so no commit ever flushes them: the shadow page is not
                 // persisted before the journal (nor after). Dropping only the data commit
                 // would be harmless: the VPN step's commit, which comes before anything
                 // names the page, would persist the data.
-                r.write(off, src);
+                region.write(offset, source);
             } else {
                 // Seeded bug fast-no-data-fence: stored as usual but not committed, so the
                 // data is still pending when the map store is issued.
-                lane.domain.store(r, self.ordering.data, off, src);
+                lane.domain
+                    .store(region, self.ordering.data, offset, source);
             }
-            self.signal(Step::Data, Phase::Stored, off, b as u64, lba)?;
+            self.signal(Step::Data, Phase::Stored, offset, block_bytes as u64, lba)?;
         }
         Ok(true)
     }
