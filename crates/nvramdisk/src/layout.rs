@@ -128,6 +128,7 @@ impl Geometry {
                 sb2_off,
             })
         };
+        debug_assert!(map_off % 4096 == 0 && journal_off == SB_PAGE_BYTES);
         let fixed = map_off + SB_PAGE_BYTES + reserve * b + 2 * align;
         let mut blocks = region_bytes.saturating_sub(fixed) / (b + 8);
         blocks = blocks.min(PAGES_MAX - reserve);
@@ -138,6 +139,11 @@ impl Geometry {
                 while let Some(bigger) = fits(g.blocks + 1) {
                     g = bigger;
                 }
+                assert!(g.map_off + g.map_bytes() <= g.data_off, "map overlaps data");
+                assert!(
+                    g.data_off + g.pages * b <= g.sb2_off,
+                    "data overlaps superblock 2"
+                );
                 return Ok(g);
             }
             blocks -= 1;
@@ -297,6 +303,7 @@ impl Superblock {
 
 /// The copy's self-description: magic, version, checksum, size, flags, reserved bytes.
 fn decode_header(b: &[u8]) -> std::result::Result<(), String> {
+    debug_assert!(b.len() >= SB_USED_BYTES);
     if b[0..8] != MAGIC {
         return Err(format!(
             "bad magic {:02x?} (expected \"NVSTKDSK\"): not an nvstack image",
@@ -349,6 +356,7 @@ fn decode_geometry(b: &[u8], file_bytes: u64) -> std::result::Result<Geometry, S
             )
         });
     }
+    debug_assert!(b.len() >= SB_USED_BYTES);
     let computed = Geometry::compute(region_bytes, block_bytes, lanes)
         .map_err(|e| format!("geometry invalid: {e}"))?;
     let stored = Geometry {

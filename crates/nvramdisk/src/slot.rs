@@ -202,6 +202,7 @@ fn replica_case<R: Region + ?Sized>(
     if l1 == LBA_NULL && l2 == LBA_NULL {
         return ReplicaCase::Idle;
     }
+    debug_assert!(how.protocol == Protocol::Paper);
     let target = if how.bug == Some(SeededBug::PaperTrustOneReplica) {
         // Seeded bug paper-trust-one-replica: redo on L1 alone, L2 ignored.
         journaled_entry_ok(geo, l1, vpn).then_some(l1)
@@ -222,6 +223,7 @@ fn replica_case<R: Region + ?Sized>(
     let applied = [l1, l2]
         .into_iter()
         .find(|&l| valid(l) && region.load_u64(geo.map_entry_off(l)) == vpn);
+    debug_assert!(applied.is_none_or(|lba| lba == l1 || lba == l2));
     ReplicaCase::Reset { l1, l2, applied }
 }
 

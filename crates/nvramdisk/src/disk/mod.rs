@@ -474,6 +474,7 @@ impl<R: Region> NvramDisk<R> {
     /// The entry of `lba` from the mirror, with its raw word: Err when it does not decode or
     /// names a page past the end (the message shows the media word).
     fn look_up(&self, lba: u64) -> Result<(u64, Entry)> {
+        debug_assert!(lba < self.geo.blocks, "LBA {lba} validated by the caller");
         let raw = self.mirror[lba as usize].load(Ordering::Acquire);
         match Entry::decode_checked_before(lba, raw) {
             Ok(entry) if entry.vpn.is_none_or(|page| (page as u64) < self.geo.pages) => {
@@ -543,6 +544,7 @@ impl<R: Region> NvramDisk<R> {
                 count * block_bytes
             )));
         }
+        debug_assert!((1..=ATOMIC_BLOCKS_MAX).contains(&count), "validated above");
         if count == 1
             && self.bug.is_none()
             && (self.sb.protocol == Protocol::Paper || self.ordering.map.word_atomic())
@@ -568,6 +570,7 @@ impl<R: Region> NvramDisk<R> {
         self.commit_entries(&mut lane, lbas, Some(pages))?;
         lane.writes += 1;
         lane.blocks_written += count as u64;
+        debug_assert!(lane.freed_count <= ATOMIC_BLOCKS_MAX);
         Ok(())
     }
 
@@ -763,6 +766,7 @@ impl<R: Region> NvramDisk<R> {
     /// keep the pages they used to point at for the free pool.
     fn apply_entries(&self, lane: &mut Lane, prepared: &Prepared, discard: bool) -> Result<()> {
         let changed = prepared.changed;
+        debug_assert!(changed <= ATOMIC_BLOCKS_MAX && prepared.freed_count <= changed);
         let (lbas, news) = (&prepared.lbas[..changed], &prepared.news[..changed]);
         if changed > 0 {
             match self.sb.protocol {
@@ -833,6 +837,7 @@ impl<R: Region> NvramDisk<R> {
         discard: bool,
     ) -> Result<()> {
         let (region, journal) = (&*self.region, self.ordering.journal);
+        debug_assert!(lbas.len() > 1 || !self.ordering.map.word_atomic() || self.bug.is_some());
         if lbas.len() > 1 && self.seeded(SeededBug::FastNoRecordMulti) {
             // Seeded bug fast-no-record-multi: the map entries with one commit, no record.
             return self.store_map_entries(&mut lane.domain, lbas, news);
@@ -1021,6 +1026,7 @@ impl<R: Region> NvramDisk<R> {
             )));
         }
         let count = (buf.len() / block_bytes) as u64;
+        debug_assert!(count >= 1);
         if lba
             .checked_add(count)
             .is_none_or(|end| end > self.geo.blocks)
@@ -1070,6 +1076,7 @@ impl<R: Region> NvramDisk<R> {
 
     /// Copy the page `lba`'s entry names (zeros when unmapped); returns the entry's word.
     fn copy_block(&self, lba: u64, block: &mut [u8]) -> Result<u64> {
+        debug_assert!(lba < self.geo.blocks && block.len() == self.geo.block_bytes as usize);
         let (raw, entry) = self.look_up(lba)?;
         if self.hook.is_some() {
             let offset = self.geo.map_entry_off(lba);

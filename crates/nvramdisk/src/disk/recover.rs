@@ -39,6 +39,8 @@ impl<R: Region> NvramDisk<R> {
                 }
             }
         }
+        // At most one redo or undo per part of a slot (paper: replicas and intent).
+        debug_assert!(report.redone + report.undone <= 2 * u64::from(self.geo.lanes));
         let scan = scan_map(&*self.region, &self.geo);
         report.damage.extend(scan.findings.iter().cloned());
         if !report.damage.is_empty() && !self.allow_damaged {
