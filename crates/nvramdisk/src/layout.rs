@@ -128,7 +128,7 @@ impl Geometry {
                 sb2_off,
             })
         };
-        debug_assert!(map_off % 4096 == 0 && journal_off == SB_PAGE_BYTES);
+        debug_assert!(map_off.is_multiple_of(4096) && journal_off == SB_PAGE_BYTES);
         let fixed = map_off + SB_PAGE_BYTES + reserve * b + 2 * align;
         let mut blocks = region_bytes.saturating_sub(fixed) / (b + 8);
         blocks = blocks.min(PAGES_MAX - reserve);
