@@ -699,3 +699,53 @@ fn shadow_pages_never_run_out_with_more_writers_than_lanes() {
     let st = dev.stats();
     assert!(st.writes >= 8 * 3_000, "{st:?}");
 }
+
+/// A reader whose block is rewritten under every optimistic copy stops retrying after 64
+/// copies (the device's READ_RETRIES_MAX) and copies once more under the block's stripe lock,
+/// which every writer of the block holds: the retry loop has a bound however busy the block
+/// is, and the block it returns is whole and the latest. The overwrites come from the
+/// reader's own hook, between its lookup and its copy, so every optimistic copy fails.
+#[test]
+fn a_read_under_endless_overwrites_is_bounded() {
+    const RETRIES_MAX: u64 = 64;
+    let (region, geo) = make_device(Protocol::Fast, "p4", 2, 512, 64);
+    let block_bytes = geo.block_bytes as usize;
+    let device: Arc<std::sync::OnceLock<Arc<NvramDisk<MmapRegion>>>> = Arc::default();
+    let lookups = Arc::new(AtomicU64::new(0));
+    let hook: Hook = {
+        let (device, lookups) = (device.clone(), lookups.clone());
+        Arc::new(move |event: &Event| {
+            if event.step == Step::ReadLookup {
+                let seen = lookups.fetch_add(1, SeqCst) + 1;
+                if seen <= RETRIES_MAX {
+                    let fill = vec![seen as u8; block_bytes];
+                    device
+                        .get()
+                        .expect("set")
+                        .write(5, &fill)
+                        .expect("overwrite");
+                }
+            }
+            Action::Continue
+        })
+    };
+    let options = OpenOptions {
+        hook: Some(hook),
+        ..Default::default()
+    };
+    let dev = Arc::new(NvramDisk::open(region, options).expect("open"));
+    assert!(device.set(dev.clone()).is_ok());
+    dev.write(5, &vec![0xaa; block_bytes]).expect("write");
+    let mut block = vec![0u8; block_bytes];
+    dev.read(5, &mut block).expect("read");
+    assert_eq!(
+        lookups.load(SeqCst),
+        RETRIES_MAX + 1,
+        "64 optimistic copies, one locked"
+    );
+    assert_eq!(dev.stats().read_retries, RETRIES_MAX);
+    assert!(
+        block.iter().all(|&byte| byte == RETRIES_MAX as u8),
+        "the last overwrite, whole"
+    );
+}
