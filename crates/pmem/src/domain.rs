@@ -7,7 +7,7 @@
 //! dirty lines, one fence.
 
 use super::latency::LatencyInjection;
-use super::{lines_spanned, FlushKind, Method, Region, LINE_BYTES};
+use super::{lines_spanned, FlushKind, Method, Region};
 
 /// At most this many ranges per domain (a lane needs three: its journal slot, the map, data).
 pub const DOMAIN_RANGES_MAX: usize = 4;
@@ -222,15 +222,10 @@ impl CommitDomain {
     }
 }
 
-/// Bytes of the line containing `off` (for callers that want to reason about sharing).
-pub fn line_of(off: u64) -> u64 {
-    off / LINE_BYTES
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MmapRegion;
+    use crate::{MmapRegion, LINE_BYTES};
     use std::sync::Mutex;
 
     /// A region wrapper that records every flushed line, to prove a commit touches only its own.
