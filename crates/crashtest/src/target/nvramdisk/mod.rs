@@ -1,9 +1,10 @@
 //! nvramdisk as a crash target: `NvramDisk<SimRegion>` runs unchanged on the simulated region;
 //! the scenarios drive it (scenario.rs), its protocol step events name the states (fast F0-F4,
 //! R1-R5; paper S0-S11 from the values, Table 2), and the seeded bugs come from its catalogue
-//! (nvstack_nvramdisk::bugs).
+//! (nvstack_nvramdisk::bugs), each with the weakest fault model that exposes it (weakest.rs).
 
 pub mod scenario;
+pub mod weakest;
 
 use super::{BugSpec, CrashTarget, Labels, OracleRules, Recorded, Shape};
 use nvstack_core::error::Result;
@@ -82,7 +83,7 @@ impl NvramTarget {
                 what: b.what,
                 protocol: b.protocol.name(),
                 ordering: b.ordering,
-                weakest: b.weakest,
+                weakest: weakest::weakest_model(b.bug),
                 needs_depth2: b.needs_depth2,
             })
             .collect();
