@@ -82,32 +82,20 @@ pub fn default_threads() -> usize {
 }
 
 /// A plan that cannot run, naming the field at fault. Converts to `Error::BadInput`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     /// `threads` is 0 or above THREADS_MAX.
+    #[error("threads {0}: expected 1 to {max}", max = THREADS_MAX)]
     Threads(usize),
     /// `seeded_bug` names no bug of the catalogue.
+    #[error("seeded_bug '{0}': not in the seeded-bug catalogue")]
     SeededBug(String),
     /// `scenario` names no scenario of the target.
+    #[error("scenario '{0}': no such scenario")]
     Scenario(String),
     /// `fault` is M3 but the plan runs the exhaustive tier.
+    #[error("fault M3 is for the randomized tier only: set random_cycles, not exhaustive")]
     M3NeedsRandomOnly,
-}
-
-impl std::fmt::Display for PlanError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PlanError::Threads(n) => write!(f, "threads {n}: expected 1 to {THREADS_MAX}"),
-            PlanError::SeededBug(n) => {
-                write!(f, "seeded_bug '{n}': not in the seeded-bug catalogue")
-            }
-            PlanError::Scenario(n) => write!(f, "scenario '{n}': no such scenario"),
-            PlanError::M3NeedsRandomOnly => write!(
-                f,
-                "fault M3 is for the randomized tier only: set random_cycles, not exhaustive"
-            ),
-        }
-    }
 }
 
 impl From<PlanError> for Error {

@@ -28,8 +28,20 @@ pub fn fill_block(lba: u64, version: u64, b: &mut [u8]) {
     b[16..20].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// What a block holds: None for zeros, Some(version), or Err for anything else.
-pub fn decode_block(lba: u64, b: &[u8]) -> Result<Option<u64>, String> {
+/// Why a block read back is neither zeros nor a version of its own LBA. The texts are the
+/// report's (docs/crashtest.md 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BlockError {
+    /// The block's stamp names another LBA: a misdirected write or a page mapped twice.
+    #[error("holds LBA {holds_lba}'s contents")]
+    Misplaced { holds_lba: u64 },
+    /// The checksum over the pattern fails: the block is torn.
+    #[error("torn: its checksum fails")]
+    Torn,
+}
+
+/// What a block holds: None for zeros, Some(version), or the reason it is neither.
+pub fn decode_block(lba: u64, b: &[u8]) -> Result<Option<u64>, BlockError> {
     if b.iter().all(|&x| x == 0) {
         return Ok(None);
     }
@@ -37,10 +49,10 @@ pub fn decode_block(lba: u64, b: &[u8]) -> Result<Option<u64>, String> {
     let v = u64::from_le_bytes(b[8..16].try_into().unwrap());
     let crc = u32::from_le_bytes(b[16..20].try_into().unwrap());
     if l != lba {
-        return Err(format!("holds LBA {l}'s contents"));
+        return Err(BlockError::Misplaced { holds_lba: l });
     }
     if crc != crc32c::crc32c(&b[20..]) {
-        return Err("torn: its checksum fails".into());
+        return Err(BlockError::Torn);
     }
     Ok(Some(v))
 }
@@ -96,7 +108,7 @@ impl Expect {
             })?;
             let v = decode_block(lba, &buf).map_err(|w| Finding {
                 lba: Some(lba),
-                what: w,
+                what: w.to_string(),
             })?;
             got.insert(lba, v);
         }
@@ -192,10 +204,14 @@ mod tests {
     fn blocks_roundtrip_and_tearing_is_seen() {
         let b = block(7, 3, 512);
         assert_eq!(decode_block(7, &b), Ok(Some(3)));
-        assert!(decode_block(8, &b).is_err());
+        let misplaced = decode_block(8, &b);
+        assert_eq!(misplaced, Err(BlockError::Misplaced { holds_lba: 7 }));
+        // The report's texts (docs/crashtest.md 5).
+        assert_eq!(misplaced.unwrap_err().to_string(), "holds LBA 7's contents");
         let mut t = b.clone();
         t[300..].copy_from_slice(&block(7, 4, 512)[300..]);
-        assert!(decode_block(7, &t).is_err());
+        assert_eq!(decode_block(7, &t), Err(BlockError::Torn));
+        assert_eq!(BlockError::Torn.to_string(), "torn: its checksum fails");
         assert_eq!(decode_block(7, &[0u8; 512]), Ok(None));
     }
 

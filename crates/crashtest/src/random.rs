@@ -4,7 +4,7 @@
 //! recovery, verifies every touched block, recovers again (recovery must be idempotent) and
 //! carries the recovered image to the next cycle. One seed reproduces everything.
 
-use super::oracle::{block, decode_block, Expect, OpRecord};
+use super::oracle::{block, decode_block, BlockError, Expect, Finding, OpRecord};
 use super::target::{CrashTarget, OracleRules};
 use super::{Counters, Violation};
 use nvstack_core::blockdev::BlockDevice;
@@ -314,7 +314,8 @@ fn recover_and_read<T: CrashTarget>(
                 k,
             )
         })?;
-        let v = decode_block(l, &buf).map_err(|w| viol(w, Some(l), space.describe(choice), k))?;
+        let v = decode_block(l, &buf)
+            .map_err(|w| viol(w.to_string(), Some(l), space.describe(choice), k))?;
         got.insert(l, v);
     }
     exp.judge(&got, k)
@@ -334,22 +335,36 @@ pub enum MediaOutcome {
     NoEffect,
 }
 
+/// How a media fault went undetected: recovery or a read failed without naming the damage,
+/// or a block read back is one the oracle does not allow. The texts are the report's.
+#[derive(Debug, thiserror::Error)]
+pub enum Undetected {
+    #[error("recovery failed without naming damage: {0}")]
+    OpenFailed(Error),
+    #[error("read of LBA {lba} failed without naming damage: {error}")]
+    ReadFailed { lba: u64, error: Error },
+    #[error("LBA {lba} {error}")]
+    BadBlock { lba: u64, error: BlockError },
+    #[error("LBA {:?} {}", .0.lba, .0.what)]
+    NotAllowed(Finding),
+}
+
 /// Recover an image carrying a media fault: the damage must be reported, or have no effect
-/// on what reads return. Err names data returned in its place.
+/// on what reads return. Err says how it went undetected.
 fn judge_media_fault<T: CrashTarget>(
     target: &T,
     img: Arc<SimRegion>,
     exp: &Expect,
     k: usize,
     job: &RandomJob<T>,
-) -> Result<MediaOutcome, String> {
+) -> Result<MediaOutcome, Undetected> {
     // No seeded bug here: the fault, not a deliberate mistake, is what is judged.
     let dev = match target.open(img, job.config, None) {
         Ok(d) => d,
         Err(Error::Finding(_)) | Err(Error::BadInput(_)) => {
             return Ok(MediaOutcome::DetectedAtOpen)
         }
-        Err(e) => return Err(format!("recovery failed without naming damage: {e}")),
+        Err(e) => return Err(Undetected::OpenFailed(e)),
     };
     let bs = dev.block_bytes() as usize;
     let mut buf = vec![0u8; bs];
@@ -358,15 +373,15 @@ fn judge_media_fault<T: CrashTarget>(
     for l in exp.touched() {
         match dev.read(l, &mut buf) {
             Err(Error::Finding(_)) => detected = true,
-            Err(e) => return Err(format!("read of LBA {l} failed without naming damage: {e}")),
+            Err(error) => return Err(Undetected::ReadFailed { lba: l, error }),
             Ok(()) => {
-                let v = decode_block(l, &buf).map_err(|w| format!("LBA {l} {w}"))?;
+                let v = decode_block(l, &buf)
+                    .map_err(|error| Undetected::BadBlock { lba: l, error })?;
                 got.insert(l, v);
             }
         }
     }
-    exp.judge(&got, k)
-        .map_err(|f| format!("LBA {:?} {}", f.lba, f.what))?;
+    exp.judge(&got, k).map_err(Undetected::NotAllowed)?;
     Ok(if detected {
         MediaOutcome::DetectedOnRead
     } else {
