@@ -8,7 +8,7 @@ use crate::exhaustive;
 use crate::random::{self, RandomJob, CHAIN_CYCLES};
 use crate::target::nvramdisk::{NvramConfig, NvramTarget};
 use crate::target::{BugSpec, CrashTarget};
-use crate::{Counters, Violation};
+use crate::{lock, Counters, Violation};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::Progress;
 use nvstack_nvramdisk::Protocol;
@@ -422,11 +422,7 @@ impl<T: CrashTarget> Run<'_, T> {
         if self.bug_result.is_some() || c.violations.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let at = c
-            .first_violation_at
-            .lock()
-            .unwrap()
-            .unwrap_or_else(Instant::now);
+        let at = lock(&c.first_violation_at).unwrap_or_else(Instant::now);
         let first = First {
             model: m,
             seconds: at.duration_since(self.started).as_secs_f64(),
@@ -466,7 +462,7 @@ fn report<T: CrashTarget>(r: Run<'_, T>, seconds: f64) -> Report {
     let total = &r.total;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let images_run = load(&total.images_run);
-    let images_possible = format!("{}", *total.images_possible.lock().unwrap());
+    let images_possible = format!("{}", *lock(&total.images_possible));
     Report {
         crash_points: load(&total.crash_points),
         images_checked: load(&total.images_checked),
@@ -539,15 +535,15 @@ fn merge(total: &Counters, c: &Counters) {
         total.points_sampled.fetch_add(sampled, Ordering::Relaxed);
         total.add_sampled_fraction(c.sampled_fraction() * sampled as f64);
     }
-    if let Some(at) = *c.first_violation_at.lock().unwrap() {
-        let mut t = total.first_violation_at.lock().unwrap();
+    if let Some(at) = *lock(&c.first_violation_at) {
+        let mut t = lock(&total.first_violation_at);
         if t.is_none_or(|x| at < x) {
             *t = Some(at);
         }
     }
     {
-        let add = *c.images_possible.lock().unwrap();
-        let mut g = total.images_possible.lock().unwrap();
+        let add = *lock(&c.images_possible);
+        let mut g = lock(&total.images_possible);
         *g = g.saturating_add(add);
     }
     let kept = c.kept();

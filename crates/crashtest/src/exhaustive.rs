@@ -195,7 +195,7 @@ impl<T: CrashTarget> Point<'_, T> {
                         if did_work
                             && job.depth2
                             && depth2_left > 0
-                            && expanded.lock().unwrap().insert(key)
+                            && crate::lock(expanded).insert(key)
                         {
                             depth2_left -= 1;
                             if let Err(v) = self.depth2(&sub, c, counters) {
