@@ -723,6 +723,9 @@ impl ImageSpace {
                 .collect();
             out.push(c);
         }
+        // Each slot of n options deviates n - 1 ways from each extreme.
+        let deviations: usize = self.slots.iter().map(|s| 2 * (s.options.len() - 1)).sum();
+        debug_assert_eq!(out.len(), 2 + deviations + samples);
         out
     }
 
