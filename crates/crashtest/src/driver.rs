@@ -176,6 +176,15 @@ fn setup(target: &NvramTarget, plan: &Plan) -> Result<Setup<NvramTarget>> {
         (false, Some(m)) => vec![m],
         (false, None) => vec![FaultModel::M0, FaultModel::M1, FaultModel::M2],
     };
+    // A seeded bug is reported under the first model that catches it: the weakest.
+    debug_assert!(
+        ex_models.windows(2).all(|m| (m[0] as u8) < (m[1] as u8)),
+        "exhaustive models in order of strength"
+    );
+    debug_assert!(
+        !configs.is_empty(),
+        "a plan checks a configuration at least"
+    );
     Ok(Setup {
         configs,
         bug,
@@ -293,6 +302,13 @@ fn run_in_pool<T: CrashTarget>(
     if let Some(n) = s.random_cycles {
         r.random(n);
     }
+    // Without a seeded bug nothing stops early: a row per (configuration, model, tier).
+    let random_rows = if s.random_cycles.is_some() { 1 } else { 0 };
+    debug_assert!(
+        s.bug.is_some() || r.rows.len() == s.configs.len() * (s.ex_models.len() + random_rows),
+        "{} rows",
+        r.rows.len()
+    );
     let seconds = r.started.elapsed().as_secs_f64();
     if let (Some(b), None) = (&s.bug, &r.bug_result) {
         r.bug_result = Some(bug_result(b, None));
@@ -362,8 +378,16 @@ impl<T: CrashTarget> Run<'_, T> {
         ));
         let key = (config_index, job.scenario);
         if let Some(done) = invariant.get(&key) {
+            debug_assert_eq!(
+                done.violations.load(Ordering::Relaxed),
+                0,
+                "only clean jobs shared"
+            );
             merge(c, done);
             // Counted under this model too, but not run again.
+            debug_assert!(
+                c.images_run.load(Ordering::Relaxed) >= done.images_run.load(Ordering::Relaxed)
+            );
             c.images_run
                 .fetch_sub(done.images_run.load(Ordering::Relaxed), Ordering::Relaxed);
             self.progress.advance(1);
@@ -399,6 +423,7 @@ impl<T: CrashTarget> Run<'_, T> {
             let hunting = s.bug.is_some();
             (0..chains).into_par_iter().for_each(|ch| {
                 let cycles = (n - ch * CHAIN_CYCLES).min(CHAIN_CYCLES);
+                debug_assert!(cycles >= 1, "chain {ch} of {chains} has a cycle");
                 if hunting && c.violations.load(Ordering::Relaxed) > 0 {
                     return;
                 }
@@ -410,6 +435,11 @@ impl<T: CrashTarget> Run<'_, T> {
                 self.progress.advance(done.min(cycles));
             });
             self.progress.finish();
+            // A chain stops early only at a violation (or, hunting, once one is found).
+            debug_assert!(
+                c.violations.load(Ordering::Relaxed) > 0 || c.cycles.load(Ordering::Relaxed) == n,
+                "every cycle of a clean run completes"
+            );
             self.rows.push(row(target, config, model, "random", &c));
             self.judge_bug(model, &c, t);
             merge(&self.total, &c);
@@ -462,6 +492,13 @@ fn report<T: CrashTarget>(r: Run<'_, T>, seconds: f64) -> Report {
     let total = &r.total;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let images_run = load(&total.images_run);
+    // Images shared by M0, M1 and M2 are judged under each but run once.
+    debug_assert!(images_run <= load(&total.images_checked));
+    debug_assert_eq!(
+        load(&total.points_exhaustive) + load(&total.points_sampled),
+        load(&total.crash_points),
+        "every crash point is enumerated in full or sampled"
+    );
     let images_possible = format!("{}", *lock(&total.images_possible));
     Report {
         crash_points: load(&total.crash_points),
@@ -513,8 +550,9 @@ fn row<T: CrashTarget>(
     }
 }
 
-/// Add the counters of `c` into `total`.
+/// Add the counters of `c` into `total` (one thread merges into `total` at a time).
 fn merge(total: &Counters, c: &Counters) {
+    let violations_before = total.violations.load(Ordering::Relaxed);
     for (t, x) in [
         (&total.crash_points, &c.crash_points),
         (&total.images_checked, &c.images_checked),
@@ -555,6 +593,11 @@ fn merge(total: &Counters, c: &Counters) {
         total.violation(v);
     }
     total.violations.fetch_add(extra, Ordering::Relaxed);
+    debug_assert_eq!(
+        total.violations.load(Ordering::Relaxed) - violations_before,
+        c.violations.load(Ordering::Relaxed),
+        "every violation counted once, kept or not"
+    );
     for (p, s) in c.states() {
         total.state(&p, &s);
     }
@@ -616,6 +659,11 @@ pub fn replay(rp: &ReplayPlan) -> Result<Replay> {
         let counters = Counters::default();
         let chain = rp.cycle / CHAIN_CYCLES;
         let cycles = rp.cycle % CHAIN_CYCLES + 1;
+        debug_assert_eq!(
+            chain * CHAIN_CYCLES + cycles - 1,
+            rp.cycle,
+            "the last cycle run"
+        );
         let l = target.labels(config);
         lines.push(ReplayLine {
             protocol: l.protocol,

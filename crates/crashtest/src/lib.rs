@@ -27,11 +27,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Lock one of the checker's mutexes, taking the guard back if the lock is poisoned.
 ///
-/// Sound because no critical section of the checker can stop half-way: each holds the lock
-/// for one push, insert, sum or store on its value (counters, the states seen, the violations
-/// kept, a time, the states expanded at depth 2, the scenario's marks and gate), and runs no
-/// device code. A poisoned lock therefore still guards a whole value. The panic that
-/// poisoned it is not hidden: rayon and `std::thread::scope` raise it again in the caller.
+/// Sound because no critical section of the checker can stop half-way: each makes one push,
+/// insert, sum or store on its value (counters, the states seen, the violations kept, a time,
+/// the states expanded at depth 2, the scenario's marks; the two-lanes gate sets its flags
+/// before it waits) and runs no device code. A poisoned lock therefore still guards a whole
+/// value. The panic that poisoned it is not hidden: rayon and `std::thread::scope` raise it
+/// again in the caller.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -89,6 +90,11 @@ pub struct Counters {
 
 impl Counters {
     pub fn crash_point(&self, possible: u128, checked: u128, exhaustive: bool) {
+        debug_assert!(
+            !exhaustive || checked == possible,
+            "a point enumerated in full checks every image ({checked} of {possible})"
+        );
+        debug_assert!(checked >= 1, "a crash point checks an image at least");
         self.crash_points.fetch_add(1, Ordering::Relaxed);
         let mut g = lock(&self.images_possible);
         *g = g.saturating_add(possible);
@@ -142,6 +148,7 @@ impl Counters {
         if k.len() < VIOLATIONS_KEPT {
             k.push(v);
         }
+        debug_assert!(k.len() <= VIOLATIONS_KEPT);
     }
     pub fn kept(&self) -> Vec<Violation> {
         lock(&self.kept).clone()

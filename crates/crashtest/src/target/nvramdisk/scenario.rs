@@ -78,6 +78,7 @@ impl Ctx<'_> {
     }
 
     fn write(&mut self, lbas: &[u64]) -> Result<()> {
+        debug_assert!(!lbas.is_empty(), "a write covers a block at least");
         self.version += 1;
         let v = self.version;
         let bs = self.g.block_bytes as usize;
@@ -125,6 +126,7 @@ impl Ctx<'_> {
     }
 
     fn discard(&mut self, lba: u64, count: u64) -> Result<()> {
+        debug_assert!(count >= 1, "a discard covers a block at least");
         let start = self.region.event_count();
         self.dev.discard_blocks(lba, count)?;
         let ack = self.region.event_count();
@@ -138,6 +140,7 @@ impl Ctx<'_> {
     }
 
     fn record(&mut self, blocks: Vec<(u64, Option<u64>)>, atomic: bool, start: usize, ack: usize) {
+        debug_assert!(start <= ack, "an operation returns after it starts");
         if self.started {
             self.exp.ops.push(OpRecord {
                 blocks,
@@ -165,7 +168,7 @@ struct TwoLaneGate {
 struct GateState {
     /// Lane A reached its data persist and paused there (once).
     a_paused: bool,
-    /// Lane A's thread is over (its write returned, or it panicked) without pausing again.
+    /// Lane A's thread is over: its write returned, or it panicked.
     a_over: bool,
     /// Lane B is done (or failed): lane A may go on.
     b_done: bool,
@@ -279,6 +282,14 @@ pub fn record(
     drop(cx);
     let events = region.take_events();
     debug_assert!(start <= events.len(), "the workload starts inside the log");
+    debug_assert!(
+        !expect.ops.is_empty(),
+        "a workload runs an operation at least"
+    );
+    debug_assert!(
+        expect.ops.iter().all(|op| op.start >= start),
+        "the workload's operations start after its first crash point"
+    );
     let marks = std::mem::take(&mut *crate::lock(&marks));
     Ok(Recorded {
         base,
