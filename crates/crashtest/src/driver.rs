@@ -8,7 +8,7 @@ use crate::exhaustive;
 use crate::random::{self, RandomJob, CHAIN_CYCLES};
 use crate::target::nvramdisk::{NvramConfig, NvramTarget};
 use crate::target::{BugSpec, CrashTarget};
-use crate::{Counters, Violation};
+use crate::{lock, Counters, Violation};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::Progress;
 use nvstack_nvramdisk::Protocol;
@@ -82,32 +82,20 @@ pub fn default_threads() -> usize {
 }
 
 /// A plan that cannot run, naming the field at fault. Converts to `Error::BadInput`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     /// `threads` is 0 or above THREADS_MAX.
+    #[error("threads {0}: expected 1 to {max}", max = THREADS_MAX)]
     Threads(usize),
     /// `seeded_bug` names no bug of the catalogue.
+    #[error("seeded_bug '{0}': not in the seeded-bug catalogue")]
     SeededBug(String),
     /// `scenario` names no scenario of the target.
+    #[error("scenario '{0}': no such scenario")]
     Scenario(String),
     /// `fault` is M3 but the plan runs the exhaustive tier.
+    #[error("fault M3 is for the randomized tier only: set random_cycles, not exhaustive")]
     M3NeedsRandomOnly,
-}
-
-impl std::fmt::Display for PlanError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PlanError::Threads(n) => write!(f, "threads {n}: expected 1 to {THREADS_MAX}"),
-            PlanError::SeededBug(n) => {
-                write!(f, "seeded_bug '{n}': not in the seeded-bug catalogue")
-            }
-            PlanError::Scenario(n) => write!(f, "scenario '{n}': no such scenario"),
-            PlanError::M3NeedsRandomOnly => write!(
-                f,
-                "fault M3 is for the randomized tier only: set random_cycles, not exhaustive"
-            ),
-        }
-    }
 }
 
 impl From<PlanError> for Error {
@@ -188,6 +176,15 @@ fn setup(target: &NvramTarget, plan: &Plan) -> Result<Setup<NvramTarget>> {
         (false, Some(m)) => vec![m],
         (false, None) => vec![FaultModel::M0, FaultModel::M1, FaultModel::M2],
     };
+    // A seeded bug is reported under the first model that catches it: the weakest.
+    debug_assert!(
+        ex_models.windows(2).all(|m| (m[0] as u8) < (m[1] as u8)),
+        "exhaustive models in order of strength"
+    );
+    debug_assert!(
+        !configs.is_empty(),
+        "a plan checks a configuration at least"
+    );
     Ok(Setup {
         configs,
         bug,
@@ -305,6 +302,13 @@ fn run_in_pool<T: CrashTarget>(
     if let Some(n) = s.random_cycles {
         r.random(n);
     }
+    // Without a seeded bug nothing stops early: a row per (configuration, model, tier).
+    let random_rows = if s.random_cycles.is_some() { 1 } else { 0 };
+    debug_assert!(
+        s.bug.is_some() || r.rows.len() == s.configs.len() * (s.ex_models.len() + random_rows),
+        "{} rows",
+        r.rows.len()
+    );
     let seconds = r.started.elapsed().as_secs_f64();
     if let (Some(b), None) = (&s.bug, &r.bug_result) {
         r.bug_result = Some(bug_result(b, None));
@@ -374,8 +378,16 @@ impl<T: CrashTarget> Run<'_, T> {
         ));
         let key = (config_index, job.scenario);
         if let Some(done) = invariant.get(&key) {
+            debug_assert_eq!(
+                done.violations.load(Ordering::Relaxed),
+                0,
+                "only clean jobs shared"
+            );
             merge(c, done);
             // Counted under this model too, but not run again.
+            debug_assert!(
+                c.images_run.load(Ordering::Relaxed) >= done.images_run.load(Ordering::Relaxed)
+            );
             c.images_run
                 .fetch_sub(done.images_run.load(Ordering::Relaxed), Ordering::Relaxed);
             self.progress.advance(1);
@@ -411,6 +423,7 @@ impl<T: CrashTarget> Run<'_, T> {
             let hunting = s.bug.is_some();
             (0..chains).into_par_iter().for_each(|ch| {
                 let cycles = (n - ch * CHAIN_CYCLES).min(CHAIN_CYCLES);
+                debug_assert!(cycles >= 1, "chain {ch} of {chains} has a cycle");
                 if hunting && c.violations.load(Ordering::Relaxed) > 0 {
                     return;
                 }
@@ -422,6 +435,11 @@ impl<T: CrashTarget> Run<'_, T> {
                 self.progress.advance(done.min(cycles));
             });
             self.progress.finish();
+            // A chain stops early only at a violation (or, hunting, once one is found).
+            debug_assert!(
+                c.violations.load(Ordering::Relaxed) > 0 || c.cycles.load(Ordering::Relaxed) == n,
+                "every cycle of a clean run completes"
+            );
             self.rows.push(row(target, config, model, "random", &c));
             self.judge_bug(model, &c, t);
             merge(&self.total, &c);
@@ -434,11 +452,7 @@ impl<T: CrashTarget> Run<'_, T> {
         if self.bug_result.is_some() || c.violations.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let at = c
-            .first_violation_at
-            .lock()
-            .unwrap()
-            .unwrap_or_else(Instant::now);
+        let at = lock(&c.first_violation_at).unwrap_or_else(Instant::now);
         let first = First {
             model: m,
             seconds: at.duration_since(self.started).as_secs_f64(),
@@ -478,7 +492,14 @@ fn report<T: CrashTarget>(r: Run<'_, T>, seconds: f64) -> Report {
     let total = &r.total;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let images_run = load(&total.images_run);
-    let images_possible = format!("{}", *total.images_possible.lock().unwrap());
+    // Images shared by M0, M1 and M2 are judged under each but run once.
+    debug_assert!(images_run <= load(&total.images_checked));
+    debug_assert_eq!(
+        load(&total.points_exhaustive) + load(&total.points_sampled),
+        load(&total.crash_points),
+        "every crash point is enumerated in full or sampled"
+    );
+    let images_possible = format!("{}", *lock(&total.images_possible));
     Report {
         crash_points: load(&total.crash_points),
         images_checked: load(&total.images_checked),
@@ -529,8 +550,9 @@ fn row<T: CrashTarget>(
     }
 }
 
-/// Add the counters of `c` into `total`.
+/// Add the counters of `c` into `total` (one thread merges into `total` at a time).
 fn merge(total: &Counters, c: &Counters) {
+    let violations_before = total.violations.load(Ordering::Relaxed);
     for (t, x) in [
         (&total.crash_points, &c.crash_points),
         (&total.images_checked, &c.images_checked),
@@ -551,15 +573,15 @@ fn merge(total: &Counters, c: &Counters) {
         total.points_sampled.fetch_add(sampled, Ordering::Relaxed);
         total.add_sampled_fraction(c.sampled_fraction() * sampled as f64);
     }
-    if let Some(at) = *c.first_violation_at.lock().unwrap() {
-        let mut t = total.first_violation_at.lock().unwrap();
+    if let Some(at) = *lock(&c.first_violation_at) {
+        let mut t = lock(&total.first_violation_at);
         if t.is_none_or(|x| at < x) {
             *t = Some(at);
         }
     }
     {
-        let add = *c.images_possible.lock().unwrap();
-        let mut g = total.images_possible.lock().unwrap();
+        let add = *lock(&c.images_possible);
+        let mut g = lock(&total.images_possible);
         *g = g.saturating_add(add);
     }
     let kept = c.kept();
@@ -571,6 +593,11 @@ fn merge(total: &Counters, c: &Counters) {
         total.violation(v);
     }
     total.violations.fetch_add(extra, Ordering::Relaxed);
+    debug_assert_eq!(
+        total.violations.load(Ordering::Relaxed) - violations_before,
+        c.violations.load(Ordering::Relaxed),
+        "every violation counted once, kept or not"
+    );
     for (p, s) in c.states() {
         total.state(&p, &s);
     }
@@ -632,6 +659,11 @@ pub fn replay(rp: &ReplayPlan) -> Result<Replay> {
         let counters = Counters::default();
         let chain = rp.cycle / CHAIN_CYCLES;
         let cycles = rp.cycle % CHAIN_CYCLES + 1;
+        debug_assert_eq!(
+            chain * CHAIN_CYCLES + cycles - 1,
+            rp.cycle,
+            "the last cycle run"
+        );
         let l = target.labels(config);
         lines.push(ReplayLine {
             protocol: l.protocol,

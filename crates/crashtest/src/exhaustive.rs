@@ -9,7 +9,8 @@ use nvstack_core::error::{Error, Result};
 use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimEvent, SimRegion};
 use rayon::prelude::*;
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
 
 /// Random samples per crash point whose image space exceeds EAGER_IMAGES_MAX.
 pub const SAMPLES: usize = 64;
@@ -72,25 +73,20 @@ pub fn run<T: CrashTarget>(target: &T, job: &Job<T>, counters: &Counters) -> Res
                 job.name, l.protocol, l.ordering
             ))
         })?;
+    assert!(
+        rec.start <= rec.events.len(),
+        "{}: the workload starts inside the log",
+        job.name
+    );
     // Crash points are checked in contiguous chunks, in parallel: each chunk starts from a
     // checkpoint of the replay and applies the events one by one (no per-point copies).
     let points = rec.events.len() - rec.start + 1;
     // Small chunks: the costly crash points (records, map stores) cluster, so many small
     // chunks balance the threads; one replay clone per chunk stays cheap.
     let chunk_len = CHUNK_POINTS.min(points);
-    let mut checkpoints: Vec<(usize, CrashState)> = Vec::with_capacity(points.div_ceil(chunk_len));
-    let mut cs = CrashState::new(rec.base.clone());
-    for (i, e) in rec.events.iter().enumerate() {
-        if i >= rec.start && (i - rec.start) % chunk_len == 0 {
-            checkpoints.push((i, cs.clone()));
-        }
-        cs.apply(e);
-    }
-    if (rec.events.len() - rec.start) % chunk_len == 0 {
-        checkpoints.push((rec.events.len(), cs));
-    }
-    let found = std::sync::atomic::AtomicBool::new(false);
-    let expanded: std::sync::Mutex<BTreeSet<String>> = Default::default();
+    let checkpoints = checkpoints(&rec, chunk_len);
+    let found = AtomicBool::new(false);
+    let expanded: Mutex<BTreeSet<String>> = Default::default();
     checkpoints.par_iter().for_each(|(first, cs0)| {
         let mut cs = cs0.clone();
         let mut durable: Option<(u64, Arc<Vec<u64>>)> = None;
@@ -99,9 +95,11 @@ pub fn run<T: CrashTarget>(target: &T, job: &Job<T>, counters: &Counters) -> Res
             if k > *first {
                 cs.apply(&rec.events[k - 1]);
             }
-            if job.first_only && found.load(std::sync::atomic::Ordering::Relaxed) {
+            debug_assert_eq!(cs.applied, k, "crash point k follows event k");
+            if job.first_only && found.load(AtomicOrdering::Relaxed) {
                 return;
             }
+            // The durable image changes only when a word becomes durable: reuse it until then.
             let base = match &durable {
                 Some((g, b)) if *g == cs.durable_gen => b.clone(),
                 _ => {
@@ -117,7 +115,7 @@ pub fn run<T: CrashTarget>(target: &T, job: &Job<T>, counters: &Counters) -> Res
                 k,
             };
             if point.check(&cs, base, counters, &expanded) {
-                found.store(true, std::sync::atomic::Ordering::Relaxed);
+                found.store(true, AtomicOrdering::Relaxed);
             }
         }
     });
@@ -128,12 +126,76 @@ pub fn run<T: CrashTarget>(target: &T, job: &Job<T>, counters: &Counters) -> Res
     Ok(model_invariant)
 }
 
+/// Replay `rec` once, keeping the crash state at the first point of every chunk of
+/// `chunk_len` crash points (points run from `rec.start` to the end of the log).
+fn checkpoints<Tr>(rec: &Recorded<Tr>, chunk_len: usize) -> Vec<(usize, CrashState)> {
+    debug_assert!(chunk_len >= 1, "a chunk holds a crash point");
+    let points = rec.events.len() - rec.start + 1;
+    let mut checkpoints: Vec<(usize, CrashState)> = Vec::with_capacity(points.div_ceil(chunk_len));
+    let mut cs = CrashState::new(rec.base.clone());
+    for (i, e) in rec.events.iter().enumerate() {
+        if i >= rec.start && (i - rec.start).is_multiple_of(chunk_len) {
+            checkpoints.push((i, cs.clone()));
+        }
+        cs.apply(e);
+    }
+    if (rec.events.len() - rec.start).is_multiple_of(chunk_len) {
+        checkpoints.push((rec.events.len(), cs));
+    }
+    // Together the chunks cover every crash point once.
+    debug_assert_eq!(checkpoints.len(), points.div_ceil(chunk_len));
+    debug_assert!(checkpoints.iter().all(|(i, cs)| cs.applied == *i));
+    checkpoints
+}
+
 /// One crash point `k` of a job's recording.
 struct Point<'a, T: CrashTarget> {
     target: &'a T,
     job: &'a Job<T>,
     rec: &'a Recorded<T::Trace>,
     k: usize,
+}
+
+/// The lazy enumeration at one crash point: which slots are varied so far.
+struct Lazy {
+    /// (word, slot) for every word the point's space can change, sorted by word.
+    slot_of: Vec<(u64, usize)>,
+    /// The slots varied: those of every pending word a checked image read.
+    relevant: BTreeSet<usize>,
+    /// Depth-2 expansions this point may still make.
+    depth2_left: usize,
+}
+
+impl Lazy {
+    /// Vary the slot of every word in `read` (ascending) the space can change. True when
+    /// that adds a slot.
+    fn note_reads(&mut self, read: &[u64]) -> bool {
+        debug_assert!(read.is_sorted(), "words read come in ascending order");
+        let slot_of = &self.slot_of;
+        let mut grew = false;
+        // Both lists are sorted by word: merge them.
+        let (mut a, mut b) = (0, 0);
+        while a < read.len() && b < slot_of.len() {
+            match read[a].cmp(&slot_of[b].0) {
+                std::cmp::Ordering::Less => a += 1,
+                std::cmp::Ordering::Greater => b += 1,
+                std::cmp::Ordering::Equal => {
+                    grew |= self.relevant.insert(slot_of[b].1);
+                    a += 1;
+                    b += 1;
+                }
+            }
+        }
+        grew
+    }
+}
+
+/// How one image came out.
+struct Checked {
+    /// It (or a crash inside its recovery) broke the oracle's rules.
+    violated: bool,
+    /// It read a pending word of a slot not varied yet.
+    grew: bool,
 }
 
 impl<T: CrashTarget> Point<'_, T> {
@@ -148,76 +210,28 @@ impl<T: CrashTarget> Point<'_, T> {
         cs: &CrashState,
         base: Arc<Vec<u64>>,
         counters: &Counters,
-        expanded: &std::sync::Mutex<BTreeSet<String>>,
+        expanded: &Mutex<BTreeSet<String>>,
     ) -> bool {
-        let (job, rec, k, target) = (self.job, self.rec, self.k, self.target);
-        let labels = target.labels(job.config);
-        let seed = job.seed ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let space = ImageSpace::with_base(cs, job.model, seed, base);
-        let slot_of = space.slot_of_word();
-        let mut relevant: BTreeSet<usize> = BTreeSet::new();
-        let mut depth2_left = DEPTH2_PER_POINT;
+        let seed = self.job.seed ^ (self.k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let space = ImageSpace::with_base(cs, self.job.model, seed, base);
+        let mut lazy = Lazy {
+            slot_of: space.slot_of_word(),
+            relevant: BTreeSet::new(),
+            depth2_left: DEPTH2_PER_POINT,
+        };
         let mut violated = false;
-        loop {
-            let keep: Vec<usize> = relevant.iter().copied().collect();
+        // Every round but the last varies at least one more slot: at most slots + 1 rounds.
+        for _ in 0..=space.slots.len() {
+            let keep: Vec<usize> = lazy.relevant.iter().copied().collect();
             let sub = space.restrict(&keep);
             let (choices, exhaustive) = sub.choices(SAMPLES, seed);
+            debug_assert!(!choices.is_empty(), "every space has an image");
             let mut grew = false;
             for c in &choices {
-                let img = sub.image(c);
-                let st = target.state_of(rec, job.config, k, &img);
-                if let Some(st) = &st {
-                    counters.state(labels.protocol, st);
-                }
-                img.track_reads();
-                let img = Arc::new(img);
-                counters.image();
-                let verdict = check_image(target, img.clone(), &rec.expect, k, job.config, job.bug);
-                // Both lists are sorted by word: merge them.
-                let read = img.words_read();
-                let (mut a, mut b) = (0, 0);
-                while a < read.len() && b < slot_of.len() {
-                    match read[a].cmp(&slot_of[b].0) {
-                        std::cmp::Ordering::Less => a += 1,
-                        std::cmp::Ordering::Greater => b += 1,
-                        std::cmp::Ordering::Equal => {
-                            grew |= relevant.insert(slot_of[b].1);
-                            a += 1;
-                            b += 1;
-                        }
-                    }
-                }
-                match verdict {
-                    Ok(did_work) => {
-                        // Crash inside recovery once per protocol state of the job (recovery
-                        // behaves alike within a state), or per step where no state is named.
-                        let key = st.unwrap_or_else(|| target.step_at(rec, k));
-                        if did_work
-                            && job.depth2
-                            && depth2_left > 0
-                            && expanded.lock().unwrap().insert(key)
-                        {
-                            depth2_left -= 1;
-                            if let Err(v) = self.depth2(&sub, c, counters) {
-                                counters.violation(*v);
-                                violated = true;
-                            }
-                        }
-                    }
-                    Err(f) => {
-                        counters.violation(violation(
-                            target,
-                            job,
-                            k,
-                            1,
-                            f.lba,
-                            f.what,
-                            sub.describe(c),
-                        ));
-                        violated = true;
-                    }
-                }
-                if violated && job.first_only {
+                let checked = self.check_choice(&sub, c, &mut lazy, counters, expanded);
+                grew |= checked.grew;
+                violated |= checked.violated;
+                if violated && self.job.first_only {
                     counters.crash_point(sub.size(), choices.len() as u128, exhaustive);
                     return true;
                 }
@@ -227,6 +241,57 @@ impl<T: CrashTarget> Point<'_, T> {
                 return violated;
             }
         }
+        unreachable!(
+            "crash point {}: a round varied no new slot of {} and went on",
+            self.k,
+            space.slots.len()
+        )
+    }
+
+    /// Check image `c` of `sub`: name its state, recover and judge it, note the pending words
+    /// it read, and crash inside its recovery if that is the point's (or the state's) first
+    /// recovery that did work.
+    fn check_choice(
+        &self,
+        sub: &ImageSpace,
+        c: &[u16],
+        lazy: &mut Lazy,
+        counters: &Counters,
+        expanded: &Mutex<BTreeSet<String>>,
+    ) -> Checked {
+        let (job, rec, k, target) = (self.job, self.rec, self.k, self.target);
+        let img = sub.image(c);
+        let st = target.state_of(rec, job.config, k, &img);
+        if let Some(st) = &st {
+            counters.state(target.labels(job.config).protocol, st);
+        }
+        img.track_reads();
+        let img = Arc::new(img);
+        counters.image();
+        let verdict = check_image(target, img.clone(), &rec.expect, k, job.config, job.bug);
+        let grew = lazy.note_reads(&img.words_read());
+        let violated = match verdict {
+            // Crash inside recovery once per protocol state of the job (recovery behaves
+            // alike within a state), or per step where no state is named.
+            Ok(did_work) if did_work && job.depth2 && lazy.depth2_left > 0 => {
+                let key = st.unwrap_or_else(|| target.step_at(rec, k));
+                if crate::lock(expanded).insert(key) {
+                    lazy.depth2_left -= 1;
+                    self.depth2(sub, c, counters)
+                        .map_err(|v| counters.violation(*v))
+                        .is_err()
+                } else {
+                    false
+                }
+            }
+            Ok(_) => false,
+            Err(f) => {
+                let what = violation(target, job, k, 1, f.lba, f.what, sub.describe(c));
+                counters.violation(what);
+                true
+            }
+        };
+        Checked { violated, grew }
     }
 
     /// Crash inside the recovery of one image: at every recovery event, with at most one line
@@ -238,6 +303,10 @@ impl<T: CrashTarget> Point<'_, T> {
         counters: &Counters,
     ) -> std::result::Result<(), Box<Violation>> {
         let (job, rec, k, target) = (self.job, self.rec, self.k, self.target);
+        debug_assert!(
+            job.depth2,
+            "only a job that crashes inside recovery expands"
+        );
         let img = Arc::new(space.image(c));
         let base = img.snapshot();
         img.start_recording();
@@ -247,6 +316,11 @@ impl<T: CrashTarget> Point<'_, T> {
         let mut line_in_flight = None;
         for (j, e) in events.iter().enumerate() {
             cs.apply(e);
+            debug_assert_eq!(
+                cs.applied,
+                j + 1,
+                "recovery's crash point j follows its event j"
+            );
             if j + 1 == events.len() {
                 break; // the final state is a completed recovery, checked at depth 1
             }
@@ -257,14 +331,7 @@ impl<T: CrashTarget> Point<'_, T> {
             }
             let Some(line) = line_in_flight else { continue };
             let sp = ImageSpace::new(&cs, job.model, job.seed ^ j as u64);
-            let idx: Vec<usize> = sp
-                .slots
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.options.iter().flatten().all(|(w, _)| w / 8 == line))
-                .map(|(i, _)| i)
-                .collect();
-            let sub = sp.restrict(&idx);
+            let sub = sp.restrict(&line_slots(&sp, line));
             let (choices, _) = sub.choices(DEPTH2_SAMPLES, job.seed ^ line);
             for c2 in &choices {
                 counters.image();
@@ -289,6 +356,17 @@ impl<T: CrashTarget> Point<'_, T> {
         }
         Ok(())
     }
+}
+
+/// The slots of `space` whose every option changes words of `line` only.
+fn line_slots(space: &ImageSpace, line: u64) -> Vec<usize> {
+    space
+        .slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.options.iter().flatten().all(|(w, _)| w / 8 == line))
+        .map(|(i, _)| i)
+        .collect()
 }
 
 fn violation<T: CrashTarget>(

@@ -23,7 +23,19 @@ pub use target::CrashTarget;
 use nvstack_pmem::crash::FaultModel;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Lock one of the checker's mutexes, taking the guard back if the lock is poisoned.
+///
+/// Sound because no critical section of the checker can stop half-way: each makes one push,
+/// insert, sum or store on its value (counters, the states seen, the violations kept, a time,
+/// the states expanded at depth 2, the scenario's marks; the two-lanes gate sets its flags
+/// before it waits) and runs no device code. A poisoned lock therefore still guards a whole
+/// value. The panic that poisoned it is not hidden: rayon and `std::thread::scope` raise it
+/// again in the caller.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Violations kept in full in a report (all are counted).
 pub const VIOLATIONS_KEPT: usize = 50;
@@ -78,8 +90,13 @@ pub struct Counters {
 
 impl Counters {
     pub fn crash_point(&self, possible: u128, checked: u128, exhaustive: bool) {
+        debug_assert!(
+            !exhaustive || checked == possible,
+            "a point enumerated in full checks every image ({checked} of {possible})"
+        );
+        debug_assert!(checked >= 1, "a crash point checks an image at least");
         self.crash_points.fetch_add(1, Ordering::Relaxed);
-        let mut g = self.images_possible.lock().unwrap();
+        let mut g = lock(&self.images_possible);
         *g = g.saturating_add(possible);
         drop(g);
         if exhaustive {
@@ -112,14 +129,14 @@ impl Counters {
     /// Note that `name`, a state of configuration label `protocol`, was seen.
     pub fn state(&self, protocol: &str, name: &str) {
         let key = (protocol.to_string(), name.to_string());
-        let mut s = self.states.lock().unwrap();
+        let mut s = lock(&self.states);
         if !s.contains(&key) {
             s.insert(key);
         }
     }
     pub fn violation(&self, v: Violation) {
         if self.violations.fetch_add(1, Ordering::Relaxed) == 0 {
-            *self.first_violation_at.lock().unwrap() = Some(std::time::Instant::now());
+            *lock(&self.first_violation_at) = Some(std::time::Instant::now());
             self.first_violation_images.store(
                 self.images_checked.load(Ordering::Relaxed),
                 Ordering::Relaxed,
@@ -127,16 +144,17 @@ impl Counters {
             self.first_violation_points
                 .store(self.crash_points.load(Ordering::Relaxed), Ordering::Relaxed);
         }
-        let mut k = self.kept.lock().unwrap();
+        let mut k = lock(&self.kept);
         if k.len() < VIOLATIONS_KEPT {
             k.push(v);
         }
+        debug_assert!(k.len() <= VIOLATIONS_KEPT);
     }
     pub fn kept(&self) -> Vec<Violation> {
-        self.kept.lock().unwrap().clone()
+        lock(&self.kept).clone()
     }
     pub fn states(&self) -> Vec<(String, String)> {
-        self.states.lock().unwrap().iter().cloned().collect()
+        lock(&self.states).iter().cloned().collect()
     }
     /// Add `f` (a sum of per-point fractions) to the sampled-fraction total.
     pub fn add_sampled_fraction(&self, f: f64) {

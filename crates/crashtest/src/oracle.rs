@@ -5,8 +5,8 @@
 use nvstack_core::blockdev::BlockDevice;
 use std::collections::BTreeMap;
 
-/// Contents of block `lba` at `version`: (lba, version, crc32c of the rest), then a pattern
-/// derived from both, so that a torn, misplaced or stale block is recognised.
+/// Contents of block `lba` at `version`: a stamp (lba, version, crc32c of the rest), then a
+/// pattern derived from both, so that a torn, misplaced or stale block is recognised.
 pub fn block(lba: u64, version: u64, bytes: usize) -> Vec<u8> {
     let mut b = vec![0u8; bytes];
     fill_block(lba, version, &mut b);
@@ -14,35 +14,90 @@ pub fn block(lba: u64, version: u64, bytes: usize) -> Vec<u8> {
 }
 
 pub fn fill_block(lba: u64, version: u64, b: &mut [u8]) {
-    b[0..8].copy_from_slice(&lba.to_le_bytes());
-    b[8..16].copy_from_slice(&version.to_le_bytes());
+    debug_assert!(
+        b.len() > STAMP_BYTES,
+        "a block holds its stamp and a pattern"
+    );
     let mut x =
         lba.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ version.wrapping_mul(0xd6e8_feb8_6659_fd93);
-    for c in b[20..].chunks_mut(8) {
+    for c in b[STAMP_BYTES..].chunks_mut(8) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
     }
-    let crc = crc32c::crc32c(&b[20..]);
-    b[16..20].copy_from_slice(&crc.to_le_bytes());
+    let stamp = Stamp {
+        lba,
+        version,
+        crc: crc32c::crc32c(&b[STAMP_BYTES..]),
+    };
+    b[..STAMP_BYTES].copy_from_slice(&stamp.to_bytes());
+    // Pair assertion, write side: what is encoded decodes to the same block and version.
+    debug_assert_eq!(Stamp::from_bytes(b), stamp);
+    debug_assert_eq!(decode_block(lba, b), Ok(Some(version)));
 }
 
-/// What a block holds: None for zeros, Some(version), or Err for anything else.
-pub fn decode_block(lba: u64, b: &[u8]) -> Result<Option<u64>, String> {
+/// Bytes of a block's stamp: LBA, version, then the CRC32C of the pattern after it.
+const STAMP_BYTES: usize = 20;
+
+/// The head of every block the oracle writes: who wrote it, and the checksum of the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    lba: u64,
+    version: u64,
+    crc: u32,
+}
+
+impl Stamp {
+    fn to_bytes(self) -> [u8; STAMP_BYTES] {
+        let mut s = [0u8; STAMP_BYTES];
+        s[0..8].copy_from_slice(&self.lba.to_le_bytes());
+        s[8..16].copy_from_slice(&self.version.to_le_bytes());
+        s[16..20].copy_from_slice(&self.crc.to_le_bytes());
+        s
+    }
+
+    /// The stamp at the head of block `b`.
+    fn from_bytes(b: &[u8]) -> Stamp {
+        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        Stamp {
+            lba: word(0),
+            version: word(8),
+            crc: u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")),
+        }
+    }
+}
+
+/// Why a block read back is neither zeros nor a version of its own LBA. The texts are the
+/// report's (docs/crashtest.md 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BlockError {
+    /// The block's stamp names another LBA: a misdirected write or a page mapped twice.
+    #[error("holds LBA {holds_lba}'s contents")]
+    Misplaced { holds_lba: u64 },
+    /// The checksum over the pattern fails: the block is torn.
+    #[error("torn: its checksum fails")]
+    Torn,
+}
+
+/// What a block holds: None for zeros, Some(version), or the reason it is neither.
+pub fn decode_block(lba: u64, b: &[u8]) -> Result<Option<u64>, BlockError> {
+    debug_assert!(b.len() > STAMP_BYTES, "a block holds a stamp and a pattern");
     if b.iter().all(|&x| x == 0) {
         return Ok(None);
     }
-    let l = u64::from_le_bytes(b[0..8].try_into().unwrap());
-    let v = u64::from_le_bytes(b[8..16].try_into().unwrap());
-    let crc = u32::from_le_bytes(b[16..20].try_into().unwrap());
-    if l != lba {
-        return Err(format!("holds LBA {l}'s contents"));
+    let stamp = Stamp::from_bytes(b);
+    // Pair assertion, read side: the stamp decoded encodes to the bytes read.
+    debug_assert_eq!(stamp.to_bytes(), b[..STAMP_BYTES]);
+    if stamp.lba != lba {
+        return Err(BlockError::Misplaced {
+            holds_lba: stamp.lba,
+        });
     }
-    if crc != crc32c::crc32c(&b[20..]) {
-        return Err("torn: its checksum fails".into());
+    if stamp.crc != crc32c::crc32c(&b[STAMP_BYTES..]) {
+        return Err(BlockError::Torn);
     }
-    Ok(Some(v))
+    Ok(Some(stamp.version))
 }
 
 /// One operation of a workload as the oracle sees it.
@@ -96,7 +151,7 @@ impl Expect {
             })?;
             let v = decode_block(lba, &buf).map_err(|w| Finding {
                 lba: Some(lba),
-                what: w,
+                what: w.to_string(),
             })?;
             got.insert(lba, v);
         }
@@ -106,6 +161,17 @@ impl Expect {
     /// Judge what was read back. The rules: an acknowledged write survives; an operation in
     /// flight at the crash is all old or all new (together, if atomic); nothing else changes.
     pub fn judge(&self, got: &BTreeMap<u64, Option<u64>>, crash: usize) -> Result<(), Finding> {
+        debug_assert!(
+            self.ops.iter().all(|op| op.start <= op.ack),
+            "an operation returns after it starts"
+        );
+        let at = self.at(crash);
+        at.judge_blocks(got)?;
+        at.judge_atomic(got)
+    }
+
+    /// What the blocks may hold after a crash at event index `crash`.
+    fn at(&self, crash: usize) -> AtCrash<'_> {
         // Per block: the value after the last acknowledged op, and the in-flight candidate.
         let mut settled: BTreeMap<u64, Option<u64>> = self.initial.clone();
         let mut in_flight: Vec<&OpRecord> = Vec::new();
@@ -124,51 +190,88 @@ impl Expect {
                 allowed_new.insert(l, v);
             }
         }
-        for (&lba, &g) in got {
-            let old = settled.get(&lba).copied().unwrap_or(None);
-            let ok = g == old || allowed_new.get(&lba).is_some_and(|&n| n == g);
-            if !ok {
-                let new = allowed_new.get(&lba);
-                return Err(Finding {
-                    lba: Some(lba),
-                    what: match new {
-                        Some(n) => format!(
-                            "reads {} but may only read {} (old) or {} (new, in flight)",
-                            show(g),
-                            show(old),
-                            show(*n)
-                        ),
-                        None => format!(
-                            "reads {} but must read {} (acknowledged or untouched)",
-                            show(g),
-                            show(old)
-                        ),
-                    },
-                });
-            }
+        debug_assert!(
+            in_flight
+                .iter()
+                .all(|op| op.start <= crash && crash < op.ack),
+            "in flight: started, not yet acknowledged"
+        );
+        AtCrash {
+            settled,
+            in_flight,
+            allowed_new,
         }
-        for op in in_flight.iter().filter(|o| o.atomic && o.blocks.len() > 1) {
+    }
+}
+
+/// What the blocks may hold after a crash at one event index.
+struct AtCrash<'a> {
+    /// Each block's value once every operation acknowledged by the crash is applied.
+    settled: BTreeMap<u64, Option<u64>>,
+    /// The operations started and not yet acknowledged at the crash.
+    in_flight: Vec<&'a OpRecord>,
+    /// The value an operation in flight writes to each of its blocks.
+    allowed_new: BTreeMap<u64, Option<u64>>,
+}
+
+impl AtCrash<'_> {
+    /// The value each block held before any operation in flight.
+    fn old(&self, lba: u64) -> Option<u64> {
+        self.settled.get(&lba).copied().unwrap_or(None)
+    }
+
+    /// Each block reads its settled (old) value, or the new value of an operation in flight.
+    fn judge_blocks(&self, got: &BTreeMap<u64, Option<u64>>) -> Result<(), Finding> {
+        for (&lba, &g) in got {
+            let old = self.old(lba);
+            let new = self.allowed_new.get(&lba);
+            if g == old || new.is_some_and(|&n| n == g) {
+                continue;
+            }
+            return Err(Finding {
+                lba: Some(lba),
+                what: match new {
+                    Some(n) => format!(
+                        "reads {} but may only read {} (old) or {} (new, in flight)",
+                        show(g),
+                        show(old),
+                        show(*n)
+                    ),
+                    None => format!(
+                        "reads {} but must read {} (acknowledged or untouched)",
+                        show(g),
+                        show(old)
+                    ),
+                },
+            });
+        }
+        Ok(())
+    }
+
+    /// An atomic operation in flight reads all old or all new, together. Blocks whose new
+    /// value equals the old one say nothing about the side and do not count.
+    fn judge_atomic(&self, got: &BTreeMap<u64, Option<u64>>) -> Result<(), Finding> {
+        for op in self
+            .in_flight
+            .iter()
+            .filter(|o| o.atomic && o.blocks.len() > 1)
+        {
             let sides: Vec<bool> = op
                 .blocks
                 .iter()
                 .filter_map(|&(l, n)| {
                     let g = *got.get(&l)?;
-                    let old = settled.get(&l).copied().unwrap_or(None);
-                    if old == n {
-                        None // no change either way: says nothing about the side
-                    } else {
-                        Some(g == n)
-                    }
+                    (self.old(l) != n).then_some(g == n)
                 })
                 .collect();
-            if sides.iter().any(|&s| s) && sides.iter().any(|&s| !s) {
+            let new = sides.iter().filter(|&&s| s).count();
+            let old = sides.len() - new;
+            if new > 0 && old > 0 {
                 return Err(Finding {
                     lba: op.blocks.first().map(|b| b.0),
                     what: format!(
-                        "atomic operation on {} blocks is torn: {} of them new, {} old",
+                        "atomic operation on {} blocks is torn: {new} of them new, {old} old",
                         op.blocks.len(),
-                        sides.iter().filter(|&&s| s).count(),
-                        sides.iter().filter(|&&s| !s).count()
                     ),
                 });
             }
@@ -192,10 +295,14 @@ mod tests {
     fn blocks_roundtrip_and_tearing_is_seen() {
         let b = block(7, 3, 512);
         assert_eq!(decode_block(7, &b), Ok(Some(3)));
-        assert!(decode_block(8, &b).is_err());
+        let misplaced = decode_block(8, &b);
+        assert_eq!(misplaced, Err(BlockError::Misplaced { holds_lba: 7 }));
+        // The report's texts (docs/crashtest.md 5).
+        assert_eq!(misplaced.unwrap_err().to_string(), "holds LBA 7's contents");
         let mut t = b.clone();
         t[300..].copy_from_slice(&block(7, 4, 512)[300..]);
-        assert!(decode_block(7, &t).is_err());
+        assert_eq!(decode_block(7, &t), Err(BlockError::Torn));
+        assert_eq!(BlockError::Torn.to_string(), "torn: its checksum fails");
         assert_eq!(decode_block(7, &[0u8; 512]), Ok(None));
     }
 

@@ -4,15 +4,15 @@
 //! recovery, verifies every touched block, recovers again (recovery must be idempotent) and
 //! carries the recovered image to the next cycle. One seed reproduces everything.
 
-use super::oracle::{block, decode_block, Expect, OpRecord};
-use super::target::{CrashTarget, OracleRules};
+use super::oracle::{block, decode_block, BlockError, Expect, Finding, OpRecord};
+use super::target::{CrashTarget, Labels, OracleRules, Shape};
 use super::{Counters, Violation};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Error;
-use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimRegion};
+use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimEvent, SimRegion};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Blocks each cycle's operations stay within (a window, so that operations overlap).
@@ -49,7 +49,16 @@ fn mix(a: u64, b: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Run the cycles of one chain, `chain` numbering it within the run. `upto` limits the
+/// Blocks a discard or a read covers at most.
+const SPAN_BLOCKS_MAX: u64 = 4;
+/// Where in the window a discard or a read may start, so that it stays inside the window.
+const SPAN_STARTS: u64 = WINDOW_BLOCKS - SPAN_BLOCKS_MAX;
+/// Draws allowed to find the distinct blocks of one atomic write (at most 8 of a window of 64:
+/// each draw repeats a block with probability at most 7/64, so a working generator never
+/// needs this many; past it the generator is broken, not the device).
+const DISTINCT_DRAWS_MAX: usize = 1024;
+
+/// Run the cycles of one chain, `chain` numbering it within the run. `cycles` limits the
 /// cycles (replay). Returns the first violation, if any (boxed: it is rare and large).
 pub fn run_chain<T: CrashTarget>(
     target: &T,
@@ -58,6 +67,10 @@ pub fn run_chain<T: CrashTarget>(
     cycles: u64,
     counters: &Counters,
 ) -> Result<(), Box<Violation>> {
+    debug_assert!(
+        cycles <= CHAIN_CYCLES,
+        "a chain has at most CHAIN_CYCLES cycles"
+    );
     let shape = target.random_shape();
     assert!(
         shape.blocks > WINDOW_BLOCKS,
@@ -68,211 +81,396 @@ pub fn run_chain<T: CrashTarget>(
         rules.atomic_unit_blocks >= 1,
         "a write of one block is atomic"
     );
-    let labels = target.labels(job.config);
     let (region, layout) = target
         .format(job.config, shape)
         .expect("format a fresh sim region");
-    let mut base = region.snapshot();
-    // What each block durably holds, as far as the oracle knows (absent: never written).
-    let mut known: BTreeMap<u64, Option<u64>> = BTreeMap::new();
-    let mut version = 0u64;
+    let mut carried = Chain {
+        target,
+        job,
+        shape,
+        rules,
+        labels: target.labels(job.config),
+        layout,
+        base: region.snapshot(),
+        known: BTreeMap::new(),
+        version: 0,
+    };
     for c in 0..cycles {
-        let cycle = chain * CHAIN_CYCLES + c;
-        let seed = mix(job.seed, cycle);
+        carried.cycle(chain * CHAIN_CYCLES + c, counters)?;
+        counters.cycle();
+    }
+    Ok(())
+}
+
+/// One chain: the region's shape and the target's rules, and what it carries from cycle to
+/// cycle.
+struct Chain<'a, T: CrashTarget> {
+    target: &'a T,
+    job: &'a RandomJob<T>,
+    shape: Shape,
+    rules: OracleRules,
+    labels: Labels,
+    layout: T::Layout,
+    /// The durable image the next cycle starts from (the last cycle's twice-recovered one).
+    base: Arc<Vec<u64>>,
+    /// What each block durably holds, as far as the oracle knows (absent: never written).
+    known: BTreeMap<u64, Option<u64>>,
+    /// The last version written: every write gets a new one.
+    version: u64,
+}
+
+/// The crash of one cycle: crash point `k`, what may have reached media there, and the image
+/// drawn.
+struct Crash {
+    k: usize,
+    state: CrashState,
+    space: ImageSpace,
+    choice: Vec<u16>,
+}
+
+/// Which cycle a violation belongs to, as the report names it.
+#[derive(Clone, Copy)]
+struct CycleId {
+    model: FaultModel,
+    labels: Labels,
+    seed: u64,
+    cycle: u64,
+}
+
+impl CycleId {
+    fn violation(
+        &self,
+        what: String,
+        lba: Option<u64>,
+        image: String,
+        step: usize,
+    ) -> Box<Violation> {
+        Box::new(Violation {
+            fault: self.model,
+            protocol: self.labels.protocol,
+            ordering: self.labels.ordering,
+            scenario: "random",
+            seed: self.seed,
+            step: self.cycle as usize,
+            depth: 1,
+            lba,
+            what: format!("{what} (crash at event {step})"),
+            image,
+        })
+    }
+
+    /// A violation of the workload itself, at event `step`: no crash image is involved.
+    fn running(&self, what: String, lba: Option<u64>, step: usize) -> Box<Violation> {
+        self.violation(what, lba, String::new(), step)
+    }
+}
+
+impl<T: CrashTarget> Chain<'_, T> {
+    /// One cycle: the workload, the crash, a media fault under M3, recovery and the oracle,
+    /// recovery again (idempotence), and the carry. Every random choice comes from the cycle's
+    /// seed, drawn in this order.
+    fn cycle(&mut self, cycle: u64, counters: &Counters) -> Result<(), Box<Violation>> {
+        let seed = mix(self.job.seed, cycle);
         let mut rng = SmallRng::seed_from_u64(seed);
-        let viol = |what: String, lba: Option<u64>, image: String, step: usize| {
-            Box::new(Violation {
-                fault: job.model,
-                protocol: labels.protocol,
-                ordering: labels.ordering,
-                scenario: "random",
-                seed: job.seed,
-                step: cycle as usize,
-                depth: 1,
-                lba,
-                what: format!("{what} (crash at event {step})"),
-                image,
-            })
+        let id = CycleId {
+            model: self.job.model,
+            labels: self.labels,
+            seed: self.job.seed,
+            cycle,
         };
         // 1. The workload, recorded.
-        let region = Arc::new(SimRegion::from_base(base.clone()));
+        let region = Arc::new(SimRegion::from_base(self.base.clone()));
         region.start_recording();
-        let dev = target
-            .open(region.clone(), job.config, job.bug)
-            .map_err(|e| {
-                viol(
-                    format!("open before the workload failed: {e}"),
-                    None,
-                    String::new(),
-                    0,
-                )
-            })?;
-        let mut exp = Expect::default();
-        let n_ops = rng.gen_range(OPS_MIN..=OPS_MAX);
-        let bs = shape.block_bytes as usize;
-        // Work on a window of blocks so that operations overlap.
-        let window = rng.gen_range(0..shape.blocks - WINDOW_BLOCKS);
-        let mut buf = vec![0u8; bs * 8];
-        for _ in 0..n_ops {
-            let kind = rng.gen_range(0..100);
-            let start = region.event_count();
-            if kind < 40 {
-                let l = window + rng.gen_range(0..64);
-                version += 1;
-                exp.initial
-                    .entry(l)
-                    .or_insert_with(|| known.get(&l).copied().flatten());
-                dev.write(l, &block(l, version, bs)).map_err(|e| {
-                    viol(format!("write failed: {e}"), Some(l), String::new(), start)
-                })?;
-                exp.ops.push(OpRecord {
-                    blocks: vec![(l, Some(version))],
-                    atomic: false,
-                    start,
-                    ack: region.event_count(),
-                });
-            } else if kind < 60 {
-                let n = rng.gen_range(2..=8);
-                let mut lbas: Vec<u64> = Vec::new();
-                while lbas.len() < n {
-                    let l = window + rng.gen_range(0..64);
-                    if !lbas.contains(&l) {
-                        lbas.push(l);
-                    }
-                }
-                version += 1;
-                let mut data = Vec::with_capacity(n * bs);
-                for &l in &lbas {
-                    exp.initial
-                        .entry(l)
-                        .or_insert_with(|| known.get(&l).copied().flatten());
-                    data.extend_from_slice(&block(l, version, bs));
-                }
-                target.write_atomic(&dev, &lbas, &data).map_err(|e| {
-                    viol(
-                        format!("atomic write failed: {e}"),
-                        Some(lbas[0]),
-                        String::new(),
-                        start,
-                    )
-                })?;
-                exp.ops.push(OpRecord {
-                    blocks: lbas.iter().map(|&l| (l, Some(version))).collect(),
-                    atomic: atomic(&rules, n as u64, false),
-                    start,
-                    ack: region.event_count(),
-                });
-            } else if kind < 70 {
-                let l = window + rng.gen_range(0..60);
-                let n = rng.gen_range(1..=4u64);
-                for x in l..l + n {
-                    exp.initial
-                        .entry(x)
-                        .or_insert_with(|| known.get(&x).copied().flatten());
-                }
-                dev.discard(l, n).map_err(|e| {
-                    viol(
-                        format!("discard failed: {e}"),
-                        Some(l),
-                        String::new(),
-                        start,
-                    )
-                })?;
-                exp.ops.push(OpRecord {
-                    blocks: (l..l + n).map(|x| (x, None)).collect(),
-                    atomic: atomic(&rules, n, true),
-                    start,
-                    ack: region.event_count(),
-                });
-            } else {
-                // A read while nothing is in flight must return the latest acknowledged value.
-                let l = window + rng.gen_range(0..60);
-                let n = rng.gen_range(1..=4usize);
-                dev.read(l, &mut buf[..n * bs]).map_err(|e| {
-                    viol(format!("read failed: {e}"), Some(l), String::new(), start)
-                })?;
-                for i in 0..n {
-                    let x = l + i as u64;
-                    let want = exp
-                        .ops
-                        .iter()
-                        .rev()
-                        .find_map(|o| o.blocks.iter().find(|b| b.0 == x).map(|b| b.1))
-                        .unwrap_or_else(|| known.get(&x).copied().flatten());
-                    let got = decode_block(x, &buf[i * bs..(i + 1) * bs]).map_err(|w| {
-                        viol(
-                            format!("read while running: {w}"),
-                            Some(x),
-                            String::new(),
-                            start,
-                        )
-                    })?;
-                    if got != want {
-                        return Err(viol(
-                            format!("read while running returned {got:?}, expected {want:?}"),
-                            Some(x),
-                            String::new(),
-                            start,
-                        ));
-                    }
-                }
-            }
-        }
-        drop(dev);
+        let exp = self.workload(&region, &id, &mut rng)?;
         let events = region.take_events();
         // 2. The crash: a random event, a random image of the model.
+        let crash = self.crash(&events, seed, &mut rng);
+        counters.image();
+        if self.job.model == FaultModel::M3 {
+            counters.media_fault(self.media_fault(&exp, &crash, &id, &mut rng)?);
+        }
+        // 3. Recovery and the oracle; then recovery again on the recovered image, which must
+        // change nothing a reader sees (recovery is idempotent).
+        let img = Arc::new(crash.space.image(&crash.choice));
+        let first = recover_and_read(self.target, &img, &exp, self.job, &crash, &id)?;
+        let again = Arc::new(SimRegion::from_base(img.snapshot()));
+        let second = recover_and_read(self.target, &again, &exp, self.job, &crash, &id)?;
+        if first != second {
+            return Err(id.violation(
+                "recovery is not idempotent: a second recovery reads differently".into(),
+                None,
+                crash.space.describe(&crash.choice),
+                crash.k,
+            ));
+        }
+        // 4. Carry the recovered image (everything durable) and what it reads forward.
+        self.known.extend(first);
+        let base = again.snapshot();
+        debug_assert_eq!(
+            base.len(),
+            self.base.len(),
+            "recovery keeps the region's size"
+        );
+        self.base = base;
+        Ok(())
+    }
+
+    /// Open the device on `region` (recording) and run 8 to 16 random operations in a random
+    /// window of it. Returns what the oracle expects of them.
+    fn workload(
+        &mut self,
+        region: &Arc<SimRegion>,
+        id: &CycleId,
+        rng: &mut SmallRng,
+    ) -> Result<Expect, Box<Violation>> {
+        let dev = self
+            .target
+            .open(region.clone(), self.job.config, self.job.bug)
+            .map_err(|e| id.running(format!("open before the workload failed: {e}"), None, 0))?;
+        let n_ops = rng.gen_range(OPS_MIN..=OPS_MAX);
+        // Work on a window of blocks so that operations overlap.
+        let window = rng.gen_range(0..self.shape.blocks - WINDOW_BLOCKS);
+        let mut ops = Ops {
+            target: self.target,
+            dev: &dev,
+            region,
+            id,
+            known: &self.known,
+            rules: self.rules,
+            block_bytes: self.shape.block_bytes as usize,
+            window,
+            exp: Expect::default(),
+        };
+        for _ in 0..n_ops {
+            let kind = rng.gen_range(0..100);
+            if kind < 40 {
+                self.version += 1;
+                ops.write_one(self.version, rng)?;
+            } else if kind < 60 {
+                self.version += 1;
+                ops.write_atomic(self.version, rng)?;
+            } else if kind < 70 {
+                ops.discard(rng)?;
+            } else {
+                ops.read(rng)?;
+            }
+        }
+        debug_assert!(
+            ops.exp.ops.len() <= n_ops,
+            "one record per operation at most"
+        );
+        let exp = ops.exp;
+        // The device goes before the log is taken: whatever it stores on its way out counts.
+        drop(dev);
+        Ok(exp)
+    }
+
+    /// Crash at a random event of `events` and draw one image of the model there.
+    fn crash(&self, events: &[SimEvent], seed: u64, rng: &mut SmallRng) -> Crash {
         let k = rng.gen_range(0..=events.len());
-        let mut cs = CrashState::new(base.clone());
+        let mut cs = CrashState::new(self.base.clone());
         for e in &events[..k] {
             cs.apply(e);
         }
-        let space = ImageSpace::new(&cs, job.model, seed);
+        debug_assert_eq!(cs.applied, k, "crash point k follows event k");
+        let space = ImageSpace::new(&cs, self.job.model, seed);
         let choice: Vec<u16> = space
             .slots
             .iter()
             .map(|s| rng.gen_range(0..s.options.len()) as u16)
             .collect();
-        counters.image();
-        if job.model == FaultModel::M3 {
-            // A media fault on top of the crash: nvstack must detect it, never return it.
-            let faulty = space.image(&choice);
-            let pending: std::collections::BTreeSet<u64> = cs.pending_words().collect();
-            let what =
-                target.inject_media_fault(&faulty, &layout, &exp.touched(), &pending, &mut rng);
-            match judge_media_fault(target, Arc::new(faulty), &exp, k, job) {
-                Ok(outcome) => counters.media_fault(outcome),
-                Err(w) => {
-                    return Err(viol(
-                        format!("media fault ({what}) not detected: {w}"),
-                        None,
-                        space.describe(&choice),
-                        k,
-                    ))
-                }
+        Crash {
+            k,
+            state: cs,
+            space,
+            choice,
+        }
+    }
+
+    /// M3: a media fault on top of the crash image, which nvstack must detect or repair and
+    /// never return.
+    fn media_fault(
+        &self,
+        exp: &Expect,
+        crash: &Crash,
+        id: &CycleId,
+        rng: &mut SmallRng,
+    ) -> Result<MediaOutcome, Box<Violation>> {
+        let faulty = crash.space.image(&crash.choice);
+        // Words still pending at the crash are not on media yet: never a fault's target.
+        let pending: BTreeSet<u64> = crash.state.pending_words().collect();
+        let what =
+            self.target
+                .inject_media_fault(&faulty, &self.layout, &exp.touched(), &pending, rng);
+        judge_media_fault(self.target, Arc::new(faulty), exp, crash.k, self.job).map_err(|w| {
+            id.violation(
+                format!("media fault ({what}) not detected: {w}"),
+                None,
+                crash.space.describe(&crash.choice),
+                crash.k,
+            )
+        })
+    }
+}
+
+/// The operations of one cycle's workload, in a window of `WINDOW_BLOCKS` blocks: each
+/// records what the oracle expects of it, or fails as a violation of the running device.
+struct Ops<'a, T: CrashTarget> {
+    target: &'a T,
+    dev: &'a T::Device,
+    region: &'a SimRegion,
+    id: &'a CycleId,
+    known: &'a BTreeMap<u64, Option<u64>>,
+    rules: OracleRules,
+    block_bytes: usize,
+    window: u64,
+    exp: Expect,
+}
+
+impl<T: CrashTarget> Ops<'_, T> {
+    /// Before an operation touches block `lba`: what it held, if this workload had not
+    /// touched it yet.
+    fn note_initial(&mut self, lba: u64) {
+        self.exp
+            .initial
+            .entry(lba)
+            .or_insert_with(|| self.known.get(&lba).copied().flatten());
+    }
+
+    /// The operation begun at event `start` returned: record it for the oracle.
+    fn done(&mut self, blocks: Vec<(u64, Option<u64>)>, atomic: bool, start: usize) {
+        let ack = self.region.event_count();
+        debug_assert!(start <= ack, "an operation returns after it starts");
+        debug_assert!(
+            blocks
+                .iter()
+                .all(|b| (self.window..self.window + WINDOW_BLOCKS).contains(&b.0)),
+            "operations stay in the window"
+        );
+        self.exp.ops.push(OpRecord {
+            blocks,
+            atomic,
+            start,
+            ack,
+        });
+    }
+
+    /// A single-block write of `version`.
+    fn write_one(&mut self, version: u64, rng: &mut SmallRng) -> Result<(), Box<Violation>> {
+        let start = self.region.event_count();
+        let l = self.window + rng.gen_range(0..WINDOW_BLOCKS);
+        self.note_initial(l);
+        self.dev
+            .write(l, &block(l, version, self.block_bytes))
+            .map_err(|e| {
+                self.id
+                    .running(format!("write failed: {e}"), Some(l), start)
+            })?;
+        self.done(vec![(l, Some(version))], false, start);
+        Ok(())
+    }
+
+    /// An atomic write of `version` to 2 to 8 distinct blocks.
+    fn write_atomic(&mut self, version: u64, rng: &mut SmallRng) -> Result<(), Box<Violation>> {
+        let start = self.region.event_count();
+        let n = rng.gen_range(2..=8);
+        let lbas = self.distinct_blocks(n, rng);
+        let mut data = Vec::with_capacity(n * self.block_bytes);
+        for &l in &lbas {
+            self.note_initial(l);
+            data.extend_from_slice(&block(l, version, self.block_bytes));
+        }
+        self.target
+            .write_atomic(self.dev, &lbas, &data)
+            .map_err(|e| {
+                self.id
+                    .running(format!("atomic write failed: {e}"), Some(lbas[0]), start)
+            })?;
+        let atomic = atomic(&self.rules, n as u64, false);
+        self.done(
+            lbas.iter().map(|&l| (l, Some(version))).collect(),
+            atomic,
+            start,
+        );
+        Ok(())
+    }
+
+    /// `n` distinct blocks of the window, drawn at random.
+    fn distinct_blocks(&self, n: usize, rng: &mut SmallRng) -> Vec<u64> {
+        debug_assert!(n as u64 <= WINDOW_BLOCKS, "the window holds {n} blocks");
+        let mut lbas: Vec<u64> = Vec::with_capacity(n);
+        for _ in 0..DISTINCT_DRAWS_MAX {
+            if lbas.len() == n {
+                break;
+            }
+            let l = self.window + rng.gen_range(0..WINDOW_BLOCKS);
+            if !lbas.contains(&l) {
+                lbas.push(l);
             }
         }
-        let img = Arc::new(space.image(&choice));
-        // 3. Recovery and the oracle; then recovery again on the recovered image, which must
-        // change nothing a reader sees (recovery is idempotent).
-        let first = recover_and_read(target, &img, &exp, k, job, &space, &choice, &viol)?;
-        let again = Arc::new(SimRegion::from_base(img.snapshot()));
-        let second = recover_and_read(target, &again, &exp, k, job, &space, &choice, &viol)?;
-        if first != second {
-            return Err(viol(
-                "recovery is not idempotent: a second recovery reads differently".into(),
-                None,
-                space.describe(&choice),
-                k,
-            ));
-        }
-        for (l, v) in first {
-            known.insert(l, v);
-        }
-        // Carry the recovered image (everything durable) forward.
-        base = again.snapshot();
-        counters.cycle();
+        assert_eq!(
+            lbas.len(),
+            n,
+            "{n} distinct blocks of {WINDOW_BLOCKS} not found in {DISTINCT_DRAWS_MAX} draws"
+        );
+        lbas
     }
-    Ok(())
+
+    /// A discard of 1 to 4 blocks (atomic if more than one, under the target's rules).
+    fn discard(&mut self, rng: &mut SmallRng) -> Result<(), Box<Violation>> {
+        let start = self.region.event_count();
+        let l = self.window + rng.gen_range(0..SPAN_STARTS);
+        let n = rng.gen_range(1..=SPAN_BLOCKS_MAX);
+        for x in l..l + n {
+            self.note_initial(x);
+        }
+        self.dev.discard(l, n).map_err(|e| {
+            self.id
+                .running(format!("discard failed: {e}"), Some(l), start)
+        })?;
+        let atomic = atomic(&self.rules, n, true);
+        self.done((l..l + n).map(|x| (x, None)).collect(), atomic, start);
+        Ok(())
+    }
+
+    /// A read of 1 to 4 blocks while nothing is in flight: each must return the latest
+    /// acknowledged value.
+    fn read(&mut self, rng: &mut SmallRng) -> Result<(), Box<Violation>> {
+        let start = self.region.event_count();
+        let l = self.window + rng.gen_range(0..SPAN_STARTS);
+        let n = rng.gen_range(1..=SPAN_BLOCKS_MAX as usize);
+        let bs = self.block_bytes;
+        let mut buf = vec![0u8; n * bs];
+        self.dev
+            .read(l, &mut buf)
+            .map_err(|e| self.id.running(format!("read failed: {e}"), Some(l), start))?;
+        for (i, b) in buf.chunks_exact(bs).enumerate() {
+            let x = l + i as u64;
+            let want = self.latest(x);
+            let got = decode_block(x, b).map_err(|w| {
+                self.id
+                    .running(format!("read while running: {w}"), Some(x), start)
+            })?;
+            if got != want {
+                return Err(self.id.running(
+                    format!("read while running returned {got:?}, expected {want:?}"),
+                    Some(x),
+                    start,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What block `lba` holds now: the last operation's value for it, else what it held.
+    fn latest(&self, lba: u64) -> Option<u64> {
+        self.exp
+            .ops
+            .iter()
+            .rev()
+            .find_map(|o| o.blocks.iter().find(|b| b.0 == lba).map(|b| b.1))
+            .unwrap_or_else(|| self.known.get(&lba).copied().flatten())
+    }
 }
 
 /// Whether an operation on `blocks` blocks is all-or-nothing under the target's rules.
@@ -281,44 +479,32 @@ fn atomic(rules: &OracleRules, blocks: u64, discard: bool) -> bool {
 }
 
 /// Recover `img` in place (recovery's stores land in it) and judge every touched block.
-#[allow(clippy::too_many_arguments)]
 fn recover_and_read<T: CrashTarget>(
     target: &T,
     img: &Arc<SimRegion>,
     exp: &Expect,
-    k: usize,
     job: &RandomJob<T>,
-    space: &ImageSpace,
-    choice: &[u16],
-    viol: &dyn Fn(String, Option<u64>, String, usize) -> Box<Violation>,
+    crash: &Crash,
+    id: &CycleId,
 ) -> Result<BTreeMap<u64, Option<u64>>, Box<Violation>> {
+    let violation = |what: String, lba: Option<u64>| {
+        id.violation(what, lba, crash.space.describe(&crash.choice), crash.k)
+    };
     let dev = target
         .recover(img.clone(), job.config, job.bug)
-        .map_err(|e| {
-            viol(
-                format!("recovery refused the image: {e}"),
-                None,
-                space.describe(choice),
-                k,
-            )
-        })?;
-    let bs = dev.block_bytes() as usize;
-    let mut buf = vec![0u8; bs];
+        .map_err(|e| violation(format!("recovery refused the image: {e}"), None))?;
+    let mut buf = vec![0u8; dev.block_bytes() as usize];
+    let touched = exp.touched();
     let mut got = BTreeMap::new();
-    for l in exp.touched() {
-        dev.read(l, &mut buf).map_err(|e| {
-            viol(
-                format!("read failed: {e}"),
-                Some(l),
-                space.describe(choice),
-                k,
-            )
-        })?;
-        let v = decode_block(l, &buf).map_err(|w| viol(w, Some(l), space.describe(choice), k))?;
+    for &l in &touched {
+        dev.read(l, &mut buf)
+            .map_err(|e| violation(format!("read failed: {e}"), Some(l)))?;
+        let v = decode_block(l, &buf).map_err(|w| violation(w.to_string(), Some(l)))?;
         got.insert(l, v);
     }
-    exp.judge(&got, k)
-        .map_err(|f| viol(f.what, f.lba, space.describe(choice), k))?;
+    debug_assert_eq!(got.len(), touched.len(), "every touched block judged");
+    exp.judge(&got, crash.k)
+        .map_err(|f| violation(f.what, f.lba))?;
     Ok(got)
 }
 
@@ -334,22 +520,36 @@ pub enum MediaOutcome {
     NoEffect,
 }
 
+/// How a media fault went undetected: recovery or a read failed without naming the damage,
+/// or a block read back is one the oracle does not allow. The texts are the report's.
+#[derive(Debug, thiserror::Error)]
+pub enum Undetected {
+    #[error("recovery failed without naming damage: {0}")]
+    OpenFailed(Error),
+    #[error("read of LBA {lba} failed without naming damage: {error}")]
+    ReadFailed { lba: u64, error: Error },
+    #[error("LBA {lba} {error}")]
+    BadBlock { lba: u64, error: BlockError },
+    #[error("LBA {:?} {}", .0.lba, .0.what)]
+    NotAllowed(Finding),
+}
+
 /// Recover an image carrying a media fault: the damage must be reported, or have no effect
-/// on what reads return. Err names data returned in its place.
+/// on what reads return. Err says how it went undetected.
 fn judge_media_fault<T: CrashTarget>(
     target: &T,
     img: Arc<SimRegion>,
     exp: &Expect,
     k: usize,
     job: &RandomJob<T>,
-) -> Result<MediaOutcome, String> {
+) -> Result<MediaOutcome, Undetected> {
     // No seeded bug here: the fault, not a deliberate mistake, is what is judged.
     let dev = match target.open(img, job.config, None) {
         Ok(d) => d,
         Err(Error::Finding(_)) | Err(Error::BadInput(_)) => {
             return Ok(MediaOutcome::DetectedAtOpen)
         }
-        Err(e) => return Err(format!("recovery failed without naming damage: {e}")),
+        Err(e) => return Err(Undetected::OpenFailed(e)),
     };
     let bs = dev.block_bytes() as usize;
     let mut buf = vec![0u8; bs];
@@ -358,15 +558,15 @@ fn judge_media_fault<T: CrashTarget>(
     for l in exp.touched() {
         match dev.read(l, &mut buf) {
             Err(Error::Finding(_)) => detected = true,
-            Err(e) => return Err(format!("read of LBA {l} failed without naming damage: {e}")),
+            Err(error) => return Err(Undetected::ReadFailed { lba: l, error }),
             Ok(()) => {
-                let v = decode_block(l, &buf).map_err(|w| format!("LBA {l} {w}"))?;
+                let v = decode_block(l, &buf)
+                    .map_err(|error| Undetected::BadBlock { lba: l, error })?;
                 got.insert(l, v);
             }
         }
     }
-    exp.judge(&got, k)
-        .map_err(|f| format!("LBA {:?} {}", f.lba, f.what))?;
+    exp.judge(&got, k).map_err(Undetected::NotAllowed)?;
     Ok(if detected {
         MediaOutcome::DetectedOnRead
     } else {

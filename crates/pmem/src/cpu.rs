@@ -99,6 +99,7 @@ pub unsafe fn flush_range(addr: *const u8, len: usize, kind: FlushKind) {
     if len == 0 {
         return;
     }
+    debug_assert!((addr as usize).checked_add(len).is_some(), "range wraps");
     let start = (addr as usize) & !(LINE_BYTES as usize - 1);
     let end = addr as usize + len;
     let mut p = start;
@@ -199,6 +200,7 @@ pub unsafe fn nt_copy(dst: *mut u8, src: *const u8, len: usize) {
 /// the CPU has AVX2.
 #[target_feature(enable = "avx2")]
 unsafe fn nt_body_avx2(d: *mut u8, s: *const u8, len: usize) {
+    debug_assert!((d as usize).is_multiple_of(32) && len.is_multiple_of(32));
     let mut i = 0;
     while i < len {
         // SAFETY: d+i is 32-aligned and inside the destination; s+i readable (unaligned load).
@@ -213,6 +215,7 @@ unsafe fn nt_body_avx2(d: *mut u8, s: *const u8, len: usize) {
 /// # Safety
 /// `d` is 16-byte aligned; `d..d+len` writable and `s..s+len` readable; `len` a multiple of 16.
 unsafe fn nt_body_sse2(d: *mut u8, s: *const u8, len: usize) {
+    debug_assert!((d as usize).is_multiple_of(16) && len.is_multiple_of(16));
     let mut i = 0;
     while i < len {
         // SAFETY: d+i is 16-aligned and inside the destination; s+i readable (unaligned load).

@@ -19,8 +19,8 @@
 //! bit flipped, a copy of another pending word of the same line, and a seeded random value.
 
 use super::{FlushKind, Region, LINE_BYTES};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub const WORDS_PER_PAGE: usize = 512;
 const WORDS_PER_LINE: u64 = LINE_BYTES / 8;
@@ -46,6 +46,7 @@ impl CowMem {
     }
     #[inline]
     pub fn get(&self, w: usize) -> u64 {
+        debug_assert!(w < self.base.len(), "word {w} past the region");
         match &self.pages[w / WORDS_PER_PAGE] {
             Some(p) => p[w % WORDS_PER_PAGE],
             None => self.base[w],
@@ -53,6 +54,7 @@ impl CowMem {
     }
     #[inline]
     pub fn set(&mut self, w: usize, v: u64) {
+        debug_assert!(w < self.base.len(), "word {w} past the region");
         let pi = w / WORDS_PER_PAGE;
         let page = self.pages[pi].get_or_insert_with(|| {
             self.base[pi * WORDS_PER_PAGE..(pi + 1) * WORDS_PER_PAGE]
@@ -69,9 +71,15 @@ impl CowMem {
         let mut v = (*self.base).clone();
         for (pi, p) in self.pages.iter().enumerate() {
             if let Some(p) = p {
+                debug_assert_eq!(p.len(), WORDS_PER_PAGE, "a private copy is one whole page");
                 v[pi * WORDS_PER_PAGE..(pi + 1) * WORDS_PER_PAGE].copy_from_slice(p);
             }
         }
+        debug_assert_eq!(
+            v.len(),
+            self.base.len(),
+            "flattening keeps the region's size"
+        );
         Arc::new(v)
     }
 }
@@ -103,6 +111,10 @@ struct SimState {
 impl SimState {
     #[inline]
     fn note_read(&mut self, w: usize, n: usize) {
+        debug_assert!(
+            w + n <= self.mem.words(),
+            "read of words [{w}, +{n}) past the region"
+        );
         if let Some(bm) = &mut self.reads {
             for x in w..w + n {
                 bm[x / 64] |= 1 << (x % 64);
@@ -142,8 +154,12 @@ impl SimRegion {
         }
     }
 
+    /// The state, taken back from a poisoned lock too: sound because every critical section
+    /// checks its arguments before it takes the lock and then only sets words and appends
+    /// events, which cannot stop half-way. A thread that panicked while storing (the device
+    /// under test, say) so leaves memory and log whole, and the checker may still read them.
     fn st(&self) -> MutexGuard<'_, SimState> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        self.st.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The current contents (what loads see) as a shared base.
@@ -181,6 +197,7 @@ impl SimRegion {
     /// Start noting every word loaded (reads, 8-byte loads).
     pub fn track_reads(&self) {
         let mut s = self.st();
+        debug_assert!(s.reads.is_none(), "reads are tracked once per image");
         let n = s.mem.words().div_ceil(64);
         s.reads = Some(vec![0u64; n]);
     }
@@ -395,76 +412,92 @@ impl CrashState {
     }
 
     fn make_durable(&mut self, w: u64, v: u64) {
+        debug_assert!((w as usize) < self.base.len(), "word {w} past the region");
         self.durable_gen += 1;
         if self.base[w as usize] == v {
             self.durable.remove(&w);
         } else {
             self.durable.insert(w, v);
         }
+        debug_assert_eq!(self.durable_word(w), v);
     }
 
     /// Apply the next event of the log.
     pub fn apply(&mut self, ev: &SimEvent) {
         self.applied += 1;
         match *ev {
-            SimEvent::Store { word, value, nt } => {
-                let p = self.pending.entry(word).or_insert_with(|| (Vec::new(), nt));
-                assert!(
-                    p.1 == nt || p.0.is_empty(),
-                    "word {word}: cached and non-temporal stores mixed before a fence"
-                );
-                p.1 = nt;
-                p.0.push(value);
-                if !nt {
-                    self.lines
-                        .entry(word / WORDS_PER_LINE)
-                        .or_default()
-                        .stores
-                        .push((word, value));
-                }
-            }
+            SimEvent::Store { word, value, nt } => self.store(word, value, nt),
             SimEvent::Flush { line } => {
                 let l = self.lines.entry(line).or_default();
                 l.flushed_upto = Some(l.stores.len());
             }
-            SimEvent::Fence => {
-                // Non-temporal words: durable with their last value.
-                let nt_words: Vec<u64> = self
-                    .pending
-                    .iter()
-                    .filter(|(_, p)| p.1)
-                    .map(|(&w, _)| w)
-                    .collect();
-                for w in nt_words {
-                    let (vals, _) = self.pending.remove(&w).expect("listed");
-                    self.make_durable(w, *vals.last().expect("a pending word has a value"));
+            SimEvent::Fence => self.fence(),
+        }
+    }
+
+    fn store(&mut self, word: u64, value: u64, nt: bool) {
+        debug_assert!(
+            (word as usize) < self.base.len(),
+            "word {word} past the region"
+        );
+        let p = self.pending.entry(word).or_insert_with(|| (Vec::new(), nt));
+        assert!(
+            p.1 == nt || p.0.is_empty(),
+            "word {word}: cached and non-temporal stores mixed before a fence"
+        );
+        p.1 = nt;
+        p.0.push(value);
+        if !nt {
+            self.lines
+                .entry(word / WORDS_PER_LINE)
+                .or_default()
+                .stores
+                .push((word, value));
+        }
+    }
+
+    /// A fence: every non-temporal word becomes durable with its last value, and in every
+    /// flushed line the stores the flush covered become durable; later ones stay pending.
+    fn fence(&mut self) {
+        let nt_words: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.1)
+            .map(|(&w, _)| w)
+            .collect();
+        for w in nt_words {
+            let (vals, _) = self.pending.remove(&w).expect("listed");
+            self.make_durable(w, *vals.last().expect("a pending word has a value"));
+        }
+        let flushed: Vec<u64> = self.flushed_lines().collect();
+        for line in flushed {
+            let l = self.lines.get_mut(&line).expect("listed");
+            let k = l.flushed_upto.take().expect("flushed");
+            let done: Vec<(u64, u64)> = l.stores.drain(..k).collect();
+            if l.stores.is_empty() {
+                self.lines.remove(&line);
+            }
+            for (w, v) in done {
+                let p = self.pending.get_mut(&w).expect("a line store is pending");
+                let i = p.0.iter().position(|&x| x == v).expect("value pending");
+                // A flush covers a prefix of its line's stores, in program order, so a word's
+                // covered values are its oldest pending ones.
+                debug_assert_eq!(i, 0, "word {w}: a covered store is its oldest pending one");
+                p.0.remove(i);
+                if p.0.is_empty() {
+                    self.pending.remove(&w);
                 }
-                // Flushed lines: the stores the flush covered are durable; later ones stay.
-                let flushed: Vec<u64> = self
-                    .lines
-                    .iter()
-                    .filter(|(_, l)| l.flushed_upto.is_some())
-                    .map(|(&k, _)| k)
-                    .collect();
-                for line in flushed {
-                    let l = self.lines.get_mut(&line).expect("listed");
-                    let k = l.flushed_upto.take().expect("flushed");
-                    let done: Vec<(u64, u64)> = l.stores.drain(..k).collect();
-                    if l.stores.is_empty() {
-                        self.lines.remove(&line);
-                    }
-                    for (w, v) in done {
-                        let p = self.pending.get_mut(&w).expect("a line store is pending");
-                        let i = p.0.iter().position(|&x| x == v).expect("value pending");
-                        p.0.remove(i);
-                        if p.0.is_empty() {
-                            self.pending.remove(&w);
-                        }
-                        self.make_durable(w, v);
-                    }
-                }
+                self.make_durable(w, v);
             }
         }
+        debug_assert!(
+            self.pending.values().all(|p| !p.1),
+            "a fence leaves no non-temporal store pending"
+        );
+        debug_assert!(
+            self.lines.values().all(|l| l.flushed_upto.is_none()),
+            "a fence completes every flush"
+        );
     }
 
     /// True when nothing is pending (every store so far is durable).
@@ -491,6 +524,8 @@ impl CrashState {
         }
         let mut v = (*self.base).clone();
         for (&w, &x) in &self.durable {
+            // `durable` holds only words that differ from the base (make_durable).
+            debug_assert_ne!(v[w as usize], x, "word {w} durable with its base value");
             v[w as usize] = x;
         }
         Arc::new(v)
@@ -549,80 +584,37 @@ impl ImageSpace {
         seed: u64,
         base: Arc<Vec<u64>>,
     ) -> ImageSpace {
-        let mut slots = Vec::new();
-        match model {
-            FaultModel::M0 => {
-                // Lines: a prefix of their cached stores.
-                for l in cs.lines.values() {
-                    if l.stores.is_empty() {
-                        continue;
-                    }
-                    let mut options = vec![Vec::new()];
-                    let mut labels = vec!["durable"];
-                    let mut acc: Vec<(u64, u64)> = Vec::new();
-                    for &(w, v) in &l.stores {
-                        acc.retain(|&(x, _)| x != w);
-                        acc.push((w, v));
-                        options.push(acc.clone());
-                        labels.push("prefix");
-                    }
-                    slots.push(Slot { options, labels });
-                }
-                // Non-temporal words: independent.
-                for (&w, (vals, nt)) in &cs.pending {
-                    if *nt {
-                        slots.push(word_slot(w, vals, &[]));
-                    }
-                }
-            }
+        debug_assert_eq!(
+            base.len(),
+            cs.base.len(),
+            "the durable image of the same region"
+        );
+        let slots = match model {
+            FaultModel::M0 => m0_slots(cs),
             FaultModel::M1 | FaultModel::M2 | FaultModel::M3 => {
-                let disturbed: std::collections::BTreeSet<u64> = if model == FaultModel::M1 {
-                    Default::default()
-                } else if model == FaultModel::M2 {
-                    cs.flushed_lines().collect()
-                } else {
-                    // M3: every dirty line, flushed or not.
-                    cs.lines.keys().copied().chain(cs.flushed_lines()).collect()
-                };
-                let mut words: std::collections::BTreeSet<u64> =
-                    cs.pending.keys().copied().collect();
-                for &line in &disturbed {
-                    for w in line * WORDS_PER_LINE..(line + 1) * WORDS_PER_LINE {
-                        words.insert(w);
-                    }
-                }
-                for w in words {
-                    let vals: &[u64] = cs.pending.get(&w).map(|p| p.0.as_slice()).unwrap_or(&[]);
-                    let garbage = if disturbed.contains(&(w / WORDS_PER_LINE)) {
-                        let line = w / WORDS_PER_LINE;
-                        let others: Vec<u64> = (line * WORDS_PER_LINE..(line + 1) * WORDS_PER_LINE)
-                            .filter(|&x| x != w)
-                            .filter_map(|x| cs.pending.get(&x).and_then(|p| p.0.last().copied()))
-                            .collect();
-                        let old = base[w as usize];
-                        let new = vals.last().copied().unwrap_or(old);
-                        garbage_values(
-                            old,
-                            new,
-                            &others,
-                            seed ^ w.wrapping_mul(0x2545_f491_4f6c_dd1d),
-                        )
-                    } else {
-                        Vec::new()
-                    };
-                    slots.push(word_slot(w, vals, &garbage));
-                }
+                word_slots(cs, &disturbed_lines(cs, model), seed, &base)
             }
-        }
+        };
+        debug_assert!(
+            slots.iter().all(|s| s.options.len() == s.labels.len()
+                && s.options.first().is_some_and(|o| o.is_empty())),
+            "option 0 of every slot is \"nothing pending reached media\""
+        );
         ImageSpace { slots, base }
     }
 
     /// The sub-space of the slots `keep` (the others stay at "nothing reached media").
     pub fn restrict(&self, keep: &[usize]) -> ImageSpace {
-        ImageSpace {
+        debug_assert!(
+            keep.windows(2).all(|k| k[0] < k[1]),
+            "each slot kept once, in order"
+        );
+        let sub = ImageSpace {
             slots: keep.iter().map(|&i| self.slots[i].clone()).collect(),
             base: self.base.clone(),
-        }
+        };
+        debug_assert!(sub.size() <= self.size(), "a sub-space holds fewer images");
+        sub
     }
 
     /// (word, slot index) for every word the space can change, sorted by word.
@@ -637,6 +629,8 @@ impl ImageSpace {
         }
         m.sort_unstable();
         m.dedup_by_key(|x| x.0);
+        // Each word in one slot only: the checker merges this list with the words read.
+        debug_assert!(m.windows(2).all(|p| p[0].0 < p[1].0), "one slot per word");
         m
     }
 
@@ -651,28 +645,50 @@ impl ImageSpace {
     /// otherwise the two extremes (nothing / everything latest), every single-slot deviation
     /// from each extreme, and `samples` seeded random choices. Returns (choices, exhaustive).
     pub fn choices(&self, samples: usize, seed: u64) -> (Vec<Vec<u16>>, bool) {
-        let n = self.slots.len();
         let size = self.size();
-        if size <= EAGER_IMAGES_MAX {
-            let mut out = Vec::with_capacity(size as usize);
-            let mut c = vec![0u16; n];
-            loop {
-                out.push(c.clone());
-                let mut i = 0;
-                loop {
-                    if i == n {
-                        return (out, true);
-                    }
-                    c[i] += 1;
-                    if (c[i] as usize) < self.slots[i].options.len() {
-                        break;
-                    }
-                    c[i] = 0;
-                    i += 1;
+        let (out, exhaustive) = if size <= EAGER_IMAGES_MAX {
+            (self.every_choice(size), true)
+        } else {
+            (self.sampled_choices(samples, seed), false)
+        };
+        debug_assert!(
+            out.iter().all(|c| self.is_choice(c)),
+            "every choice takes one option of every slot"
+        );
+        debug_assert!(!exhaustive || out.len() as u128 == size);
+        (out, exhaustive)
+    }
+
+    /// Whether `c` names one option of every slot.
+    fn is_choice(&self, c: &[u16]) -> bool {
+        c.len() == self.slots.len()
+            && c.iter()
+                .zip(&self.slots)
+                .all(|(&o, s)| (o as usize) < s.options.len())
+    }
+
+    /// Every choice, counting up in mixed radix (slot i has as many digits as options).
+    fn every_choice(&self, size: u128) -> Vec<Vec<u16>> {
+        let mut out = Vec::with_capacity(size as usize);
+        let mut c = vec![0u16; self.slots.len()];
+        for _ in 0..size {
+            out.push(c.clone());
+            for (digit, slot) in c.iter_mut().zip(&self.slots) {
+                *digit += 1;
+                if (*digit as usize) < slot.options.len() {
+                    break;
                 }
+                *digit = 0;
             }
         }
-        let none = vec![0u16; n];
+        // `size` steps of the count bring every digit round to zero again.
+        debug_assert!(c.iter().all(|&d| d == 0), "the count ended where it began");
+        out
+    }
+
+    /// The extremes, every single-slot deviation from each, and `samples` random choices.
+    fn sampled_choices(&self, samples: usize, seed: u64) -> Vec<Vec<u16>> {
+        let none = vec![0u16; self.slots.len()];
         let latest: Vec<u16> = self
             .slots
             .iter()
@@ -707,7 +723,10 @@ impl ImageSpace {
                 .collect();
             out.push(c);
         }
-        (out, false)
+        // Each slot of n options deviates n - 1 ways from each extreme.
+        let deviations: usize = self.slots.iter().map(|s| 2 * (s.options.len() - 1)).sum();
+        debug_assert_eq!(out.len(), 2 + deviations + samples);
+        out
     }
 
     /// One choice drawn at random (seeded): a single power cut's image.
@@ -726,6 +745,7 @@ impl ImageSpace {
 
     /// Build the image for `choice`: a copy-on-write region over the crash point's base.
     pub fn image(&self, choice: &[u16]) -> SimRegion {
+        debug_assert_eq!(choice.len(), self.slots.len(), "one option per slot");
         let r = SimRegion::from_base(self.base.clone());
         {
             let mut s = r.st();
@@ -740,6 +760,7 @@ impl ImageSpace {
 
     /// Describe a choice for a violation report: the non-durable options taken.
     pub fn describe(&self, choice: &[u16]) -> String {
+        debug_assert_eq!(choice.len(), self.slots.len(), "one option per slot");
         let mut parts = Vec::new();
         for (slot, &o) in self.slots.iter().zip(choice) {
             if o == 0 {
@@ -758,6 +779,80 @@ impl ImageSpace {
             n => format!("{}; ... ({} more)", parts[..SHOWN].join("; "), n - SHOWN),
         }
     }
+}
+
+/// M0's slots: one per line with pending cached stores (any prefix of them, in program
+/// order), then one per word with pending non-temporal stores.
+fn m0_slots(cs: &CrashState) -> Vec<Slot> {
+    let mut slots = Vec::new();
+    for l in cs.lines.values() {
+        if l.stores.is_empty() {
+            continue;
+        }
+        let mut options = vec![Vec::new()];
+        let mut labels = vec!["durable"];
+        let mut acc: Vec<(u64, u64)> = Vec::new();
+        for &(w, v) in &l.stores {
+            acc.retain(|&(x, _)| x != w);
+            acc.push((w, v));
+            options.push(acc.clone());
+            labels.push("prefix");
+        }
+        debug_assert_eq!(
+            options.len(),
+            l.stores.len() + 1,
+            "none, or a prefix of 1 to n"
+        );
+        slots.push(Slot { options, labels });
+    }
+    for (&w, (vals, nt)) in &cs.pending {
+        if *nt {
+            slots.push(word_slot(w, vals, &[]));
+        }
+    }
+    slots
+}
+
+/// The lines whose words may be garbage: none under M1; under M2 those whose flush is issued
+/// and not yet fenced; under M3 every dirty line, flushed or not.
+fn disturbed_lines(cs: &CrashState, model: FaultModel) -> BTreeSet<u64> {
+    match model {
+        FaultModel::M0 | FaultModel::M1 => BTreeSet::new(),
+        FaultModel::M2 => cs.flushed_lines().collect(),
+        FaultModel::M3 => cs.lines.keys().copied().chain(cs.flushed_lines()).collect(),
+    }
+}
+
+/// M1-M3's slots: one per pending word, and one per word of a disturbed line, which also
+/// takes the garbage values.
+fn word_slots(cs: &CrashState, disturbed: &BTreeSet<u64>, seed: u64, base: &[u64]) -> Vec<Slot> {
+    let mut words: BTreeSet<u64> = cs.pending.keys().copied().collect();
+    for &line in disturbed {
+        words.extend(line * WORDS_PER_LINE..(line + 1) * WORDS_PER_LINE);
+    }
+    let mut slots = Vec::with_capacity(words.len());
+    for w in words {
+        let vals: &[u64] = cs.pending.get(&w).map(|p| p.0.as_slice()).unwrap_or(&[]);
+        let line = w / WORDS_PER_LINE;
+        let garbage = if disturbed.contains(&line) {
+            let others: Vec<u64> = (line * WORDS_PER_LINE..(line + 1) * WORDS_PER_LINE)
+                .filter(|&x| x != w)
+                .filter_map(|x| cs.pending.get(&x).and_then(|p| p.0.last().copied()))
+                .collect();
+            let old = base[w as usize];
+            let new = vals.last().copied().unwrap_or(old);
+            garbage_values(
+                old,
+                new,
+                &others,
+                seed ^ w.wrapping_mul(0x2545_f491_4f6c_dd1d),
+            )
+        } else {
+            Vec::new()
+        };
+        slots.push(word_slot(w, vals, &garbage));
+    }
+    slots
 }
 
 fn word_slot(w: u64, vals: &[u64], garbage: &[(u64, &'static str)]) -> Slot {
@@ -794,7 +889,9 @@ fn word_slot(w: u64, vals: &[u64], garbage: &[(u64, &'static str)]) -> Slot {
             options.push(o);
             labels.push(l);
         }
+        debug_assert_eq!(options.last(), Some(&vec![(w, latest)]), "latest is last");
     }
+    debug_assert_eq!(options.len(), labels.len(), "a label per option");
     Slot { options, labels }
 }
 

@@ -7,7 +7,7 @@
 //! dirty lines, one fence.
 
 use super::latency::LatencyInjection;
-use super::{lines_spanned, FlushKind, Method, Region, LINE_BYTES};
+use super::{lines_spanned, FlushKind, Method, Region};
 
 /// At most this many ranges per domain (a lane needs three: its journal slot, the map, data).
 pub const DOMAIN_RANGES_MAX: usize = 4;
@@ -56,6 +56,13 @@ impl CommitDomain {
         assert!(
             !ranges.is_empty() && ranges.len() <= DOMAIN_RANGES_MAX,
             "1 to 4 ranges"
+        );
+        // assert_inside adds start and length: neither may wrap.
+        assert!(
+            ranges
+                .iter()
+                .all(|&(start, len)| start.checked_add(len).is_some()),
+            "domain {id}: a range past the address space"
         );
         let mut r = [(0, 0); DOMAIN_RANGES_MAX];
         r[..ranges.len()].copy_from_slice(ranges);
@@ -107,6 +114,7 @@ impl CommitDomain {
     }
 
     fn note_dirty<R: Region + ?Sized>(&mut self, r: &R, off: u64, len: u64, kind: FlushKind) {
+        debug_assert!(self.dirty_count <= DIRTY_EXTENTS_MAX);
         if self.dirty_count == DIRTY_EXTENTS_MAX {
             // Full: write back the oldest half now (safe; see DIRTY_EXTENTS_MAX).
             let half = DIRTY_EXTENTS_MAX / 2;
@@ -117,6 +125,7 @@ impl CommitDomain {
             self.dirty.copy_within(half.., 0);
             self.dirty_count -= half;
         }
+        debug_assert!(self.dirty_count < DIRTY_EXTENTS_MAX, "room for the extent");
         self.dirty[self.dirty_count] = Extent { off, len, kind };
         self.dirty_count += 1;
     }
@@ -125,6 +134,12 @@ impl CommitDomain {
     pub fn store<R: Region + ?Sized>(&mut self, r: &R, method: Method, off: u64, data: &[u8]) {
         let len = data.len() as u64;
         self.assert_inside(off, len);
+        // Region::write_nt's precondition, checked here where the caller is known.
+        debug_assert!(
+            method != Method::Nt || (off.is_multiple_of(8) && len.is_multiple_of(8)),
+            "domain {}: non-temporal store [{off}, +{len}) not in whole words",
+            self.id
+        );
         self.stats.stores += 1;
         let lines = lines_spanned(off, len);
         self.pending_lines += lines;
@@ -143,6 +158,7 @@ impl CommitDomain {
     /// Store one aligned 8-byte word with `method`; durable after the next `commit`.
     pub fn store_u64<R: Region + ?Sized>(&mut self, r: &R, method: Method, off: u64, v: u64) {
         self.assert_inside(off, 8);
+        debug_assert!(off.is_multiple_of(8), "an 8-byte store at unaligned {off}");
         self.stats.stores += 1;
         self.pending_lines += 1;
         match method {
@@ -169,6 +185,7 @@ impl CommitDomain {
     ) {
         let len = words.len() as u64 * 8;
         self.assert_inside(off, len);
+        debug_assert!(off.is_multiple_of(8), "8-byte stores from unaligned {off}");
         self.stats.stores += words.len() as u64;
         let lines = lines_spanned(off, len);
         self.pending_lines += lines;
@@ -222,15 +239,10 @@ impl CommitDomain {
     }
 }
 
-/// Bytes of the line containing `off` (for callers that want to reason about sharing).
-pub fn line_of(off: u64) -> u64 {
-    off / LINE_BYTES
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MmapRegion;
+    use crate::{MmapRegion, LINE_BYTES};
     use std::sync::Mutex;
 
     /// A region wrapper that records every flushed line, to prove a commit touches only its own.

@@ -155,6 +155,11 @@ impl MmapRegion {
 
     /// Touch every page so that later accesses never fault (MAP_POPULATE is a hint only).
     fn prefault(&self) {
+        // Every 8-byte word is then 8-aligned in memory too (the atomic loads and stores).
+        debug_assert!(
+            (self.base as usize).is_multiple_of(4096) && self.len.is_multiple_of(4096),
+            "a mapping is whole pages"
+        );
         let mut off = 0;
         while off < self.len {
             // SAFETY: off < len, inside the mapping.

@@ -1,9 +1,10 @@
 //! nvramdisk as a crash target: `NvramDisk<SimRegion>` runs unchanged on the simulated region;
 //! the scenarios drive it (scenario.rs), its protocol step events name the states (fast F0-F4,
 //! R1-R5; paper S0-S11 from the values, Table 2), and the seeded bugs come from its catalogue
-//! (nvstack_nvramdisk::bugs).
+//! (nvstack_nvramdisk::bugs), each with the weakest fault model that exposes it (weakest.rs).
 
 pub mod scenario;
+pub mod weakest;
 
 use super::{BugSpec, CrashTarget, Labels, OracleRules, Recorded, Shape};
 use nvstack_core::error::Result;
@@ -15,6 +16,7 @@ use nvstack_nvramdisk::{
 };
 use nvstack_pmem::crash::SimRegion;
 use nvstack_pmem::ordering::OrderingPolicy;
+use nvstack_pmem::Region;
 use rand::rngs::SmallRng;
 use rand::Rng;
 use scenario::{Probe, SCENARIOS};
@@ -82,7 +84,7 @@ impl NvramTarget {
                 what: b.what,
                 protocol: b.protocol.name(),
                 ordering: b.ordering,
-                weakest: b.weakest,
+                weakest: weakest::weakest_model(b.bug),
                 needs_depth2: b.needs_depth2,
             })
             .collect();
@@ -263,6 +265,8 @@ fn state_of(
 }
 
 fn paper_state(g: &Geometry, p: &Probe, img: &SimRegion) -> String {
+    debug_assert!(p.lane < g.lanes, "the probe's lane is one of the region's");
+    debug_assert!(p.lba < g.blocks, "the probe's block is one of the region's");
     let s = g.slot_off(p.lane) / 8;
     let (vpn, l1, l2) = (img.peek(s), img.peek(s + 1), img.peek(s + 2));
     let m = img.peek(g.map_entry_off(p.lba) / 8);
@@ -319,62 +323,91 @@ fn media_fault(
     pending: &BTreeSet<u64>,
     rng: &mut SmallRng,
 ) -> String {
-    for _ in 0..64 {
-        let bit = 1u64 << rng.gen_range(0..64);
-        let (word, value, what) = match rng.gen_range(0..4) {
-            0 if !touched.is_empty() => {
-                let l = touched[rng.gen_range(0..touched.len())];
-                let w = g.map_entry_off(l) / 8;
-                (
-                    w,
-                    img.peek(w) ^ bit,
-                    format!("bit flip in the map entry of LBA {l}"),
-                )
-            }
-            1 if touched.len() > 1 => {
-                let a = touched[rng.gen_range(0..touched.len())];
-                let b = touched[rng.gen_range(0..touched.len())];
-                if a == b {
-                    continue;
-                }
-                let w = g.map_entry_off(a) / 8;
-                (
-                    w,
-                    img.peek(g.map_entry_off(b) / 8),
-                    format!("misdirected write: LBA {b}'s map entry written into LBA {a}'s"),
-                )
-            }
-            2 => {
-                let copy = rng.gen_range(0..2u64);
-                let w = copy * (g.sb2_off / 8) + rng.gen_range(0..16);
-                (
-                    w,
-                    img.peek(w) ^ bit,
-                    format!("bit flip in superblock copy {} word {}", copy + 1, w % 512),
-                )
-            }
-            _ => {
-                // Any of the slot's first 40 words: the fast record's first copy (header and
-                // entries), the paper replicas, commit word and intent body; busy or idle.
-                let lane = rng.gen_range(0..g.lanes);
-                let w = g.slot_off(lane) / 8 + rng.gen_range(0..40u64);
-                (
-                    w,
-                    img.peek(w) ^ bit,
-                    format!(
-                        "bit flip in the journal slot of lane {lane}, word {}",
-                        w - g.slot_off(lane) / 8
-                    ),
-                )
-            }
+    // Draws until one names a durable word the fault changes: bounded, and almost always
+    // the first (only a pending word or a misdirected write onto itself is drawn again).
+    for _ in 0..FAULT_DRAWS_MAX {
+        let Some((word, value, what)) = fault_target(img, g, touched, rng) else {
+            continue;
         };
         if pending.contains(&word) || img.peek(word) == value {
             continue;
         }
         img.poke(word, value);
+        debug_assert_eq!(img.peek(word), value);
         return what;
     }
     "none (no durable target)".into()
+}
+
+/// Draws of a media fault's target before giving up (the fault is then "none").
+const FAULT_DRAWS_MAX: usize = 64;
+
+/// One random media fault: (word, the value it would take, what it is), or None for a
+/// misdirected write drawn onto its own entry.
+fn fault_target(
+    img: &SimRegion,
+    g: &Geometry,
+    touched: &[u64],
+    rng: &mut SmallRng,
+) -> Option<(u64, u64, String)> {
+    // The superblock's word index below is taken modulo a page: copy 2 starts on one.
+    debug_assert!(
+        g.sb2_off.is_multiple_of(4096),
+        "superblock copy 2 is page-aligned"
+    );
+    let bit = 1u64 << rng.gen_range(0..64);
+    let target = match rng.gen_range(0..4) {
+        0 if !touched.is_empty() => {
+            let l = touched[rng.gen_range(0..touched.len())];
+            let w = g.map_entry_off(l) / 8;
+            (
+                w,
+                img.peek(w) ^ bit,
+                format!("bit flip in the map entry of LBA {l}"),
+            )
+        }
+        1 if touched.len() > 1 => {
+            let a = touched[rng.gen_range(0..touched.len())];
+            let b = touched[rng.gen_range(0..touched.len())];
+            if a == b {
+                return None;
+            }
+            let w = g.map_entry_off(a) / 8;
+            (
+                w,
+                img.peek(g.map_entry_off(b) / 8),
+                format!("misdirected write: LBA {b}'s map entry written into LBA {a}'s"),
+            )
+        }
+        2 => {
+            let copy = rng.gen_range(0..2u64);
+            let w = copy * (g.sb2_off / 8) + rng.gen_range(0..16);
+            (
+                w,
+                img.peek(w) ^ bit,
+                format!("bit flip in superblock copy {} word {}", copy + 1, w % 512),
+            )
+        }
+        _ => {
+            // Any of the slot's first 40 words: the fast record's first copy (header and
+            // entries), the paper replicas, commit word and intent body; busy or idle.
+            let lane = rng.gen_range(0..g.lanes);
+            let w = g.slot_off(lane) / 8 + rng.gen_range(0..40u64);
+            (
+                w,
+                img.peek(w) ^ bit,
+                format!(
+                    "bit flip in the journal slot of lane {lane}, word {}",
+                    w - g.slot_off(lane) / 8
+                ),
+            )
+        }
+    };
+    debug_assert!(
+        target.0 < img.len() / 8,
+        "the fault's word is in the region"
+    );
+    Some(target)
 }
 
 #[cfg(test)]

@@ -1,4 +1,7 @@
-//! Seeded bugs (src/nvramdisk/bugs.rs): each one is a real deviation, and a real mistake.
+//! Seeded bugs (nvramdisk's src/bugs.rs): each one is a real deviation, and a real mistake,
+//! exposed first under the fault model the checker records for it
+//! (src/target/nvramdisk/weakest.rs). These tests live with the checker because that model is
+//! a crash-checker fact: the device crate knows nothing of the crash model.
 //!
 //! For every bug two tests:
 //!
@@ -14,10 +17,10 @@
 //!   is read. Rule: every block an operation touched reads all old or all new, together for an
 //!   atomic multi-block write, and new once the operation has returned; every other block
 //!   reads what it held. Models are tried from M0 up; the first that yields a violation is
-//!   printed (`--nocapture`) and must be the catalogue's `weakest` (neither stronger: the
-//!   catalogue would promise too much; nor weaker: it would overstate what catching the bug
-//!   takes). The same search over the same workload without the bug (the control), under the
-//!   catalogue's model, must find nothing.
+//!   printed (`--nocapture`) and must be the checker's `weakest_model` (neither stronger: the
+//!   checker would promise too much; nor weaker: it would overstate what catching the bug
+//!   takes). The same search over the same workload without the bug (the control), under that
+//!   model, must find nothing.
 //!
 //! Images are opened with `allow_damaged` so that damage is seen, not just refused: damage
 //! recovery reports is a violation, except under M2 a map entry that no operation touched,
@@ -34,6 +37,7 @@
 //! before every fence, whose images include those of every earlier point of its epoch.
 //! `ALL_POINTS=1` checks after every event instead (about a minute).
 
+use nvstack_crashtest::target::nvramdisk::weakest::weakest_model;
 use nvstack_nvramdisk::bugs::{self, SeededBug};
 use nvstack_nvramdisk::{
     format_region, Action, Event, FormatOptions, Geometry, Hook, NvramDisk, OpenOptions, Phase,
@@ -765,6 +769,7 @@ fn events_differ(bug: SeededBug) {
 
 fn harm(bug: SeededBug) {
     let info = bugs::info(bug);
+    let weakest = weakest_model(bug);
     let paper = info.protocol == Protocol::Paper;
     let run = scenario(bug, Some(bug));
     let mut found = None;
@@ -795,23 +800,23 @@ fn harm(bug: SeededBug) {
     );
     assert_eq!(
         model_rank(v.model),
-        model_rank(info.weakest),
-        "{}: first found under {}, the catalogue says {}: {v}",
+        model_rank(weakest),
+        "{}: first found under {}, the checker says {}: {v}",
         info.name,
         v.model.name(),
-        info.weakest.name()
+        weakest.name()
     );
-    // The control: the same workload and search without the bug, under the catalogue's
-    // model (at least as strong as the one that caught the bug).
+    // The control: the same workload and search without the bug, under the checker's model
+    // for it (at least as strong as the one that caught the bug).
     let control = scenario(bug, None);
-    let c = search(&control, info.weakest, paper);
+    let c = search(&control, weakest, paper);
     if let Some(v) = c.violation {
         panic!("{}: the control (no bug) fails too: {v}", info.name);
     }
     println!(
         "{}: control clean under {} ({} images)",
         info.name,
-        info.weakest.name(),
+        weakest.name(),
         c.images
     );
     if let Some(h) = c.hole {
