@@ -117,7 +117,10 @@ def rust_files(paths):
     for p in paths:
         if os.path.isdir(p):
             for root, dirs, files in os.walk(p):
-                dirs[:] = [d for d in dirs if d != "target"]
+                # Cargo's build directory (marked by CACHEDIR.TAG), not source folders that
+                # happen to be named target (crates/crashtest/src/target).
+                dirs[:] = [d for d in dirs
+                           if not os.path.exists(os.path.join(root, d, "CACHEDIR.TAG"))]
                 for f in sorted(files):
                     if f.endswith(".rs"):
                         yield os.path.join(root, f)

@@ -5,8 +5,9 @@
 use nvstack_core::blockdev::BlockDevice;
 use std::collections::BTreeMap;
 
-/// Contents of block `lba` at `version`: a stamp (lba, version, crc32c of the rest), then a
-/// pattern derived from both, so that a torn, misplaced or stale block is recognised.
+/// Contents of block `lba` at `version`: a stamp (lba, version, crc32c of both and of the
+/// rest), then a pattern derived from both, so that a torn, misplaced or stale block is
+/// recognised.
 pub fn block(lba: u64, version: u64, bytes: usize) -> Vec<u8> {
     let mut b = vec![0u8; bytes];
     fill_block(lba, version, &mut b);
@@ -29,7 +30,7 @@ pub fn fill_block(lba: u64, version: u64, b: &mut [u8]) {
     let stamp = Stamp {
         lba,
         version,
-        crc: crc32c::crc32c(&b[STAMP_BYTES..]),
+        crc: block_crc(lba, version, &b[STAMP_BYTES..]),
     };
     b[..STAMP_BYTES].copy_from_slice(&stamp.to_bytes());
     // Pair assertion, write side: what is encoded decodes to the same block and version.
@@ -37,8 +38,17 @@ pub fn fill_block(lba: u64, version: u64, b: &mut [u8]) {
     debug_assert_eq!(decode_block(lba, b), Ok(Some(version)));
 }
 
-/// Bytes of a block's stamp: LBA, version, then the CRC32C of the pattern after it.
+/// Bytes of a block's stamp: LBA, version, then the CRC32C of the three.
 const STAMP_BYTES: usize = 20;
+
+/// The CRC32C of a block's LBA, version and pattern. The LBA and version are covered too: a
+/// block torn between two versions (one's stamp words, the other's pattern) must not read as
+/// either.
+fn block_crc(lba: u64, version: u64, pattern: &[u8]) -> u32 {
+    let head = crc32c::crc32c(&lba.to_le_bytes());
+    let head = crc32c::crc32c_append(head, &version.to_le_bytes());
+    crc32c::crc32c_append(head, pattern)
+}
 
 /// The head of every block the oracle writes: who wrote it, and the checksum of the rest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +85,7 @@ pub enum BlockError {
     /// The block's stamp names another LBA: a misdirected write or a page mapped twice.
     #[error("holds LBA {holds_lba}'s contents")]
     Misplaced { holds_lba: u64 },
-    /// The checksum over the pattern fails: the block is torn.
+    /// The checksum over the stamp and the pattern fails: the block is torn.
     #[error("torn: its checksum fails")]
     Torn,
 }
@@ -94,7 +104,7 @@ pub fn decode_block(lba: u64, b: &[u8]) -> Result<Option<u64>, BlockError> {
             holds_lba: stamp.lba,
         });
     }
-    if stamp.crc != crc32c::crc32c(&b[STAMP_BYTES..]) {
+    if stamp.crc != block_crc(stamp.lba, stamp.version, &b[STAMP_BYTES..]) {
         return Err(BlockError::Torn);
     }
     Ok(Some(stamp.version))
@@ -304,6 +314,16 @@ mod tests {
         assert_eq!(decode_block(7, &t), Err(BlockError::Torn));
         assert_eq!(BlockError::Torn.to_string(), "torn: its checksum fails");
         assert_eq!(decode_block(7, &[0u8; 512]), Ok(None));
+        // Torn at the version word: version 4's stamp words over version 3's pattern (and the
+        // other way round) is neither version. (The checksum once covered the pattern only,
+        // and this read as version 4.)
+        let newer = block(7, 4, 512);
+        let mut t = b.clone();
+        t[..16].copy_from_slice(&newer[..16]);
+        assert_eq!(decode_block(7, &t), Err(BlockError::Torn));
+        let mut t = newer.clone();
+        t[8..16].copy_from_slice(&b[8..16]);
+        assert_eq!(decode_block(7, &t), Err(BlockError::Torn));
     }
 
     #[test]
