@@ -1095,6 +1095,15 @@ pub fn persist_method_description() -> String {
     PersistMethod::detect().to_string()
 }
 
+/// The peer library, for a test. Missing, the test fails naming what to install: a test of the
+/// peer never passes without the peer (scripts/deps.sh installs it when run as root).
+#[cfg(test)]
+pub(crate) fn required_for_test() -> PmemBlkLib {
+    PmemBlkLib::load().unwrap_or_else(|e| {
+        panic!("libpmemblk is missing: install Debian's libpmemblk-dev (scripts/deps.sh does, as root): {e}")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1103,14 +1112,6 @@ mod tests {
 
     const BLOCK: usize = 4096;
     const POOL: u64 = 64 << 20;
-
-    /// The peer library. Missing, the test fails naming what to install: a test of the peer
-    /// never passes without the peer (scripts/deps.sh installs it when run as root).
-    fn lib() -> PmemBlkLib {
-        PmemBlkLib::load().unwrap_or_else(|e| {
-            panic!("libpmemblk is missing: install Debian's libpmemblk-dev (scripts/deps.sh does, as root): {e}")
-        })
-    }
 
     fn shm_dir() -> tempfile::TempDir {
         tempfile::Builder::new()
@@ -1132,7 +1133,7 @@ mod tests {
 
     #[test]
     fn create_write_read_reopen() {
-        let lib = lib();
+        let lib = required_for_test();
         let dir = shm_dir();
         let path = dir.path().join("pool");
         let lbas: Vec<u64>;
@@ -1186,7 +1187,7 @@ mod tests {
 
     #[test]
     fn unaligned_buffers_work() {
-        let lib = lib();
+        let lib = required_for_test();
         let dir = shm_dir();
         let pool = PmemBlkPool::create(&lib, &dir.path().join("pool"), BLOCK, POOL).unwrap();
         let mut backing = vec![0u8; BLOCK + 3];
@@ -1199,7 +1200,7 @@ mod tests {
 
     #[test]
     fn bad_arguments_fail_before_c() {
-        let lib = lib();
+        let lib = required_for_test();
         let dir = shm_dir();
         let path = dir.path().join("pool");
         let pool = PmemBlkPool::create(&lib, &path, BLOCK, POOL).unwrap();
@@ -1245,7 +1246,7 @@ mod tests {
 
     #[test]
     fn two_threads_disjoint_lbas() {
-        let lib = lib();
+        let lib = required_for_test();
         let dir = shm_dir();
         let pool =
             Arc::new(PmemBlkPool::create(&lib, &dir.path().join("pool"), BLOCK, POOL).unwrap());
@@ -1278,7 +1279,7 @@ mod tests {
 
     #[test]
     fn load_forces_pmem_and_reports_missing_library_by_name() {
-        let _lib = lib();
+        let _lib = required_for_test();
         // Set by load() unless the user had set it.
         assert!(std::env::var_os(FORCE_PMEM_VAR).is_some());
         assert!(PmemBlkLib::loaded().is_some());

@@ -8,38 +8,9 @@
 //! has just built (the test profile keeps debug assertions on and is 2-3 times slower).
 
 use serde_json::Value;
-use std::process::Command;
 
-fn bin() -> String {
-    std::env::var("NVSTACK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvstack").to_string())
-}
-
-struct Run {
-    code: i32,
-    out: String,
-    err: String,
-}
-
-fn run(args: &[&str]) -> Run {
-    let o = Command::new(bin())
-        .args(args)
-        .output()
-        .expect("run nvstack");
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(
-        !err.contains("panicked"),
-        "nvstack {args:?} panicked: {err}"
-    );
-    Run {
-        code: o.status.code().expect("exited, not killed"),
-        out: String::from_utf8_lossy(&o.stdout).into_owned(),
-        err,
-    }
-}
-
-fn json(r: &Run) -> Value {
-    serde_json::from_str(&r.out).unwrap_or_else(|e| panic!("bad JSON ({e}): {}\n{}", r.out, r.err))
-}
+mod common;
+use common::{json, run};
 
 fn states(v: &Value) -> Vec<String> {
     v["states_covered"]
@@ -52,9 +23,7 @@ fn states(v: &Value) -> Vec<String> {
 
 #[test]
 fn default_exhaustive_run_is_clean_and_covers_the_states() {
-    let r = run(&["crashtest", "--json"]);
-    let v = json(&r);
-    assert_eq!(r.code, 0, "{}", r.out);
+    let v = json(&["crashtest", "--json"]);
     assert_eq!(v["violations"], 0);
     for k in [
         "crash_points",
@@ -116,7 +85,7 @@ fn flushed_orderings_reach_the_corrupt_field_states_of_table_2() {
         "write-1",
         "--json",
     ]);
-    let v = json(&r);
+    let v = r.json();
     let s = states(&v);
     for st in [
         "S0", "S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11",
@@ -131,9 +100,7 @@ fn flushed_orderings_reach_the_corrupt_field_states_of_table_2() {
 #[test]
 fn a_million_randomized_cycles_are_clean() {
     // 500,000 cycles per protocol.
-    let r = run(&["crashtest", "--random-cycles", "500000", "--json"]);
-    let v = json(&r);
-    assert_eq!(r.code, 0, "{}", r.out);
+    let v = json(&["crashtest", "--random-cycles", "500000", "--json"]);
     assert_eq!(v["violations"], 0);
     assert!(
         v["cycles"].as_u64().unwrap() >= 1_000_000,
@@ -144,7 +111,7 @@ fn a_million_randomized_cycles_are_clean() {
 
 #[test]
 fn media_faults_are_detected_never_returned_as_data() {
-    let r = run(&[
+    let v = json(&[
         "crashtest",
         "--random-cycles",
         "30000",
@@ -152,8 +119,6 @@ fn media_faults_are_detected_never_returned_as_data() {
         "M3",
         "--json",
     ]);
-    let v = json(&r);
-    assert_eq!(r.code, 0, "{}", r.out);
     assert_eq!(v["violations"], 0);
     let faults = v["media_faults"].as_u64().unwrap();
     let detected = v["media_detected_at_open"].as_u64().unwrap()
@@ -168,14 +133,14 @@ fn media_faults_are_detected_never_returned_as_data() {
 #[test]
 fn every_seeded_bug_is_caught_under_its_weakest_model() {
     let list = run(&["crashtest", "--seeded-bug", "list", "--json"]);
-    let bugs: Vec<Value> = serde_json::from_str(&list.out).unwrap();
+    let bugs: Vec<Value> = serde_json::from_str(&list.stdout).unwrap();
     assert!(bugs.len() >= 15);
     assert!(bugs.iter().filter(|b| b["weakest"] == "M2").count() >= 3);
     let mut failures = Vec::new();
     for b in &bugs {
         let name = b["name"].as_str().unwrap();
         let r = run(&["crashtest", "--seeded-bug", name, "--json"]);
-        let v = json(&r);
+        let v = r.json();
         let sb = &v["seeded_bug"];
         if r.code != 1 || sb["caught"] != true || sb["caught_under"] != b["weakest"] {
             failures.push(format!(
@@ -210,7 +175,7 @@ fn the_papers_hazard_shows_with_flushes_and_not_with_non_temporal_stores() {
     let mut p6 = base.to_vec();
     p6.extend(["--ordering", "p6"]);
     let r = run(&p6);
-    let v = json(&r);
+    let v = r.json();
     assert_eq!(r.code, 1);
     // A write of LBA 16 or 17 corrupts another entry of their map line.
     let hit = v["violation_details"].as_array().unwrap().iter().any(|d| {
@@ -226,7 +191,7 @@ fn the_papers_hazard_shows_with_flushes_and_not_with_non_temporal_stores() {
     assert_eq!(
         r.code, 0,
         "with non-temporal map writes nothing is lost: {}",
-        r.out
+        r.stdout
     );
 }
 
@@ -244,7 +209,7 @@ fn a_violation_replays_from_its_seed() {
         "7",
         "--json",
     ]);
-    let v = json(&r);
+    let v = r.json();
     assert_eq!(r.code, 1);
     let d = &v["violation_details"][0];
     let step = d["step"].as_u64().unwrap();
@@ -257,11 +222,11 @@ fn a_violation_replays_from_its_seed() {
         "--seeded-bug",
         "fast-no-map-fence",
     ]);
-    assert_eq!(rr.code, 1, "{}", rr.out);
+    assert_eq!(rr.code, 1, "{}", rr.stdout);
     assert!(
-        rr.out.contains(&format!("VIOLATION at cycle {step}")),
+        rr.stdout.contains(&format!("VIOLATION at cycle {step}")),
         "{}",
-        rr.out
+        rr.stdout
     );
 }
 
@@ -277,7 +242,7 @@ fn bad_arguments_are_refused() {
         vec!["crashtest", "--threads", "0"],
     ] {
         let r = run(&args);
-        assert_eq!(r.code, 2, "{args:?}: {} {}", r.out, r.err);
-        assert!(!r.err.trim().is_empty(), "{args:?}: no message");
+        assert_eq!(r.code, 2, "{args:?}: {} {}", r.stdout, r.stderr);
+        assert!(!r.stderr.trim().is_empty(), "{args:?}: no message");
     }
 }

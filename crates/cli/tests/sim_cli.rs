@@ -8,44 +8,13 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn bin() -> String {
-    std::env::var("NVSTACK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvstack").to_string())
-}
+mod common;
+use common::{bin, json, run};
 
 fn tpcc() -> String {
     nvstack_test_support::shared_trace("tpcc-small.trace")
         .to_string_lossy()
         .into_owned()
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn nvstack(args: &[&str]) -> Out {
-    let o = Command::new(bin())
-        .args(args)
-        .output()
-        .expect("run nvstack");
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    let code = o
-        .status
-        .code()
-        .unwrap_or_else(|| panic!("killed by a signal: {stderr}"));
-    assert!(!stderr.contains("panicked"), "panic: {stderr}");
-    Out {
-        code,
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr,
-    }
-}
-
-fn json(args: &[&str]) -> Value {
-    let o = nvstack(args);
-    assert_eq!(o.code, 0, "nvstack {args:?}: {}", o.stderr);
-    serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", o.stdout))
 }
 
 fn u(v: &Value, field: &str) -> u64 {
@@ -310,12 +279,12 @@ fn bad_arguments_exit_2_naming_what_is_wrong() {
         ),
     ] {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
-        let o = nvstack(&args);
+        let o = run(&args);
         assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
         assert!(o.stderr.contains(says), "{args:?}: {}", o.stderr);
         assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
     }
-    let o = nvstack(&[
+    let o = run(&[
         "sim",
         "cache",
         "--trace",
@@ -370,7 +339,7 @@ fn bad_arguments_exit_2_naming_what_is_wrong() {
         ][..],
         &["sim", "sweep", "--seeds", "0", "--output", "/tmp/unused"][..],
     ] {
-        let o = nvstack(args);
+        let o = run(args);
         assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
         assert!(!o.stderr.is_empty(), "{args:?}");
     }
@@ -459,7 +428,7 @@ fn a_small_sweep_writes_every_table_and_figure() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("sweep");
     let trace = format!("{}:disksim", tpcc());
-    let o = nvstack(&[
+    let o = run(&[
         "sim",
         "sweep",
         "--trace",

@@ -5,45 +5,12 @@
 
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::Command;
 
-fn bin() -> String {
-    std::env::var("NVSTACK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvstack").to_string())
-}
+mod common;
+use common::{json, run};
 
 fn tpcc() -> PathBuf {
     nvstack_test_support::shared_trace("tpcc-small.trace")
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn nvstack(args: &[&str]) -> Out {
-    let o = Command::new(bin())
-        .args(args)
-        .output()
-        .expect("run nvstack");
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    // A signal (no exit code) or a panic message is a failure whatever the code.
-    let code = o
-        .status
-        .code()
-        .unwrap_or_else(|| panic!("killed by a signal: {stderr}"));
-    assert!(!stderr.contains("panicked"), "panic: {stderr}");
-    Out {
-        code,
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr,
-    }
-}
-
-fn json(args: &[&str]) -> Value {
-    let o = nvstack(args);
-    assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
-    serde_json::from_str(&o.stdout).expect("one JSON document on stdout")
 }
 
 fn u(v: &Value, field: &str) -> u64 {
@@ -164,7 +131,7 @@ fn tpcc_small_with_a_half_megabyte_buffer() {
 #[test]
 fn the_table_names_both_runs() {
     let trace = tpcc();
-    let o = nvstack(&[
+    let o = run(&[
         "sim",
         "lfs",
         "--trace",
@@ -333,7 +300,7 @@ fn bad_arguments_exit_2_naming_the_flag() {
     ];
     for (extra, flag) in cases {
         let args: Vec<&str> = base.iter().chain(extra.iter()).copied().collect();
-        let o = nvstack(&args);
+        let o = run(&args);
         assert_eq!(o.code, 2, "{extra:?}: exit {} ({})", o.code, o.stderr);
         assert!(
             o.stderr.contains(flag),
@@ -345,7 +312,7 @@ fn bad_arguments_exit_2_naming_the_flag() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("bad.trace");
     std::fs::write(&p, "0 0 0 8 0\n1 0 0 8 7\n").unwrap();
-    let o = nvstack(&[
+    let o = run(&[
         "sim",
         "lfs",
         "--trace",

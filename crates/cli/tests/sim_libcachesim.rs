@@ -24,13 +24,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
 const MISSING: &str = "libcachesim is needed for the exact LRU comparison: run scripts/test.sh \
      (scripts/deps.sh makes a venv with PyPI's libcachesim==0.3.5 under target/) or set \
      NVSTACK_LIBCACHESIM_PYTHON to a python that can `import libcachesim`";
-
-fn nvstack() -> String {
-    std::env::var("NVSTACK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvstack").to_string())
-}
 
 /// Straight to the process's stderr, past the test harness's capture, so CI logs show it.
 fn note(msg: &str) {
@@ -77,7 +75,7 @@ fn u(v: &Value, k: &str) -> u64 {
 }
 
 fn our_misses(trace: &Path, format: &str, cache_bytes: u64, delayed: &str) -> (u64, u64) {
-    let v = run_json(Command::new(nvstack()).args([
+    let v = common::json(&[
         "sim",
         "cache",
         "--trace",
@@ -95,13 +93,13 @@ fn our_misses(trace: &Path, format: &str, cache_bytes: u64, delayed: &str) -> (u
         "--delayed-writeback",
         delayed,
         "--json",
-    ]));
+    ]);
     (u(&v, "misses"), u(&v, "block_accesses"))
 }
 
 /// Write the block-level trace of `trace` in `out_format`; returns its block accesses.
 fn write_blocks(trace: &Path, format: &str, out: &Path, out_format: &str) -> u64 {
-    let v = run_json(Command::new(nvstack()).args([
+    let v = common::json(&[
         "sim",
         "blocks",
         "--trace",
@@ -113,7 +111,7 @@ fn write_blocks(trace: &Path, format: &str, out: &Path, out_format: &str) -> u64
         "--out-format",
         out_format,
         "--json",
-    ]));
+    ]);
     u(&v, "block_accesses")
 }
 

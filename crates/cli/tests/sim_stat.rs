@@ -4,7 +4,9 @@
 
 use nvstack_test_support::{sample_trace as data, shared_trace as shared};
 use std::path::PathBuf;
-use std::process::Command;
+
+mod common;
+use common::{json, run};
 
 /// Writes `text` to a file `name` in a fresh directory.
 fn file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
@@ -14,40 +16,27 @@ fn file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, p)
 }
 
-fn bin() -> String {
-    std::env::var("NVSTACK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvstack").to_string())
-}
-
 /// Runs `nvstack sim stat ARGS`: exit code, stdout, stderr.
 fn stat(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(bin())
-        .args(["sim", "stat"])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let r = run(&[&["sim", "stat"], args].concat());
+    (r.code, r.stdout, r.stderr)
 }
 
-fn json(stdout: &str) -> serde_json::Value {
-    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+/// Runs `nvstack sim stat ARGS`, which must exit 0: its stdout as JSON.
+fn stat_json(args: &[&str]) -> serde_json::Value {
+    json(&[&["sim", "stat"], args].concat())
 }
 
 #[test]
 fn cli_stat_of_the_real_traces() {
     let p = shared("cloudPhysicsIO.csv");
-    let (code, out, err) = stat(&[
+    let v = stat_json(&[
         "--trace",
         p.to_str().unwrap(),
         "--format",
         "cloudphysics",
         "--json",
     ]);
-    assert_eq!(code, 0, "{err}");
-    let v = json(&out);
     for (k, want) in [
         ("requests", 113_872u64),
         ("block_accesses", 1_141_869),
@@ -59,7 +48,7 @@ fn cli_stat_of_the_real_traces() {
         ("last_time_ns", 5_641_098_000_000_000),
         ("skipped_lines", 0),
     ] {
-        assert_eq!(v[k].as_u64(), Some(want), "{k}: {out}");
+        assert_eq!(v[k].as_u64(), Some(want), "{k}: {v}");
     }
     assert_eq!(v["format"], "cloudphysics");
     let p = shared("tpcc-small.trace");
@@ -86,7 +75,7 @@ fn cli_a_bad_line_exits_2_naming_file_line_and_problem() {
         )),
         "{err}"
     );
-    let (code, out, err) = stat(&[
+    let v = stat_json(&[
         "--trace",
         ps,
         "--format",
@@ -94,8 +83,6 @@ fn cli_a_bad_line_exits_2_naming_file_line_and_problem() {
         "--skip-bad-lines",
         "--json",
     ]);
-    assert_eq!(code, 0, "{err}");
-    let v = json(&out);
     assert_eq!(
         (v["requests"].as_u64(), v["skipped_lines"].as_u64()),
         (Some(2), Some(1))
@@ -129,7 +116,7 @@ fn cli_fio_v2_needs_interarrival() {
     let (code, _, err) = stat(&["--trace", ps, "--format", "fio"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--interarrival"), "{err}");
-    let (code, out, err) = stat(&[
+    let v = stat_json(&[
         "--trace",
         ps,
         "--format",
@@ -138,8 +125,6 @@ fn cli_fio_v2_needs_interarrival() {
         "100",
         "--json",
     ]);
-    assert_eq!(code, 0, "{err}");
-    let v = json(&out);
     assert_eq!(v["requests"].as_u64(), Some(16));
     assert_eq!(v["sync_writes"].as_u64(), Some(12));
     assert_eq!(v["last_time_ns"].as_u64(), Some(1_500_000));
@@ -153,10 +138,7 @@ fn cli_stat_of_the_samples() {
         ("fio-v3-two-files.iolog", "fio", 16, 2),
     ] {
         let p = data(name);
-        let (code, out, err) =
-            stat(&["--trace", p.to_str().unwrap(), "--format", format, "--json"]);
-        assert_eq!(code, 0, "{name}: {err}");
-        let v = json(&out);
+        let v = stat_json(&["--trace", p.to_str().unwrap(), "--format", format, "--json"]);
         assert_eq!(
             (v["requests"].as_u64(), v["streams"].as_u64()),
             (Some(requests), Some(streams)),

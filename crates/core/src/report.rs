@@ -1,14 +1,16 @@
 //! Text output shared by every command: aligned tables and counts with thousands separators.
 
-/// A count with thousands separators (`1,141,869`); "-" for a value that is not finite.
+/// A count with thousands separators (`1,141,869`, `-1,234`); "-" for a value that is not finite.
 pub fn fmt_count(v: f64) -> String {
     if !v.is_finite() {
         return "-".into();
     }
     let s = format!("{:.0}", v);
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+    // Group the digits only: a separator counted from the sign's position gave "-,123".
+    let (sign, digits) = s.split_at(usize::from(s.starts_with('-')));
+    let mut out = String::from(sign);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
             out.push(',');
         }
         out.push(c);
@@ -48,4 +50,37 @@ pub fn render(header: &[&str], cells: &[Vec<String>], right: &[bool]) -> String 
         s.push('\n');
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fmt_count_groups_thousands_after_the_sign() {
+        for (v, want) in [
+            (0.0, "0"),
+            (7.0, "7"),
+            (999.0, "999"),
+            (1000.0, "1,000"),
+            (123_456.0, "123,456"),
+            (1_141_869.0, "1,141,869"),
+            (999.6, "1,000"),
+            (-7.0, "-7"),
+            (-123.0, "-123"),
+            (-999.0, "-999"),
+            (-1000.0, "-1,000"),
+            (-123_456.0, "-123,456"),
+            (-1_234_567.0, "-1,234,567"),
+        ] {
+            assert_eq!(fmt_count(v), want, "fmt_count({v})");
+        }
+    }
+
+    #[test]
+    fn fmt_count_of_a_value_that_is_not_finite_is_a_dash() {
+        for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert_eq!(fmt_count(v), "-", "fmt_count({v})");
+        }
+    }
 }

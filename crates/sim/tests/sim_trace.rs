@@ -27,49 +27,6 @@ fn skipping() -> ReaderOptions {
     }
 }
 
-/// Everything the tests count about a trace: [`trace::stat`]'s counts without the trace's name,
-/// format and block size, so that each test states the figures alone.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Summary {
-    requests: u64,
-    read_requests: u64,
-    write_requests: u64,
-    sync_writes: u64,
-    read_bytes: u64,
-    write_bytes: u64,
-    block_accesses: u64,
-    reads: u64,
-    writes: u64,
-    distinct_blocks: u64,
-    distinct_written_blocks: u64,
-    streams: u64,
-    first_time_ns: Option<u64>,
-    last_time_ns: Option<u64>,
-    skipped_lines: u64,
-}
-
-impl From<TraceStat> for Summary {
-    fn from(s: TraceStat) -> Summary {
-        Summary {
-            requests: s.requests,
-            read_requests: s.read_requests,
-            write_requests: s.write_requests,
-            sync_writes: s.sync_writes,
-            read_bytes: s.read_bytes,
-            write_bytes: s.write_bytes,
-            block_accesses: s.block_accesses,
-            reads: s.reads,
-            writes: s.writes,
-            distinct_blocks: s.distinct_blocks,
-            distinct_written_blocks: s.distinct_written_blocks,
-            streams: s.streams,
-            first_time_ns: s.first_time_ns,
-            last_time_ns: s.last_time_ns,
-            skipped_lines: s.skipped_lines,
-        }
-    }
-}
-
 fn requests(
     path: &Path,
     format: TraceFormat,
@@ -85,13 +42,8 @@ fn summarize(
     path: &Path,
     format: TraceFormat,
     o: &ReaderOptions,
-) -> nvstack_core::error::Result<Summary> {
-    let stat = trace::stat(path, format, 4096, o)?;
-    assert_eq!(
-        (stat.trace.as_str(), stat.format, stat.block_bytes),
-        (path.to_str().unwrap(), format, 4096)
-    );
-    let s = Summary::from(stat);
+) -> nvstack_core::error::Result<TraceStat> {
+    let s = trace::stat(path, format, 4096, o)?;
     for r in trace::open(path, format, o)? {
         let r = r?;
         assert!(r.op == Op::Write || !r.sync, "a read is never sync: {r:?}");
@@ -149,7 +101,10 @@ fn cloudphysics_counts_match_the_readme() {
     let s = summarize(&p, TraceFormat::Cloudphysics, &opts()).unwrap();
     assert_eq!(
         s,
-        Summary {
+        TraceStat {
+            trace: p.display().to_string(),
+            format: TraceFormat::Cloudphysics,
+            block_bytes: 4096,
             requests: 113_872,
             read_requests: 46_974,
             write_requests: 66_898,
@@ -199,7 +154,10 @@ fn tpcc_counts_match_the_readme() {
     let s = summarize(&p, TraceFormat::Disksim, &opts()).unwrap();
     assert_eq!(
         s,
-        Summary {
+        TraceStat {
+            trace: p.display().to_string(),
+            format: TraceFormat::Disksim,
+            block_bytes: 4096,
             requests: 6_999,
             read_requests: 4_381,
             write_requests: 2_618,
@@ -252,7 +210,10 @@ fn msr_sample() {
     let s = summarize(&p, TraceFormat::Msr, &opts()).unwrap();
     assert_eq!(
         s,
-        Summary {
+        TraceStat {
+            trace: p.display().to_string(),
+            format: TraceFormat::Msr,
+            block_bytes: 4096,
             requests: 8,
             read_requests: 3,
             write_requests: 5,
@@ -296,7 +257,10 @@ fn blkparse_sample() {
     let s = summarize(&p, TraceFormat::Blkparse, &opts()).unwrap();
     assert_eq!(
         s,
-        Summary {
+        TraceStat {
+            trace: p.display().to_string(),
+            format: TraceFormat::Blkparse,
+            block_bytes: 4096,
             requests: 53,
             read_requests: 39,
             write_requests: 14,
@@ -352,7 +316,10 @@ fn fio_v3_sample() {
     let s = summarize(&p, TraceFormat::Fio, &opts()).unwrap();
     assert_eq!(
         s,
-        Summary {
+        TraceStat {
+            trace: p.display().to_string(),
+            format: TraceFormat::Fio,
+            block_bytes: 4096,
             requests: 16,
             read_requests: 0,
             write_requests: 16,
