@@ -47,7 +47,7 @@ if ! "$lcs_venv/bin/python" -c 'import libcachesim' >/dev/null 2>&1; then
   rm -rf "$lcs_venv"
   if ! { /usr/bin/python3 -m venv "$lcs_venv" &&
     "$lcs_venv/bin/pip" install -q --disable-pip-version-check 'libcachesim==0.3.5'; }; then
-    echo "warning: could not install libcachesim into $lcs_venv: crates/cli/crates/cli/tests/sim_libcachesim.rs will fail (it needs libcachesim)" >&2
+    echo "warning: could not install libcachesim into $lcs_venv: crates/cli/tests/sim_libcachesim.rs will fail (it needs libcachesim)" >&2
     rm -rf "$lcs_venv"
   fi
 fi
