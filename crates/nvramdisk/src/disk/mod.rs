@@ -975,8 +975,10 @@ impl<R: Region> NvramDisk<R> {
         let commit = paper_commit_word(lane.seq, crc);
         domain.store_u64(region, ordering.journal, commit_offset, commit);
         self.signal(Step::IntentCommit, Phase::Stored, commit_offset, 8, lbas[0])?;
-        if self.bug.is_some() {
-            return self.paper_intent_seeded(domain, commit_offset, lbas, news);
+        if self.seeded(SeededBug::PaperIntentCommitNoFence) {
+            // Seeded bug paper-intent-commit-no-fence: no commit between the commit word and
+            // the map stores; the Map step's commit persists both.
+            return self.paper_intent_finish(domain, commit_offset, lbas, news);
         }
         domain.commit(region);
         self.signal(
@@ -987,6 +989,9 @@ impl<R: Region> NvramDisk<R> {
             lbas[0],
         )?;
         debug_assert_eq!(region.load_u64(commit_offset), commit);
+        if self.seeded(SeededBug::PaperIntentClearBeforeMap) {
+            return self.paper_intent_clear_first(domain, commit_offset, lbas, news);
+        }
         self.paper_intent_finish(domain, commit_offset, lbas, news)
     }
 

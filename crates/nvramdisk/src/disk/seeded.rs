@@ -125,9 +125,10 @@ impl<R: Region> NvramDisk<R> {
         }
     }
 
-    /// The paper intent path after its commit word is stored, under a seeded bug.
+    /// Seeded bug paper-intent-clear-before-map: once the commit word is persisted, it is
+    /// cleared, durably, before the map stores are even issued.
     #[cold]
-    pub(super) fn paper_intent_seeded(
+    pub(super) fn paper_intent_clear_first(
         &self,
         domain: &mut CommitDomain,
         commit_offset: u64,
@@ -135,34 +136,16 @@ impl<R: Region> NvramDisk<R> {
         news: &[u64],
     ) -> Result<()> {
         let region = &*self.region;
-        if self.seeded(SeededBug::PaperIntentCommitNoFence) {
-            // Seeded bug paper-intent-commit-no-fence: no commit between the commit word and
-            // the map stores; the Map step's commit persists both.
-            return self.paper_intent_finish(domain, commit_offset, lbas, news);
-        }
+        domain.store_u64(region, self.ordering.journal, commit_offset, 0);
+        self.signal(Step::IntentClear, Phase::Stored, commit_offset, 8, lbas[0])?;
         domain.commit(region);
         self.signal(
-            Step::IntentCommit,
+            Step::IntentClear,
             Phase::Persisted,
             commit_offset,
             8,
             lbas[0],
         )?;
-        if self.seeded(SeededBug::PaperIntentClearBeforeMap) {
-            // Seeded bug paper-intent-clear-before-map: the commit word is cleared, durably,
-            // before the map stores are even issued.
-            domain.store_u64(region, self.ordering.journal, commit_offset, 0);
-            self.signal(Step::IntentClear, Phase::Stored, commit_offset, 8, lbas[0])?;
-            domain.commit(region);
-            self.signal(
-                Step::IntentClear,
-                Phase::Persisted,
-                commit_offset,
-                8,
-                lbas[0],
-            )?;
-            return self.store_map_entries(domain, lbas, news);
-        }
-        self.paper_intent_finish(domain, commit_offset, lbas, news)
+        self.store_map_entries(domain, lbas, news)
     }
 }
