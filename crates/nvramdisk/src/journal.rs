@@ -144,13 +144,23 @@ fn decode_fast_record(bytes: &[u8], check_crc: bool) -> Option<(u64, RecordEntri
 
 /// A decoded fast-protocol record (seq, entries), if either copy in the slot is complete.
 pub fn read_fast_record<R: Region + ?Sized>(region: &R, slot: u64) -> Option<(u64, RecordEntries)> {
-    read_fast_record_copy(region, slot, true)
-        .or_else(|| read_fast_record_copy(region, slot + FAST_RECORD_REPLICA, true))
+    read_fast_record_with(region, slot, true)
 }
 
-/// One copy of a slot's record. Without `check_crc` (seeded bug fast-record-crc-unchecked
-/// only) a record is taken when its seq is non-zero and its count in range.
-pub(crate) fn read_fast_record_copy<R: Region + ?Sized>(
+/// [`read_fast_record`], copy 1 first. Without `check_crc` (seeded bug
+/// fast-record-crc-unchecked only) a copy is taken when its seq is non-zero and its count in
+/// range.
+pub(crate) fn read_fast_record_with<R: Region + ?Sized>(
+    region: &R,
+    slot: u64,
+    check_crc: bool,
+) -> Option<(u64, RecordEntries)> {
+    read_fast_record_copy(region, slot, check_crc)
+        .or_else(|| read_fast_record_copy(region, slot + FAST_RECORD_REPLICA, check_crc))
+}
+
+/// One copy of a slot's record.
+fn read_fast_record_copy<R: Region + ?Sized>(
     region: &R,
     at: u64,
     check_crc: bool,

@@ -34,9 +34,8 @@
 use super::bugs::SeededBug;
 use super::entry::Entry;
 use super::journal::{
-    fast_slot_busy, read_fast_record, read_fast_record_copy, read_paper_intent_body, RecordEntries,
-    FAST_RECORD_REPLICA, LBA_NULL, PAPER_INTENT, PAPER_INTENT_COMMIT, PAPER_L1, PAPER_L2,
-    PAPER_VPN,
+    fast_slot_busy, read_fast_record_with, read_paper_intent_body, RecordEntries, LBA_NULL,
+    PAPER_INTENT, PAPER_INTENT_COMMIT, PAPER_L1, PAPER_L2, PAPER_VPN,
 };
 use super::layout::{Geometry, Protocol};
 use nvstack_pmem::Region;
@@ -170,14 +169,9 @@ fn fast_case<R: Region + ?Sized>(
     if !fast_slot_busy(region, slot) {
         return FastCase::Idle;
     }
-    let record = if bug == Some(SeededBug::FastRecordCrcUnchecked) {
-        // Seeded bug fast-record-crc-unchecked: the checksum is not checked.
-        read_fast_record_copy(region, slot, false)
-            .or_else(|| read_fast_record_copy(region, slot + FAST_RECORD_REPLICA, false))
-    } else {
-        read_fast_record(region, slot)
-    };
-    let Some((seq, entries)) = record else {
+    // Seeded bug fast-record-crc-unchecked: the checksum is not checked.
+    let check_crc = bug != Some(SeededBug::FastRecordCrcUnchecked);
+    let Some((seq, entries)) = read_fast_record_with(region, slot, check_crc) else {
         return FastCase::Torn;
     };
     debug_assert!(seq != 0 && !entries.is_empty(), "a complete record");
