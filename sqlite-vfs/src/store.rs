@@ -1899,15 +1899,24 @@ impl Store {
         let staged = st.lbas.len();
         debug_assert!(staged >= 1 && staged <= self.atomic_blocks);
         debug_assert_eq!(st.partial.len(), staged);
+        self.write_lbas(st, 0)
+    }
+
+    /// One atomic device write of every block staged in `st.lbas` from `st.buf` (data blocks
+    /// from position `first` on: 1 after a directory), then the cache told what was written
+    /// and the counters bumped; `st.lbas` is empty afterwards, written or not.
+    fn write_lbas(&self, st: &mut State, first: usize) -> Result<()> {
+        let count = st.lbas.len();
+        debug_assert!(count >= 1 && count <= self.atomic_blocks);
         let block_bytes = self.geo.block_bytes as usize;
         let result = self
             .dev
-            .write_scattered(&st.lbas[..staged], &st.buf[..staged * block_bytes]);
-        Self::remember(st, 0, result.is_ok());
+            .write_scattered(&st.lbas, &st.buf[..count * block_bytes]);
+        Self::remember(st, first, result.is_ok());
         st.lbas.clear();
         result?;
         st.stats.device_writes += 1;
-        st.stats.blocks_written += staged as u64;
+        st.stats.blocks_written += count as u64;
         Ok(())
     }
 
@@ -1957,16 +1966,8 @@ impl Store {
         );
         dir.encode(&self.geo, &mut st.buf[..block_bytes]);
         st.lbas.insert(0, DIR_LBA);
-        let count = extra + 1;
-        let result = self
-            .dev
-            .write_scattered(&st.lbas[..count], &st.buf[..count * block_bytes]);
-        Self::remember(st, 1, result.is_ok());
-        st.lbas.clear();
-        result?;
-        st.stats.device_writes += 1;
+        self.write_lbas(st, 1)?;
         st.stats.dir_writes += 1;
-        st.stats.blocks_written += count as u64;
         st.dir = dir;
         Ok(())
     }
