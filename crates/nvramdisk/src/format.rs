@@ -104,15 +104,24 @@ impl SuperblockCopies {
             } else {
                 format!("superblock copy 1 (offset 0): {e1}; copy 2 (offset {offset2}): {e2}")
             })),
-            [Err(e), Ok(_)] => Err(Error::bad(format!(
-                "superblock copy 1 (offset 0) is damaged: {e}; copy 2 is intact, so `nvstack \
-                 recover IMAGE` can repair it"
-            ))),
-            [Ok(_), Err(e)] => Err(Error::bad(format!(
-                "superblock copy 2 (offset {offset2}) is damaged: {e}; copy 1 is intact, so \
-                 `nvstack recover IMAGE` can repair it"
-            ))),
+            _ => {
+                let (good, why) = self.repairable().expect("exactly one copy is damaged");
+                Err(Error::bad(format!(
+                    "{}; copy {} is intact, so `nvstack recover IMAGE` can repair it",
+                    self.damage(1 - good, why),
+                    good + 1
+                )))
+            }
         }
+    }
+
+    /// "superblock copy N (offset O) is damaged: WHY", for copy index `copy`.
+    fn damage(&self, copy: usize, why: &str) -> String {
+        let offset = self.offsets()[copy];
+        format!(
+            "superblock copy {} (offset {offset}) is damaged: {why}",
+            copy + 1
+        )
     }
 
     /// Each copy's state: "copy N (offset O): ok", or its damage.
@@ -137,7 +146,6 @@ impl SuperblockCopies {
     /// found (a damaged copy, or two valid copies that disagree). Err when neither copy is
     /// valid, naming copy 1's damage.
     pub fn intact(&self) -> Result<(Superblock, usize, Vec<String>)> {
-        let offsets = self.offsets();
         match &self.decoded {
             [Err(e), Err(_)] => Err(Error::bad(format!("no valid superblock copy: {e}"))),
             [Ok(first), Ok(second)] => {
@@ -148,19 +156,11 @@ impl SuperblockCopies {
                 };
                 Ok((*first, 0, findings))
             }
-            [Ok(first), Err(e)] => Ok((
-                *first,
-                0,
-                vec![format!(
-                    "superblock copy 2 (offset {}) is damaged: {e}",
-                    offsets[1]
-                )],
-            )),
-            [Err(e), Ok(second)] => Ok((
-                *second,
-                1,
-                vec![format!("superblock copy 1 (offset 0) is damaged: {e}")],
-            )),
+            _ => {
+                let (good, why) = self.repairable().expect("exactly one copy is damaged");
+                let sb = *self.decoded[good].as_ref().expect("the intact copy");
+                Ok((sb, good, vec![self.damage(1 - good, why)]))
+            }
         }
     }
 }
