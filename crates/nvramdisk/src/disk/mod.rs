@@ -990,7 +990,10 @@ impl<R: Region> NvramDisk<R> {
         )?;
         debug_assert_eq!(region.load_u64(commit_offset), commit);
         if self.seeded(SeededBug::PaperIntentClearBeforeMap) {
-            return self.paper_intent_clear_first(domain, commit_offset, lbas, news);
+            // Seeded bug paper-intent-clear-before-map: the commit word is cleared, durably,
+            // before the map stores are even issued.
+            self.clear_intent(domain, commit_offset, lbas[0])?;
+            return self.store_map_entries(domain, lbas, news);
         }
         self.paper_intent_finish(domain, commit_offset, lbas, news)
     }
@@ -1003,19 +1006,18 @@ impl<R: Region> NvramDisk<R> {
         lbas: &[u64],
         news: &[u64],
     ) -> Result<()> {
-        let region = &*self.region;
         self.store_map_entries(domain, lbas, news)?;
+        self.clear_intent(domain, commit_offset, lbas[0])
+    }
+
+    /// Step IntentClear: the commit word := 0, persisted.
+    fn clear_intent(&self, domain: &mut CommitDomain, commit_offset: u64, lba: u64) -> Result<()> {
+        let region = &*self.region;
         domain.store_u64(region, self.ordering.journal, commit_offset, 0);
-        self.signal(Step::IntentClear, Phase::Stored, commit_offset, 8, lbas[0])?;
+        self.signal(Step::IntentClear, Phase::Stored, commit_offset, 8, lba)?;
         domain.commit(region);
         debug_assert_eq!(region.load_u64(commit_offset), 0, "commit word cleared");
-        self.signal(
-            Step::IntentClear,
-            Phase::Persisted,
-            commit_offset,
-            8,
-            lbas[0],
-        )
+        self.signal(Step::IntentClear, Phase::Persisted, commit_offset, 8, lba)
     }
 
     /// Read whole blocks. A reader never writes anything; it copies the page its map entry

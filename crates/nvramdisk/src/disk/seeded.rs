@@ -124,28 +124,4 @@ impl<R: Region> NvramDisk<R> {
             }
         }
     }
-
-    /// Seeded bug paper-intent-clear-before-map: once the commit word is persisted, it is
-    /// cleared, durably, before the map stores are even issued.
-    #[cold]
-    pub(super) fn paper_intent_clear_first(
-        &self,
-        domain: &mut CommitDomain,
-        commit_offset: u64,
-        lbas: &[u64],
-        news: &[u64],
-    ) -> Result<()> {
-        let region = &*self.region;
-        domain.store_u64(region, self.ordering.journal, commit_offset, 0);
-        self.signal(Step::IntentClear, Phase::Stored, commit_offset, 8, lbas[0])?;
-        domain.commit(region);
-        self.signal(
-            Step::IntentClear,
-            Phase::Persisted,
-            commit_offset,
-            8,
-            lbas[0],
-        )?;
-        self.store_map_entries(domain, lbas, news)
-    }
 }
