@@ -14,6 +14,10 @@ pub enum Error {
     /// Something outside nvstack: a missing tool, a lock held by another process, mmap failure.
     #[error("{0}")]
     Environment(String),
+    /// No room for a write without breaking a promise (a UBJ cache full of dirty and frozen
+    /// blocks with autocommit off: a commit would split the caller's transaction). ENOSPC.
+    #[error("{0}")]
+    NoSpace(String),
     /// A write interrupted on purpose at an injected stop point (tests and the demo only).
     #[error("write interrupted at injected stop point {0}")]
     Stopped(u64),
@@ -26,7 +30,7 @@ impl Error {
         match self {
             Error::Finding(_) => 1,
             Error::BadInput(_) => 2,
-            Error::Environment(_) | Error::Stopped(_) => 3,
+            Error::Environment(_) | Error::NoSpace(_) | Error::Stopped(_) => 3,
         }
     }
 

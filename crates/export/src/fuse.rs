@@ -117,6 +117,7 @@ fn errno_of(e: &Error) -> Errno {
     match e {
         // Out of range: what a block device answers for I/O past its end.
         Error::BadInput(_) => Errno::ENOSPC,
+        Error::NoSpace(_) => Errno::ENOSPC,
         _ => Errno::EIO,
     }
 }

@@ -1,0 +1,453 @@
+//! The on-media format of a UBJ cache (docs/format.md, "nvcache"): the region's layout, the
+//! superblock, the commit word, the slot entries, and the label at the end of the backing device.
+//!
+//! Media assumptions (the same as nvramdisk's): an aligned 8-byte non-temporal store reaches
+//! media whole (old or new, never a mix); stores before a fence are durable when it returns, in
+//! no particular order among themselves; nothing is durable before a fence. Every encoder has
+//! its decoder beside it, and each encode checks in debug builds that its output decodes to its
+//! input (the pair assertion at the write; the decoders' checks are the one at the read).
+
+use nvstack_core::error::{Error, Result};
+
+/// The superblock's magic: "NVSCACHE".
+pub const MAGIC: u64 = u64::from_le_bytes(*b"NVSCACHE");
+/// The backing label's magic: "NVSLABEL".
+pub const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"NVSLABEL");
+/// The format version this code writes and reads.
+pub const VERSION: u32 = 1;
+/// The one block size (bytes) of the cache, the backing device and the device it exports.
+pub const BLOCK_BYTES: u32 = 4096;
+/// Offset of the superblock (one 4 KiB block, written at create and when settings change).
+pub const SUPERBLOCK_OFF: u64 = 0;
+/// Offsets of the two commit words, each on a line of its own (section "commit" below).
+pub const COMMIT_OFF: [u64; 2] = [4096, 4096 + 64];
+/// Offset of the slot table: one 16-byte entry per slot.
+pub const TABLE_OFF: u64 = 8192;
+/// Bytes of one slot entry: two 8-byte words.
+pub const ENTRY_BYTES: u64 = 16;
+/// Largest block number an entry can name (48 bits).
+pub const LBA_MAX: u64 = (1 << 48) - 1;
+/// Largest epoch (commit sequence number) an entry or commit word can hold (48 bits): at a
+/// million commits a second, nine years.
+pub const SEQ_MAX: u64 = (1 << 48) - 1;
+/// Fewest and most slots a cache may have.
+pub const SLOTS_MIN: u32 = 16;
+pub const SLOTS_MAX: u32 = 1 << 26;
+/// An entry's word 0 has this bit set for a discard (a tombstone: the block reads as zeros and
+/// its backing hole is punched at checkpoint). Its slot's data is unused.
+const TOMBSTONE_BIT: u64 = 1 << 62;
+
+/// Where everything lives in a region of `slots` slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub slots: u32,
+    /// Offset of slot 0's data (4 KiB aligned, after the table).
+    pub data_off: u64,
+    /// Bytes the region needs.
+    pub region_bytes: u64,
+}
+
+impl Layout {
+    pub fn new(slots: u32) -> Layout {
+        assert!((SLOTS_MIN..=SLOTS_MAX).contains(&slots), "slots {slots}");
+        let table_end = TABLE_OFF + u64::from(slots) * ENTRY_BYTES;
+        let data_off = table_end.div_ceil(u64::from(BLOCK_BYTES)) * u64::from(BLOCK_BYTES);
+        let region_bytes = data_off + u64::from(slots) * u64::from(BLOCK_BYTES);
+        Layout {
+            slots,
+            data_off,
+            region_bytes,
+        }
+    }
+
+    /// The most slots a region of `bytes` holds (None when not even SLOTS_MIN fit).
+    pub fn fitting(bytes: u64) -> Option<Layout> {
+        let per_slot = ENTRY_BYTES + u64::from(BLOCK_BYTES);
+        let guess = (bytes.saturating_sub(TABLE_OFF) / per_slot).min(u64::from(SLOTS_MAX));
+        let mut slots = u32::try_from(guess).ok()?;
+        while slots >= SLOTS_MIN && Layout::new(slots).region_bytes > bytes {
+            slots -= 1;
+        }
+        (slots >= SLOTS_MIN).then(|| Layout::new(slots))
+    }
+
+    pub fn entry_off(&self, slot: u32) -> u64 {
+        debug_assert!(slot < self.slots);
+        TABLE_OFF + u64::from(slot) * ENTRY_BYTES
+    }
+
+    pub fn data_off(&self, slot: u32) -> u64 {
+        debug_assert!(slot < self.slots);
+        self.data_off + u64::from(slot) * u64::from(BLOCK_BYTES)
+    }
+}
+
+/// A crc32c folded to 16 bits: the check bits of entries and commit words.
+fn check16(words: &[u64]) -> u64 {
+    let mut crc = 0u32;
+    for w in words {
+        crc = crc32c::crc32c_append(crc, &w.to_le_bytes());
+    }
+    u64::from((crc ^ (crc >> 16)) & 0xffff)
+}
+
+/// Encode a commit word: the epoch of the last commit (48 bits) and 16 check bits. Zero is
+/// never a valid word (epoch 0 encodes with nonzero check bits), so a zeroed region has none.
+pub fn encode_commit(epoch: u64) -> u64 {
+    assert!(epoch <= SEQ_MAX, "epoch {epoch} beyond 48 bits");
+    let raw = epoch | check16(&[0xC0, epoch]) << 48;
+    debug_assert_eq!(decode_commit(raw), Some(epoch));
+    raw
+}
+
+/// The epoch a commit word holds, or None when its check bits do not match.
+pub fn decode_commit(raw: u64) -> Option<u64> {
+    let epoch = raw & SEQ_MAX;
+    (raw >> 48 == check16(&[0xC0, epoch])).then_some(epoch)
+}
+
+/// A slot entry as stored: which block, which epoch wrote it, a discard or data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub lba: u64,
+    /// The epoch this copy belongs to: committed when at most the commit word's epoch.
+    pub seq: u64,
+    pub tombstone: bool,
+}
+
+/// What a slot's two words say. Word 1 (epoch and check bits) decides: zero means no copy
+/// (freeing a slot stores only that word, which an aligned 8-byte store makes atomic); word 0
+/// is read only beside a nonzero word 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// Word 1 is zero: the slot holds no copy recovery must keep (free or clean).
+    Empty,
+    Entry(Entry),
+    /// The check bits do not match (an entry torn while written, or damaged); `seq` is the
+    /// epoch its word 1 claims, which tells the two apart (recovery's table, slot.rs).
+    Corrupt {
+        seq: u64,
+    },
+}
+
+/// Encode `e` for `slot` (the check bits are keyed by the slot, so an entry written into the
+/// wrong slot fails them).
+pub fn encode_entry(slot: u32, e: Entry) -> [u64; 2] {
+    assert!(e.lba <= LBA_MAX && e.seq >= 1 && e.seq <= SEQ_MAX, "{e:?}");
+    let w0 = e.lba | if e.tombstone { TOMBSTONE_BIT } else { 0 };
+    let w1 = e.seq | check16(&[u64::from(slot), w0, e.seq]) << 48;
+    debug_assert_ne!(w1, 0);
+    debug_assert_eq!(decode_entry(slot, [w0, w1]), Decoded::Entry(e));
+    [w0, w1]
+}
+
+pub fn decode_entry(slot: u32, raw: [u64; 2]) -> Decoded {
+    let [w0, w1] = raw;
+    if w1 == 0 {
+        return Decoded::Empty;
+    }
+    let seq = w1 & SEQ_MAX;
+    let known = LBA_MAX | TOMBSTONE_BIT;
+    if w0 & !known != 0 || seq == 0 || w1 >> 48 != check16(&[u64::from(slot), w0, seq]) {
+        return Decoded::Corrupt { seq };
+    }
+    Decoded::Entry(Entry {
+        lba: w0 & LBA_MAX,
+        seq,
+        tombstone: w0 & TOMBSTONE_BIT != 0,
+    })
+}
+
+/// Settings stored at create; `serve` may override them for one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Commit when this many blocks are dirty (0: off).
+    pub autocommit_blocks: u32,
+    /// Commit when the oldest dirty block is this old (0: off).
+    pub autocommit_ms: u32,
+    /// Checkpoint when frozen slots exceed this percentage of the slots...
+    pub high_watermark_pct: u8,
+    /// ...until they are at most this percentage.
+    pub low_watermark_pct: u8,
+    /// Checkpoint everything frozen this often (0: off).
+    pub checkpoint_ms: u32,
+    /// The replacement policy of clean slots.
+    pub policy: PolicyName,
+}
+
+/// The replacement policies of clean slots, as stored (one byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyName {
+    Lru = 1,
+    Random = 2,
+}
+
+impl PolicyName {
+    pub fn parse(s: &str) -> Option<PolicyName> {
+        match s {
+            "lru" => Some(PolicyName::Lru),
+            "random" => Some(PolicyName::Random),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyName::Lru => "lru",
+            PolicyName::Random => "random",
+        }
+    }
+    fn from_byte(b: u8) -> Option<PolicyName> {
+        [PolicyName::Lru, PolicyName::Random]
+            .into_iter()
+            .find(|p| *p as u8 == b)
+    }
+}
+
+impl Default for Settings {
+    /// dm-writecache's defaults: 64 blocks or 1000 ms to a commit, 50 % and 45 % watermarks.
+    fn default() -> Settings {
+        Settings {
+            autocommit_blocks: 64,
+            autocommit_ms: 1000,
+            high_watermark_pct: 50,
+            low_watermark_pct: 45,
+            checkpoint_ms: 0,
+            policy: PolicyName::Lru,
+        }
+    }
+}
+
+impl Settings {
+    /// Refuse settings that cannot work, naming the field.
+    pub fn validate(&self) -> Result<()> {
+        if self.high_watermark_pct == 0 || self.high_watermark_pct > 100 {
+            return Err(Error::bad(format!(
+                "high-watermark {} %: must be 1 to 100",
+                self.high_watermark_pct
+            )));
+        }
+        if self.low_watermark_pct >= self.high_watermark_pct {
+            return Err(Error::bad(format!(
+                "low-watermark {} % must be below high-watermark {} %",
+                self.low_watermark_pct, self.high_watermark_pct
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The superblock: fixed at create except the settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub slots: u32,
+    /// Blocks the cache exports (the backing device has one more: its label).
+    pub blocks: u64,
+    /// The identity the backing label must carry.
+    pub identity: u128,
+    pub settings: Settings,
+}
+
+/// Bytes of the superblock before its checksum.
+const SB_BODY_BYTES: usize = 64;
+/// Bytes the superblock is stored as (the body, the checksum, zeros): whole 8-byte words.
+pub const SB_BYTES: usize = 128;
+
+impl Superblock {
+    pub fn encode(&self) -> [u8; SB_BYTES] {
+        let mut b = [0u8; SB_BYTES];
+        let s = &self.settings;
+        b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&BLOCK_BYTES.to_le_bytes());
+        b[16..20].copy_from_slice(&self.slots.to_le_bytes());
+        b[20..28].copy_from_slice(&self.blocks.to_le_bytes());
+        b[28..44].copy_from_slice(&self.identity.to_le_bytes());
+        b[44..48].copy_from_slice(&s.autocommit_blocks.to_le_bytes());
+        b[48..52].copy_from_slice(&s.autocommit_ms.to_le_bytes());
+        b[52..56].copy_from_slice(&s.checkpoint_ms.to_le_bytes());
+        b[56] = s.high_watermark_pct;
+        b[57] = s.low_watermark_pct;
+        b[58] = s.policy as u8;
+        let crc = crc32c::crc32c(&b[..SB_BODY_BYTES]);
+        b[SB_BODY_BYTES..SB_BODY_BYTES + 4].copy_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(Superblock::decode(&b).ok(), Some(*self));
+        b
+    }
+
+    /// Decode, naming the first thing wrong.
+    pub fn decode(b: &[u8]) -> Result<Superblock> {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        if b.len() < SB_BODY_BYTES + 4 || u64_at(0) != MAGIC {
+            return Err(Error::bad("not an nvcache image (no NVSCACHE magic)"));
+        }
+        if u32_at(8) != VERSION {
+            return Err(Error::bad(format!(
+                "nvcache format version {} (this program reads {VERSION})",
+                u32_at(8)
+            )));
+        }
+        if u32_at(SB_BODY_BYTES) != crc32c::crc32c(&b[..SB_BODY_BYTES]) {
+            return Err(Error::bad("nvcache superblock fails its checksum"));
+        }
+        let policy = PolicyName::from_byte(b[58])
+            .ok_or_else(|| Error::bad(format!("nvcache superblock: policy byte {}", b[58])))?;
+        let sb = Superblock {
+            slots: u32_at(16),
+            blocks: u64_at(20),
+            identity: u128::from_le_bytes(b[28..44].try_into().unwrap()),
+            settings: Settings {
+                autocommit_blocks: u32_at(44),
+                autocommit_ms: u32_at(48),
+                checkpoint_ms: u32_at(52),
+                high_watermark_pct: b[56],
+                low_watermark_pct: b[57],
+                policy,
+            },
+        };
+        if u32_at(12) != BLOCK_BYTES || !(SLOTS_MIN..=SLOTS_MAX).contains(&sb.slots) {
+            return Err(Error::bad(format!(
+                "nvcache superblock: block size {} and {} slots are not a geometry this \
+                 program writes",
+                u32_at(12),
+                sb.slots
+            )));
+        }
+        sb.settings.validate()?;
+        Ok(sb)
+    }
+}
+
+/// The label in the backing device's last block: which cache it belongs to, so that a cache is
+/// never attached to the wrong disk. It travels with a copy of the backing file and survives a
+/// detach (the file system on the other blocks never sees it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Label {
+    pub identity: u128,
+    /// Blocks before the label (the blocks the cache exports).
+    pub blocks: u64,
+    /// True after `detach`: the backing device alone is the whole state.
+    pub detached: bool,
+}
+
+impl Label {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; BLOCK_BYTES as usize];
+        b[0..8].copy_from_slice(&LABEL_MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..28].copy_from_slice(&self.identity.to_le_bytes());
+        b[28..36].copy_from_slice(&self.blocks.to_le_bytes());
+        b[36] = u8::from(self.detached);
+        let crc = crc32c::crc32c(&b[..40]);
+        b[40..44].copy_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(Label::decode(&b).ok(), Some(*self));
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Label> {
+        if b.len() < 44 || b[0..8] != LABEL_MAGIC.to_le_bytes() {
+            return Err(Error::bad(
+                "the backing device's last block holds no nvcache label",
+            ));
+        }
+        let crc = u32::from_le_bytes(b[40..44].try_into().unwrap());
+        if crc != crc32c::crc32c(&b[..40]) || b[36] > 1 {
+            return Err(Error::bad(
+                "the backing device's nvcache label fails its checksum",
+            ));
+        }
+        if b[8..12] != VERSION.to_le_bytes() {
+            return Err(Error::bad(
+                "the backing device's nvcache label has another version",
+            ));
+        }
+        Ok(Label {
+            identity: u128::from_le_bytes(b[12..28].try_into().unwrap()),
+            blocks: u64::from_le_bytes(b[28..36].try_into().unwrap()),
+            detached: b[36] == 1,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_catch_a_wrong_slot_or_a_flipped_bit() {
+        let e = Entry {
+            lba: 12345,
+            seq: 7,
+            tombstone: false,
+        };
+        let raw = encode_entry(3, e);
+        assert_eq!(decode_entry(3, raw), Decoded::Entry(e));
+        assert_eq!(
+            decode_entry(4, raw),
+            Decoded::Corrupt { seq: 7 },
+            "misdirected"
+        );
+        for bit in 0..128 {
+            let mut r = raw;
+            r[bit / 64] ^= 1 << (bit % 64);
+            assert_ne!(decode_entry(3, r), Decoded::Entry(e), "bit {bit}");
+        }
+        assert_eq!(decode_entry(3, [0, 0]), Decoded::Empty);
+        assert_eq!(
+            decode_entry(3, [raw[0], 0]),
+            Decoded::Empty,
+            "word 1 alone frees"
+        );
+        let t = Entry {
+            tombstone: true,
+            ..e
+        };
+        assert_eq!(decode_entry(9, encode_entry(9, t)), Decoded::Entry(t));
+    }
+
+    #[test]
+    fn commit_words_round_trip_and_zero_is_none() {
+        for epoch in [0, 1, 2, 1 << 40, SEQ_MAX] {
+            assert_eq!(decode_commit(encode_commit(epoch)), Some(epoch));
+            assert_eq!(decode_commit(encode_commit(epoch) ^ 1 << 9), None);
+        }
+        assert_eq!(decode_commit(0), None, "a zeroed region has no commit word");
+    }
+
+    #[test]
+    fn superblock_and_label_round_trip_and_refuse_damage() {
+        let sb = Superblock {
+            slots: 100,
+            blocks: 1 << 20,
+            identity: 0xdead_beef_u128 << 64 | 42,
+            settings: Settings::default(),
+        };
+        let mut b = sb.encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        b[20] ^= 1;
+        assert!(Superblock::decode(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("checksum"));
+        let l = Label {
+            identity: 5,
+            blocks: 77,
+            detached: true,
+        };
+        let mut b = l.encode();
+        assert_eq!(Label::decode(&b).unwrap(), l);
+        b[30] ^= 4;
+        assert!(Label::decode(&b).is_err());
+    }
+
+    #[test]
+    fn layouts_fit_their_region() {
+        for slots in [SLOTS_MIN, 100, 4096, 1 << 20] {
+            let l = Layout::new(slots);
+            assert_eq!(l.data_off % u64::from(BLOCK_BYTES), 0);
+            assert!(l.data_off >= l.entry_off(slots - 1) + ENTRY_BYTES);
+            assert_eq!(Layout::fitting(l.region_bytes), Some(l));
+        }
+        assert_eq!(Layout::fitting(4096), None);
+    }
+}

@@ -1,0 +1,87 @@
+//! Recovery at open: the slot table read against the commit word, one rule per case.
+//!
+//! `k` is the newest epoch a valid commit word holds. Each slot's entry is one of:
+//!
+//! | case | word 1 | epoch | check bits | meaning | recovery |
+//! |---|---|---|---|---|---|
+//! | E0 | zero | - | - | free or clean | free |
+//! | E1 | nonzero | k + 1 | any | written since the last commit (dirty at the crash; torn or whole) | zero word 1: dropped |
+//! | E2 | nonzero | at most k | match | a committed (frozen) copy | keep: the newest epoch of its block is up to date, the others out of date |
+//! | E3 | nonzero | at most k | mismatch | a committed copy damaged at rest | refuse to open, naming the slot |
+//! | E4 | nonzero | above k + 1, or 0 | any | no protocol step writes this | refuse to open, naming the slot |
+//! | E5 | two E2 entries of one block in one epoch | | | no protocol step writes this | refuse to open, naming both slots |
+//!
+//! Commit words: both copies are written with the same value before one fence, so at a crash
+//! each is old or new; the newest valid one is the state (the commit it names had its data
+//! fenced before it). None valid: refuse to open.
+
+use crate::format::{decode_commit, decode_entry, Decoded, Entry, Layout, COMMIT_OFF};
+use nvstack_core::error::{Error, Result};
+use nvstack_pmem::Region;
+use std::collections::HashMap;
+
+/// What the slot table holds after recovery's decisions (nothing is stored yet).
+pub(crate) struct Found {
+    /// The committed epoch.
+    pub epoch: u64,
+    /// Per slot: the committed entry it keeps, if any.
+    pub kept: Vec<Option<Entry>>,
+    /// Slots whose word 1 recovery zeroes (case E1).
+    pub dropped: Vec<u32>,
+}
+
+/// The committed epoch: the newest valid commit word.
+pub(crate) fn committed_epoch<R: Region + ?Sized>(region: &R) -> Result<u64> {
+    COMMIT_OFF
+        .iter()
+        .filter_map(|&off| decode_commit(region.load_u64(off)))
+        .max()
+        .ok_or_else(|| Error::bad("nvcache: both commit words fail their check bits"))
+}
+
+/// Read every entry and decide its case (the table above); Err names the first damage.
+pub(crate) fn scan<R: Region + ?Sized>(region: &R, layout: &Layout) -> Result<Found> {
+    let epoch = committed_epoch(region)?;
+    let mut found = Found {
+        epoch,
+        kept: vec![None; layout.slots as usize],
+        dropped: Vec::new(),
+    };
+    // (block, epoch) -> slot: two committed copies of one block in one epoch are case E5.
+    let mut seen: HashMap<(u64, u64), u32> = HashMap::new();
+    for slot in 0..layout.slots {
+        let off = layout.entry_off(slot);
+        let raw = [region.load_u64(off), region.load_u64(off + 8)];
+        match decode_entry(slot, raw) {
+            Decoded::Empty => {}
+            Decoded::Entry(e) if e.seq == epoch + 1 => found.dropped.push(slot),
+            Decoded::Corrupt { seq } if seq == epoch + 1 => found.dropped.push(slot),
+            Decoded::Entry(e) if e.seq <= epoch => {
+                if let Some(other) = seen.insert((e.lba, e.seq), slot) {
+                    return Err(Error::bad(format!(
+                        "nvcache slots {other} and {slot} both hold block {} of epoch {}",
+                        e.lba, e.seq
+                    )));
+                }
+                found.kept[slot as usize] = Some(e);
+            }
+            Decoded::Corrupt { seq } if seq <= epoch && seq != 0 => {
+                return Err(Error::bad(format!(
+                    "nvcache slot {slot}: the entry of a committed copy (epoch {seq}) fails \
+                     its check bits"
+                )))
+            }
+            Decoded::Entry(Entry { seq, .. }) | Decoded::Corrupt { seq } => {
+                return Err(Error::bad(format!(
+                    "nvcache slot {slot}: an entry of epoch {seq}, but the last commit is \
+                     epoch {epoch}"
+                )))
+            }
+        }
+    }
+    debug_assert!(found
+        .dropped
+        .iter()
+        .all(|&s| found.kept[s as usize].is_none()));
+    Ok(found)
+}

@@ -1,0 +1,853 @@
+//! UBJ (seed 001): the buffer cache is the journal. A slot holds one copy of one block in one of
+//! the inventors' states; a commit freezes every dirty slot in place with a constant number of
+//! fences; a write to a frozen block goes to a new slot; a checkpoint writes the newest frozen
+//! copies to the backing device and frees the out-of-date ones.
+//!
+//! Protocol (docs/format.md, "nvcache: commit, checkpoint, recovery"), `k` the committed epoch:
+//! - Write: the data and the entry {block, epoch k + 1} go to a free or clean slot, or in place
+//!   to the block's dirty slot, with non-temporal stores and no fence.
+//! - Commit: fence (every dirty slot's data and entry durable); both commit words := k + 1;
+//!   fence. Two fences, whatever the number of blocks.
+//! - Checkpoint: zero word 1 of every out-of-date slot, fence (a newer committed copy exists,
+//!   and none may outlive its newer copy's entry); copy the chosen up-to-date slots to the
+//!   backing device (a discard punches its hole), flush it; zero their word 1, fence. They
+//!   become clean (or free when a dirty copy or a discard supersedes them).
+//! - A slot freed by a checkpoint is reused only after that fence, so a new entry is never torn
+//!   against an old committed one.
+//! - Recovery: recover.rs's table.
+
+use crate::format::{
+    encode_commit, encode_entry, Entry, Label, Layout, Settings, Superblock, BLOCK_BYTES,
+    COMMIT_OFF, LBA_MAX, SEQ_MAX, SUPERBLOCK_OFF,
+};
+use crate::recover;
+use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
+use nvstack_core::error::{Error, Result};
+use nvstack_pmem::Region;
+use nvstack_policy::{Policy, PolicyKind, Touch, NEVER};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const B: usize = BLOCK_BYTES as usize;
+/// Most blocks of one write (it lands whole in one epoch, so the cache must have room for it
+/// after a full checkpoint: at most half the slots, and nvramdisk's unit).
+pub const WRITE_BLOCKS_MAX: u32 = 64;
+
+/// A slot's state in DRAM (the table in NVRAM holds only what recovery needs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    Free,
+    /// The block's data as on the backing device; word 1 zero.
+    Clean {
+        lba: u64,
+    },
+    /// Written since the last commit; word 1 holds epoch k + 1.
+    Dirty {
+        lba: u64,
+        tombstone: bool,
+    },
+    /// Committed in epoch `seq`; never changed in place, never evicted.
+    Frozen {
+        lba: u64,
+        seq: u64,
+        tombstone: bool,
+    },
+}
+
+/// The copies of one block: at most one mutable (clean or dirty) and the newest frozen one.
+#[derive(Clone, Copy, Debug, Default)]
+struct Copies {
+    current: Option<u32>,
+    frozen: Option<u32>,
+}
+
+/// Counters `status` shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub read_hits: u64,
+    pub read_misses: u64,
+    pub commits: u64,
+    /// Commits the cache forced because it was full of dirty and frozen slots.
+    pub commits_forced: u64,
+    pub checkpoints: u64,
+    pub fences: u64,
+    pub user_bytes_written: u64,
+    pub backing_bytes_written: u64,
+}
+
+/// Blocks per state, as `status` shows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Census {
+    pub free: u32,
+    pub clean: u32,
+    pub dirty: u32,
+    pub frozen_up_to_date: u32,
+    pub frozen_out_of_date: u32,
+}
+
+struct State {
+    /// The last committed epoch.
+    epoch: u64,
+    slots: Vec<SlotState>,
+    blocks: HashMap<u64, Copies>,
+    free: Vec<u32>,
+    dirty: Vec<u32>,
+    /// Frozen out-of-date slots.
+    stale: Vec<u32>,
+    /// Clean slots, in the replacement policy's order.
+    clean: Policy,
+    touches: u64,
+    stats: Stats,
+    /// Set by a backing-device error: writes refused, data kept.
+    error: Option<String>,
+}
+
+/// A UBJ cache over `region` in front of `backing`.
+pub struct Ubj<R: Region> {
+    region: Arc<R>,
+    backing: Arc<dyn BlockDevice>,
+    layout: Layout,
+    sb: Superblock,
+    settings: Settings,
+    state: Mutex<State>,
+}
+
+fn random_identity() -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let word = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .elapsed()
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.finish()
+    };
+    u128::from(word()) << 64 | u128::from(word())
+}
+
+fn policy_kind(settings: &Settings) -> PolicyKind {
+    match settings.policy {
+        crate::format::PolicyName::Lru => PolicyKind::Lru,
+        crate::format::PolicyName::Random => PolicyKind::Random,
+    }
+}
+
+/// Write a new cache's superblock, commit words (epoch 0) and empty table into `region`, and
+/// its label into `backing`'s last block. The caller has checked `--force`.
+pub fn create<R: Region>(
+    region: &R,
+    backing: &dyn BlockDevice,
+    settings: Settings,
+) -> Result<Superblock> {
+    settings.validate()?;
+    if backing.block_bytes() != BLOCK_BYTES || backing.blocks() < 2 {
+        return Err(Error::bad(format!(
+            "backing device: {} blocks of {} bytes; nvcache needs 4096-byte blocks and at \
+             least 2",
+            backing.blocks(),
+            backing.block_bytes()
+        )));
+    }
+    let layout = Layout::fitting(region.len()).ok_or_else(|| {
+        Error::bad(format!(
+            "cache size {} bytes: too small for {} slots",
+            region.len(),
+            crate::format::SLOTS_MIN
+        ))
+    })?;
+    let blocks = (backing.blocks() - 1).min(LBA_MAX);
+    let sb = Superblock {
+        slots: layout.slots,
+        blocks,
+        identity: random_identity(),
+        settings,
+    };
+    let label = Label {
+        identity: sb.identity,
+        blocks,
+        detached: false,
+    };
+    backing.write(blocks, &label.encode())?;
+    backing.flush()?;
+    region.write_nt(
+        crate::format::TABLE_OFF,
+        &vec![0u8; (layout.data_off - crate::format::TABLE_OFF) as usize],
+    );
+    for off in COMMIT_OFF {
+        region.store_u64_nt(off, encode_commit(0));
+    }
+    region.write_nt(SUPERBLOCK_OFF, &sb.encode());
+    region.fence();
+    Ok(sb)
+}
+
+impl<R: Region> Ubj<R> {
+    /// Open a cache: check the superblock and the backing label, then recover.
+    pub fn open(
+        region: Arc<R>,
+        backing: Arc<dyn BlockDevice>,
+        over: Option<Settings>,
+    ) -> Result<Ubj<R>> {
+        let mut sb_bytes = [0u8; crate::format::SB_BYTES];
+        if region.len() < Layout::new(crate::format::SLOTS_MIN).region_bytes {
+            return Err(Error::bad("not an nvcache image (too short)"));
+        }
+        region.read(SUPERBLOCK_OFF, &mut sb_bytes);
+        let sb = Superblock::decode(&sb_bytes)?;
+        let layout = Layout::new(sb.slots);
+        if region.len() < layout.region_bytes {
+            return Err(Error::bad(format!(
+                "nvcache image: {} bytes, its superblock needs {}",
+                region.len(),
+                layout.region_bytes
+            )));
+        }
+        check_label(&sb, &*backing)?;
+        let settings = over.unwrap_or(sb.settings);
+        settings.validate()?;
+        let state = Mutex::new(recover_state(&*region, &layout, &settings)?);
+        let ubj = Ubj {
+            region,
+            backing,
+            layout,
+            sb,
+            settings,
+            state,
+        };
+        ubj.assert_invariants(&ubj.lock());
+        Ok(ubj)
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn region(&self) -> &Arc<R> {
+        &self.region
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while the lock was held leaves DRAM state the NVRAM may not match: refuse.
+        self.state
+            .lock()
+            .expect("nvcache state poisoned by an earlier panic")
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.lock().stats
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
+    pub fn error(&self) -> Option<String> {
+        self.lock().error.clone()
+    }
+
+    pub fn census(&self) -> Census {
+        let st = self.lock();
+        let mut c = Census::default();
+        for (slot, s) in st.slots.iter().enumerate() {
+            match s {
+                SlotState::Free => c.free += 1,
+                SlotState::Clean { .. } => c.clean += 1,
+                SlotState::Dirty { .. } => c.dirty += 1,
+                SlotState::Frozen { .. } if st.stale.contains(&(slot as u32)) => {
+                    c.frozen_out_of_date += 1
+                }
+                SlotState::Frozen { .. } => c.frozen_up_to_date += 1,
+            }
+        }
+        c
+    }
+
+    /// The DRAM state agrees with itself (debug builds walk every slot).
+    fn assert_invariants(&self, st: &State) {
+        assert!(st.epoch <= SEQ_MAX);
+        assert_eq!(st.slots.len(), self.layout.slots as usize);
+        if cfg!(debug_assertions) {
+            let clean = st
+                .slots
+                .iter()
+                .filter(|s| matches!(s, SlotState::Clean { .. }));
+            assert_eq!(
+                clean.count(),
+                st.clean.len() as usize,
+                "clean slots are the policy's"
+            );
+            for (&lba, c) in &st.blocks {
+                if let Some(s) = c.current {
+                    let here = st.slots[s as usize];
+                    assert!(
+                        matches!(here, SlotState::Clean { lba: l } | SlotState::Dirty { lba: l, .. } if l == lba),
+                        "{here:?}"
+                    );
+                }
+                if let Some(s) = c.frozen {
+                    let here = st.slots[s as usize];
+                    assert!(
+                        matches!(here, SlotState::Frozen { lba: l, .. } if l == lba),
+                        "{here:?}"
+                    );
+                    assert!(
+                        !st.stale.contains(&s),
+                        "the newest frozen copy is not stale"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The backing device's label names this cache and the cache is not detached.
+fn check_label(sb: &Superblock, backing: &dyn BlockDevice) -> Result<()> {
+    if backing.block_bytes() != BLOCK_BYTES || backing.blocks() != sb.blocks + 1 {
+        return Err(Error::bad(format!(
+            "backing device: {} blocks of {} bytes, but this cache was created over {} \
+             blocks of 4096 bytes (and a label block)",
+            backing.blocks(),
+            backing.block_bytes(),
+            sb.blocks
+        )));
+    }
+    let mut b = vec![0u8; B];
+    backing.read(sb.blocks, &mut b)?;
+    let label = Label::decode(&b)?;
+    if label.identity != sb.identity || label.blocks != sb.blocks {
+        return Err(Error::bad(format!(
+            "backing device belongs to another cache (label identity {:032x}, this cache \
+             {:032x})",
+            label.identity, sb.identity
+        )));
+    }
+    if label.detached {
+        return Err(Error::bad(
+            "backing device was detached from this cache: it alone is the state now",
+        ));
+    }
+    Ok(())
+}
+
+/// Build the DRAM state from the table (recover.rs decides; this stores its decisions).
+fn recover_state<R: Region + ?Sized>(
+    region: &R,
+    layout: &Layout,
+    settings: &Settings,
+) -> Result<State> {
+    let found = recover::scan(region, layout)?;
+    for &slot in &found.dropped {
+        region.store_u64_nt(layout.entry_off(slot) + 8, 0);
+    }
+    region.fence();
+    let mut st = State {
+        epoch: found.epoch,
+        slots: vec![SlotState::Free; layout.slots as usize],
+        blocks: HashMap::new(),
+        free: Vec::new(),
+        dirty: Vec::new(),
+        stale: Vec::new(),
+        clean: Policy::new(policy_kind(settings), found.epoch ^ 0x5eed),
+        touches: 0,
+        stats: Stats::default(),
+        error: None,
+    };
+    for (slot, kept) in found.kept.iter().enumerate() {
+        let slot = slot as u32;
+        let Some(e) = *kept else {
+            st.free.push(slot);
+            continue;
+        };
+        st.slots[slot as usize] = SlotState::Frozen {
+            lba: e.lba,
+            seq: e.seq,
+            tombstone: e.tombstone,
+        };
+        let copies = st.blocks.entry(e.lba).or_default();
+        match copies.frozen {
+            Some(o) if frozen_seq(&st.slots[o as usize]) > e.seq => st.stale.push(slot),
+            Some(o) => {
+                st.stale.push(o);
+                copies.frozen = Some(slot);
+            }
+            None => copies.frozen = Some(slot),
+        }
+    }
+    st.free.reverse(); // pop() hands out low slots first
+    Ok(st)
+}
+
+fn frozen_seq(s: &SlotState) -> u64 {
+    match s {
+        SlotState::Frozen { seq, .. } => *seq,
+        other => unreachable!("not frozen: {other:?}"),
+    }
+}
+
+impl<R: Region> Ubj<R> {
+    fn store_entry(&self, slot: u32, e: Entry) {
+        let [w0, w1] = encode_entry(slot, e);
+        let off = self.layout.entry_off(slot);
+        self.region.store_u64_nt(off, w0);
+        self.region.store_u64_nt(off + 8, w1);
+    }
+
+    /// Free a slot's entry (word 1 alone: one atomic store).
+    fn clear_entry(&self, slot: u32) {
+        self.region.store_u64_nt(self.layout.entry_off(slot) + 8, 0);
+    }
+
+    fn fence(&self, st: &mut State) {
+        self.region.fence();
+        st.stats.fences += 1;
+    }
+
+    fn writable(&self, st: &State) -> Result<()> {
+        match &st.error {
+            Some(e) => Err(Error::env(format!(
+                "nvcache is in its error state after a backing-device error ({e}): writes are \
+                 refused, the data is kept"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn check_range(&self, lba: u64, bytes: usize) -> Result<u64> {
+        if !bytes.is_multiple_of(B) {
+            return Err(Error::bad(format!(
+                "{bytes} bytes: not a whole number of 4096-byte blocks"
+            )));
+        }
+        let n = (bytes / B) as u64;
+        if lba.checked_add(n).is_none_or(|end| end > self.sb.blocks) {
+            return Err(Error::bad(format!(
+                "blocks {lba}..{}: beyond the device's {} blocks",
+                lba.saturating_add(n),
+                self.sb.blocks
+            )));
+        }
+        Ok(n)
+    }
+}
+
+/// The write path.
+impl<R: Region> Ubj<R> {
+    /// Write whole blocks; they land in one epoch (durable at the next commit).
+    pub fn write_blocks(&self, lba: u64, data: &[u8]) -> Result<()> {
+        let n = self.check_range(lba, data.len())?;
+        if n > u64::from(self.unit_blocks()) {
+            return Err(Error::bad(format!(
+                "a write of {n} blocks: at most {} land in one epoch",
+                self.unit_blocks()
+            )));
+        }
+        let mut st = self.lock();
+        self.writable(&st)?;
+        self.make_room(&mut st, (lba..lba + n).collect::<Vec<_>>().as_slice())?;
+        for (i, block) in data.chunks(B).enumerate() {
+            self.write_one(&mut st, lba + i as u64, Some(block));
+        }
+        st.stats.user_bytes_written += data.len() as u64;
+        self.after_write(&mut st)
+    }
+
+    /// Discard blocks: they read as zeros from the next commit on; the backing hole is punched
+    /// at checkpoint.
+    pub fn discard_blocks(&self, lba: u64, count: u64) -> Result<()> {
+        let bytes = usize::try_from(count).ok().and_then(|c| c.checked_mul(B));
+        self.check_range(lba, bytes.ok_or_else(|| Error::bad("discard too long"))?)?;
+        for start in (lba..lba + count).step_by(self.unit_blocks() as usize) {
+            let end = (start + u64::from(self.unit_blocks())).min(lba + count);
+            let mut st = self.lock();
+            self.writable(&st)?;
+            self.make_room(&mut st, (start..end).collect::<Vec<_>>().as_slice())?;
+            for b in start..end {
+                self.write_one(&mut st, b, None);
+            }
+            self.after_write(&mut st)?;
+        }
+        Ok(())
+    }
+
+    /// Blocks one write may carry.
+    pub fn unit_blocks(&self) -> u32 {
+        WRITE_BLOCKS_MAX.min(self.layout.slots / 2)
+    }
+
+    /// One block into its dirty slot (in place), its clean slot (in place, now dirty) or a new
+    /// slot (copy-on-write when a frozen copy exists). `None` writes a discard.
+    fn write_one(&self, st: &mut State, lba: u64, data: Option<&[u8]>) {
+        let copies = st.blocks.get(&lba).copied().unwrap_or_default();
+        let slot = match copies.current {
+            Some(s) => s,
+            None => st.free.pop().expect("make_room left a free slot"),
+        };
+        let was = st.slots[slot as usize];
+        assert!(
+            !matches!(was, SlotState::Frozen { .. }),
+            "a frozen slot is never written"
+        );
+        if let SlotState::Clean { .. } = was {
+            st.clean.remove(slot);
+        }
+        if let Some(d) = data {
+            self.region.write_nt(self.layout.data_off(slot), d);
+        }
+        let tombstone = data.is_none();
+        if !matches!(was, SlotState::Dirty { tombstone: t, .. } if t == tombstone) {
+            let seq = st.epoch + 1;
+            self.store_entry(
+                slot,
+                Entry {
+                    lba,
+                    seq,
+                    tombstone,
+                },
+            );
+        }
+        if !matches!(was, SlotState::Dirty { .. }) {
+            st.dirty.push(slot);
+        }
+        st.slots[slot as usize] = SlotState::Dirty { lba, tombstone };
+        st.blocks.entry(lba).or_default().current = Some(slot);
+    }
+
+    fn after_write(&self, st: &mut State) -> Result<()> {
+        let limit = self.settings.autocommit_blocks;
+        if limit > 0 && st.dirty.len() >= limit as usize {
+            self.commit_locked(st)?;
+        }
+        Ok(())
+    }
+
+    /// Make sure every block of `lbas` without a mutable copy can get a slot, without splitting
+    /// the write across epochs: a commit (and a checkpoint) happens before any of it is written.
+    fn make_room(&self, st: &mut State, lbas: &[u64]) -> Result<()> {
+        // Counted again after every step: an eviction may take one of the write's own blocks.
+        let needed = |st: &State| {
+            lbas.iter()
+                .filter(|l| st.blocks.get(l).is_none_or(|c| c.current.is_none()))
+                .count()
+        };
+        while st.free.len() < needed(st) {
+            if let Some(victim) = st.clean.victim() {
+                self.evict(st, victim);
+                continue;
+            }
+            if !st.dirty.is_empty() {
+                if self.settings.autocommit_blocks == 0 && self.settings.autocommit_ms == 0 {
+                    return Err(Error::NoSpace(format!(
+                        "the cache is full of dirty and frozen blocks and autocommit is off: \
+                         a commit now would split the caller's transaction ({} dirty)",
+                        st.dirty.len()
+                    )));
+                }
+                st.stats.commits_forced += 1;
+                self.commit_locked(st)?;
+            }
+            self.checkpoint_locked(st, usize::MAX)?;
+            let room = st.free.len() + st.clean.len() as usize;
+            assert!(room >= lbas.len(), "a full checkpoint frees room");
+        }
+        Ok(())
+    }
+
+    /// A clean slot leaves the cache (its word 1 is already zero and durable).
+    fn evict(&self, st: &mut State, slot: u32) {
+        let SlotState::Clean { lba } = st.slots[slot as usize] else {
+            unreachable!("the policy holds only clean slots")
+        };
+        st.clean.remove(slot);
+        let copies = st
+            .blocks
+            .get_mut(&lba)
+            .expect("a clean slot's block is mapped");
+        assert_eq!(copies.current, Some(slot));
+        copies.current = None;
+        if copies.frozen.is_none() {
+            st.blocks.remove(&lba);
+        }
+        st.slots[slot as usize] = SlotState::Free;
+        st.free.push(slot);
+    }
+}
+
+/// Commit and checkpoint.
+impl<R: Region> Ubj<R> {
+    /// Freeze every dirty slot: two fences, whatever their number.
+    pub fn commit(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.writable(&st)?;
+        self.commit_locked(&mut st)
+    }
+
+    fn commit_locked(&self, st: &mut State) -> Result<()> {
+        if st.dirty.is_empty() {
+            return Ok(());
+        }
+        let seq = st.epoch + 1;
+        assert!(seq <= SEQ_MAX, "epochs exhausted");
+        // Fence 1: every dirty slot's data and entry are durable before the commit word names
+        // their epoch.
+        self.fence(st);
+        for off in COMMIT_OFF {
+            self.region.store_u64_nt(off, encode_commit(seq));
+        }
+        self.fence(st);
+        st.epoch = seq;
+        for slot in std::mem::take(&mut st.dirty) {
+            let SlotState::Dirty { lba, tombstone } = st.slots[slot as usize] else {
+                unreachable!("the dirty list holds dirty slots")
+            };
+            st.slots[slot as usize] = SlotState::Frozen {
+                lba,
+                seq,
+                tombstone,
+            };
+            let copies = st
+                .blocks
+                .get_mut(&lba)
+                .expect("a dirty slot's block is mapped");
+            if let Some(old) = copies.frozen.replace(slot) {
+                st.stale.push(old);
+            }
+            copies.current = None;
+        }
+        st.stats.commits += 1;
+        self.assert_invariants(st);
+        self.after_commit(st)
+    }
+
+    fn after_commit(&self, st: &mut State) -> Result<()> {
+        let slots = self.layout.slots as usize;
+        let frozen = st
+            .slots
+            .iter()
+            .filter(|s| matches!(s, SlotState::Frozen { .. }))
+            .count();
+        if frozen * 100 > slots * usize::from(self.settings.high_watermark_pct) {
+            let low = slots * usize::from(self.settings.low_watermark_pct) / 100;
+            let up_to_date = frozen - st.stale.len();
+            self.checkpoint_locked(st, up_to_date.saturating_sub(low))?;
+        }
+        Ok(())
+    }
+
+    /// Write back every committed block (commits nothing: dirty blocks stay dirty).
+    pub fn checkpoint(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.writable(&st)?;
+        self.checkpoint_locked(&mut st, usize::MAX)
+    }
+
+    /// Free every out-of-date slot, then write the `count` oldest up-to-date frozen blocks back.
+    fn checkpoint_locked(&self, st: &mut State, count: usize) -> Result<()> {
+        let stale = std::mem::take(&mut st.stale);
+        for &slot in &stale {
+            self.clear_entry(slot);
+        }
+        let mut chosen: Vec<(u64, u32)> = st
+            .blocks
+            .values()
+            .filter_map(|c| c.frozen)
+            .map(|s| (frozen_seq(&st.slots[s as usize]), s))
+            .collect();
+        chosen.sort_unstable();
+        chosen.truncate(count);
+        // Out-of-date copies go before any newer copy's entry is zeroed.
+        self.fence(st);
+        for slot in stale {
+            st.slots[slot as usize] = SlotState::Free;
+            st.free.push(slot);
+        }
+        self.write_back(st, &chosen)?;
+        for &(_, slot) in &chosen {
+            self.clear_entry(slot);
+        }
+        self.fence(st);
+        for &(_, slot) in &chosen {
+            self.unfreeze(st, slot);
+        }
+        st.stats.checkpoints += 1;
+        self.assert_invariants(st);
+        Ok(())
+    }
+
+    /// Copy frozen slots to the backing device and flush it; an error puts the cache in its
+    /// error state (nothing in NVRAM changes, so the data stays).
+    fn write_back(&self, st: &mut State, chosen: &[(u64, u32)]) -> Result<()> {
+        let mut buf = vec![0u8; B];
+        let mut step = || -> Result<u64> {
+            let mut bytes = 0;
+            for &(_, slot) in chosen {
+                let SlotState::Frozen { lba, tombstone, .. } = st.slots[slot as usize] else {
+                    unreachable!("chosen slots are frozen")
+                };
+                if tombstone {
+                    self.backing.discard(lba, 1)?;
+                } else {
+                    self.region.read(self.layout.data_off(slot), &mut buf);
+                    self.backing.write(lba, &buf)?;
+                    bytes += B as u64;
+                }
+            }
+            if !chosen.is_empty() {
+                self.backing.flush()?;
+            }
+            Ok(bytes)
+        };
+        match step() {
+            Ok(bytes) => {
+                st.stats.backing_bytes_written += bytes;
+                Ok(())
+            }
+            Err(e) => {
+                st.error = Some(e.to_string());
+                Err(Error::env(format!(
+                    "nvcache checkpoint: backing device: {e}"
+                )))
+            }
+        }
+    }
+
+    /// A written-back frozen slot becomes clean, or free when a dirty copy or a discard
+    /// supersedes it.
+    fn unfreeze(&self, st: &mut State, slot: u32) {
+        let SlotState::Frozen { lba, tombstone, .. } = st.slots[slot as usize] else {
+            unreachable!("chosen slots are frozen")
+        };
+        let copies = st
+            .blocks
+            .get_mut(&lba)
+            .expect("a frozen slot's block is mapped");
+        assert_eq!(copies.frozen, Some(slot));
+        copies.frozen = None;
+        if copies.current.is_none() && !tombstone {
+            copies.current = Some(slot);
+            st.slots[slot as usize] = SlotState::Clean { lba };
+            st.touches += 1;
+            let t = Touch {
+                seq: st.touches,
+                next_write: NEVER,
+            };
+            st.clean.insert(slot, t);
+        } else {
+            if copies.current.is_none() {
+                st.blocks.remove(&lba);
+            }
+            st.slots[slot as usize] = SlotState::Free;
+            st.free.push(slot);
+        }
+    }
+}
+
+/// The read path.
+impl<R: Region> Ubj<R> {
+    /// Read whole blocks: the newest copy of each (dirty, clean or frozen), else the backing
+    /// device's, which is then cached clean when a slot is free or clean.
+    pub fn read_blocks(&self, lba: u64, out: &mut [u8]) -> Result<()> {
+        self.check_range(lba, out.len())?;
+        let mut st = self.lock();
+        for (i, buf) in out.chunks_mut(B).enumerate() {
+            self.read_one(&mut st, lba + i as u64, buf)?;
+        }
+        Ok(())
+    }
+
+    fn read_one(&self, st: &mut State, lba: u64, buf: &mut [u8]) -> Result<()> {
+        let copies = st.blocks.get(&lba).copied().unwrap_or_default();
+        if let Some(slot) = copies.current.or(copies.frozen) {
+            st.stats.read_hits += 1;
+            match st.slots[slot as usize] {
+                SlotState::Dirty {
+                    tombstone: true, ..
+                }
+                | SlotState::Frozen {
+                    tombstone: true, ..
+                } => buf.fill(0),
+                SlotState::Clean { .. } => {
+                    st.touches += 1;
+                    let t = Touch {
+                        seq: st.touches,
+                        next_write: NEVER,
+                    };
+                    st.clean.touch(slot, t);
+                    self.region.read(self.layout.data_off(slot), buf);
+                }
+                _ => self.region.read(self.layout.data_off(slot), buf),
+            }
+            return Ok(());
+        }
+        st.stats.read_misses += 1;
+        self.backing.read(lba, buf)?;
+        if st.free.is_empty() {
+            let Some(victim) = st.clean.victim() else {
+                return Ok(()); // nothing to replace: served from the backing device uncached
+            };
+            self.evict(st, victim);
+        }
+        let slot = st.free.pop().expect("a slot was freed");
+        self.region.write_nt(self.layout.data_off(slot), buf);
+        st.slots[slot as usize] = SlotState::Clean { lba };
+        st.blocks.entry(lba).or_default().current = Some(slot);
+        st.touches += 1;
+        let t = Touch {
+            seq: st.touches,
+            next_write: NEVER,
+        };
+        st.clean.insert(slot, t);
+        Ok(())
+    }
+}
+
+impl<R: Region> Ubj<R> {
+    /// Commit, write everything back, and label the backing device detached: it alone is the
+    /// whole state from now on (and this cache can no longer open over it).
+    pub fn detach(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.writable(&st)?;
+        self.commit_locked(&mut st)?;
+        self.checkpoint_locked(&mut st, usize::MAX)?;
+        let label = Label {
+            identity: self.sb.identity,
+            blocks: self.sb.blocks,
+            detached: true,
+        };
+        self.backing.write(self.sb.blocks, &label.encode())?;
+        self.backing.flush()
+    }
+}
+
+impl<R: Region> BlockDevice for Ubj<R> {
+    fn block_bytes(&self) -> u32 {
+        BLOCK_BYTES
+    }
+    fn blocks(&self) -> u64 {
+        self.sb.blocks
+    }
+    fn caps(&self) -> Caps {
+        Caps {
+            atomic_blocks: self.unit_blocks(),
+            scattered: false,
+            durability: Durability::OnFlush,
+        }
+    }
+    fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+        self.read_blocks(lba, buf)
+    }
+    fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+        self.write_blocks(lba, data)
+    }
+    fn discard(&self, lba: u64, count: u64) -> Result<()> {
+        self.discard_blocks(lba, count)
+    }
+    /// A flush is a commit.
+    fn flush(&self) -> Result<()> {
+        self.commit()
+    }
+}
