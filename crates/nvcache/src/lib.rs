@@ -5,9 +5,11 @@
 //! it stood after some commit k, where k is at least the last commit acknowledged before the
 //! crash. A write is durable after the next flush (a commit), not on return.
 
+pub mod bugs;
 pub mod format;
 mod recover;
 pub mod ubj;
 
+pub use bugs::Bug;
 pub use format::{Settings, Superblock};
 pub use ubj::{create, Census, SlotState, Stats, Ubj};

@@ -40,7 +40,12 @@ pub(crate) fn committed_epoch<R: Region + ?Sized>(region: &R) -> Result<u64> {
 }
 
 /// Read every entry and decide its case (the table above); Err names the first damage.
-pub(crate) fn scan<R: Region + ?Sized>(region: &R, layout: &Layout) -> Result<Found> {
+/// `keep_uncommitted` is seeded bug recovery-keeps-uncommitted (E1 entries kept as frozen).
+pub(crate) fn scan<R: Region + ?Sized>(
+    region: &R,
+    layout: &Layout,
+    keep_uncommitted: bool,
+) -> Result<Found> {
     let epoch = committed_epoch(region)?;
     let mut found = Found {
         epoch,
@@ -54,6 +59,9 @@ pub(crate) fn scan<R: Region + ?Sized>(region: &R, layout: &Layout) -> Result<Fo
         let raw = [region.load_u64(off), region.load_u64(off + 8)];
         match decode_entry(slot, raw) {
             Decoded::Empty => {}
+            Decoded::Entry(e) if e.seq == epoch + 1 && keep_uncommitted => {
+                found.kept[slot as usize] = Some(e); // Seeded bug: an uncommitted copy kept
+            }
             Decoded::Entry(e) if e.seq == epoch + 1 => found.dropped.push(slot),
             Decoded::Corrupt { seq } if seq == epoch + 1 => found.dropped.push(slot),
             Decoded::Entry(e) if e.seq <= epoch => {

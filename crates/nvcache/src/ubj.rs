@@ -16,6 +16,7 @@
 //!   against an old committed one.
 //! - Recovery: recover.rs's table.
 
+use crate::bugs::Bug;
 use crate::format::{
     encode_commit, encode_entry, Entry, Label, Layout, Settings, Superblock, BLOCK_BYTES,
     COMMIT_OFF, LBA_MAX, SEQ_MAX, SUPERBLOCK_OFF,
@@ -110,6 +111,8 @@ pub struct Ubj<R: Region> {
     sb: Superblock,
     settings: Settings,
     state: Mutex<State>,
+    /// A seeded bug (tests only show the checks can fail); None in every real use.
+    bug: Option<Bug>,
 }
 
 fn random_identity() -> u128 {
@@ -189,6 +192,16 @@ impl<R: Region> Ubj<R> {
         backing: Arc<dyn BlockDevice>,
         over: Option<Settings>,
     ) -> Result<Ubj<R>> {
+        Ubj::open_seeded(region, backing, over, None)
+    }
+
+    /// Open with a seeded bug switched on (crash tests only).
+    pub fn open_seeded(
+        region: Arc<R>,
+        backing: Arc<dyn BlockDevice>,
+        over: Option<Settings>,
+        bug: Option<Bug>,
+    ) -> Result<Ubj<R>> {
         let mut sb_bytes = [0u8; crate::format::SB_BYTES];
         if region.len() < Layout::new(crate::format::SLOTS_MIN).region_bytes {
             return Err(Error::bad("not an nvcache image (too short)"));
@@ -206,7 +219,7 @@ impl<R: Region> Ubj<R> {
         check_label(&sb, &*backing)?;
         let settings = over.unwrap_or(sb.settings);
         settings.validate()?;
-        let state = Mutex::new(recover_state(&*region, &layout, &settings)?);
+        let state = Mutex::new(recover_state(&*region, &layout, &settings, bug)?);
         let ubj = Ubj {
             region,
             backing,
@@ -214,6 +227,7 @@ impl<R: Region> Ubj<R> {
             sb,
             settings,
             state,
+            bug,
         };
         ubj.assert_invariants(&ubj.lock());
         Ok(ubj)
@@ -339,8 +353,9 @@ fn recover_state<R: Region + ?Sized>(
     region: &R,
     layout: &Layout,
     settings: &Settings,
+    bug: Option<Bug>,
 ) -> Result<State> {
-    let found = recover::scan(region, layout)?;
+    let found = recover::scan(region, layout, bug == Some(Bug::RecoveryKeepsUncommitted))?;
     for &slot in &found.dropped {
         region.store_u64_nt(layout.entry_off(slot) + 8, 0);
     }
@@ -369,8 +384,12 @@ fn recover_state<R: Region + ?Sized>(
             tombstone: e.tombstone,
         };
         let copies = st.blocks.entry(e.lba).or_default();
+        // Seeded bug recovery-oldest-copy: the older copy wins.
+        let oldest_wins = bug == Some(Bug::RecoveryOldestCopy);
         match copies.frozen {
-            Some(o) if frozen_seq(&st.slots[o as usize]) > e.seq => st.stale.push(slot),
+            Some(o) if (frozen_seq(&st.slots[o as usize]) > e.seq) != oldest_wins => {
+                st.stale.push(slot)
+            }
             Some(o) => {
                 st.stale.push(o);
                 copies.frozen = Some(slot);
@@ -487,6 +506,9 @@ impl<R: Region> Ubj<R> {
             Some(s) => s,
             None => st.free.pop().expect("make_room left a free slot"),
         };
+        if let (Some(Bug::WriteFrozenInPlace), Some(f), Some(d)) = (self.bug, copies.frozen, data) {
+            self.region.write_nt(self.layout.data_off(f), d); // Seeded bug: no copy-on-write
+        }
         let was = st.slots[slot as usize];
         assert!(
             !matches!(was, SlotState::Frozen { .. }),
@@ -537,6 +559,10 @@ impl<R: Region> Ubj<R> {
         while st.free.len() < needed(st) {
             if let Some(victim) = st.clean.victim() {
                 self.evict(st, victim);
+                continue;
+            }
+            if self.bug == Some(Bug::EvictDirty) && !st.dirty.is_empty() {
+                self.seeded_drop_dirty(st);
                 continue;
             }
             if !st.dirty.is_empty() {
@@ -594,11 +620,18 @@ impl<R: Region> Ubj<R> {
         assert!(seq <= SEQ_MAX, "epochs exhausted");
         // Fence 1: every dirty slot's data and entry are durable before the commit word names
         // their epoch.
-        self.fence(st);
+        if self.bug != Some(Bug::CommitBeforeDataFence) {
+            self.fence(st);
+        }
+        if self.bug == Some(Bug::StaleFreedBeforeCommit) {
+            self.seeded_free_stale_early(st);
+        }
         for off in COMMIT_OFF {
             self.region.store_u64_nt(off, encode_commit(seq));
         }
-        self.fence(st);
+        if self.bug != Some(Bug::CommitWordUnfenced) {
+            self.fence(st);
+        }
         st.epoch = seq;
         for slot in std::mem::take(&mut st.dirty) {
             let SlotState::Dirty { lba, tombstone } = st.slots[slot as usize] else {
@@ -649,7 +682,9 @@ impl<R: Region> Ubj<R> {
     fn checkpoint_locked(&self, st: &mut State, count: usize) -> Result<()> {
         let stale = std::mem::take(&mut st.stale);
         for &slot in &stale {
-            self.clear_entry(slot);
+            if self.bug != Some(Bug::StaleReusedUncleared) {
+                self.clear_entry(slot);
+            }
         }
         let mut chosen: Vec<(u64, u32)> = st
             .blocks
@@ -660,7 +695,9 @@ impl<R: Region> Ubj<R> {
         chosen.sort_unstable();
         chosen.truncate(count);
         // Out-of-date copies go before any newer copy's entry is zeroed.
-        self.fence(st);
+        if self.bug != Some(Bug::StaleClearUnfenced) {
+            self.fence(st);
+        }
         for slot in stale {
             st.slots[slot as usize] = SlotState::Free;
             st.free.push(slot);
@@ -670,6 +707,9 @@ impl<R: Region> Ubj<R> {
             self.clear_entry(slot);
         }
         self.fence(st);
+        if self.bug == Some(Bug::CleanBeforeBackingFlush) && !chosen.is_empty() {
+            self.backing.flush()?; // Seeded bug: the flush write_back skipped, after the clear
+        }
         for &(_, slot) in &chosen {
             self.unfreeze(st, slot);
         }
@@ -688,7 +728,9 @@ impl<R: Region> Ubj<R> {
                 let SlotState::Frozen { lba, tombstone, .. } = st.slots[slot as usize] else {
                     unreachable!("chosen slots are frozen")
                 };
-                if tombstone {
+                if tombstone && self.bug == Some(Bug::DiscardNotPunched) {
+                    // Seeded bug: no hole punched.
+                } else if tombstone {
                     self.backing.discard(lba, 1)?;
                 } else {
                     self.region.read(self.layout.data_off(slot), &mut buf);
@@ -696,7 +738,7 @@ impl<R: Region> Ubj<R> {
                     bytes += B as u64;
                 }
             }
-            if !chosen.is_empty() {
+            if !chosen.is_empty() && self.bug != Some(Bug::CleanBeforeBackingFlush) {
                 self.backing.flush()?;
             }
             Ok(bytes)
@@ -849,5 +891,40 @@ impl<R: Region> BlockDevice for Ubj<R> {
     /// A flush is a commit.
     fn flush(&self) -> Result<()> {
         self.commit()
+    }
+}
+
+/// The seeded bugs' deviations that take more than a line (bugs.rs).
+impl<R: Region> Ubj<R> {
+    /// Seeded bug stale-freed-before-commit: the older frozen copy of every dirty block is
+    /// freed before the commit word names the newer one.
+    fn seeded_free_stale_early(&self, st: &State) {
+        for &slot in &st.dirty {
+            let SlotState::Dirty { lba, .. } = st.slots[slot as usize] else {
+                unreachable!("the dirty list holds dirty slots")
+            };
+            if let Some(old) = st.blocks.get(&lba).and_then(|c| c.frozen) {
+                self.clear_entry(old);
+            }
+        }
+    }
+
+    /// Seeded bug evict-dirty: a dirty block leaves the cache as if it were clean.
+    fn seeded_drop_dirty(&self, st: &mut State) {
+        let slot = st.dirty.remove(0);
+        let SlotState::Dirty { lba, .. } = st.slots[slot as usize] else {
+            unreachable!("the dirty list holds dirty slots")
+        };
+        self.clear_entry(slot);
+        let copies = st
+            .blocks
+            .get_mut(&lba)
+            .expect("a dirty slot's block is mapped");
+        copies.current = None;
+        if copies.frozen.is_none() {
+            st.blocks.remove(&lba);
+        }
+        st.slots[slot as usize] = SlotState::Free;
+        st.free.push(slot);
     }
 }

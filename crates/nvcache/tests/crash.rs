@@ -12,13 +12,15 @@ mod common;
 
 use common::*;
 use nvstack_nvcache::format::Layout;
-use nvstack_nvcache::Ubj;
+use nvstack_nvcache::{Bug, Ubj};
 use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimEvent, SimRegion};
 use nvstack_pmem::Region;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 const REGION: u64 = 1 << 20;
+/// A region of few slots (29), for the scenario that fills the cache.
+const SMALL_REGION: u64 = 128 << 10;
 const BLOCKS: u64 = 300;
 /// Images drawn per crash point (all of them when the space is smaller).
 const IMAGES_PER_POINT: usize = 6;
@@ -37,6 +39,7 @@ struct Rig {
     disk: Arc<MemDisk>,
     ubj: Ubj<SimRegion>,
     run: Run,
+    bug: Option<Bug>,
 }
 
 impl Rig {
@@ -62,9 +65,23 @@ impl Rig {
     }
 }
 
-/// Set up with `setup` (not crashed), then record `scenario` and crash it everywhere.
+/// Set up with `setup` (not crashed), then record `scenario` and crash it everywhere; panics
+/// naming the first crash the promise does not hold at.
 fn check(name: &str, setup: impl FnOnce(&mut Rig), scenario: impl FnOnce(&mut Rig)) -> usize {
-    let (region, disk, ubj) = fresh(REGION, BLOCKS, settings_off());
+    check_seeded(name, REGION, None, setup, scenario).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `check` with a seeded bug on in the scenario and in every recovery: Err names the first
+/// crash the promise does not hold at.
+fn check_seeded(
+    name: &str,
+    region_bytes: u64,
+    bug: Option<Bug>,
+    setup: impl FnOnce(&mut Rig),
+    scenario: impl FnOnce(&mut Rig),
+) -> Result<usize, String> {
+    let (region, disk, _) = fresh(region_bytes, BLOCKS, settings_off());
+    let ubj = Ubj::open_seeded(region.clone(), disk.clone(), None, bug).unwrap();
     let run = Run {
         model: Model::new(),
         commits: Vec::new(),
@@ -74,6 +91,7 @@ fn check(name: &str, setup: impl FnOnce(&mut Rig), scenario: impl FnOnce(&mut Ri
         disk,
         ubj,
         run,
+        bug,
     };
     setup(&mut rig);
     rig.region.fence();
@@ -128,15 +146,29 @@ fn check(name: &str, setup: impl FnOnce(&mut Rig), scenario: impl FnOnce(&mut Ri
                         "all writes"
                     }
                 );
-                verify(&image, &disk, &rig.run.model, lo, hi, &what);
+                let epochs = Epochs {
+                    model: &rig.run.model,
+                    lo,
+                    hi,
+                    bug: rig.bug,
+                };
+                verify(&image, &disk, &epochs, &what)?;
                 if c == 0 && i % 97 == 0 {
-                    images += depth_two(&image, &disk, &rig.run.model, lo, hi, &what);
+                    images += depth_two(&image, &disk, &epochs, &what)?;
                 }
                 images += 1;
             }
         }
     }
-    images
+    Ok(images)
+}
+
+/// What a crash may show: the model's epochs lo..=hi; `bug` is on in recovery too.
+struct Epochs<'a> {
+    model: &'a Model,
+    lo: usize,
+    hi: usize,
+    bug: Option<Bug>,
 }
 
 /// Every image when there are at most IMAGES_PER_POINT; otherwise nothing durable beyond the
@@ -182,13 +214,12 @@ fn allowed(run: &Run, from_epoch: usize, i: usize) -> (usize, usize) {
 fn verify(
     image: &Arc<SimRegion>,
     disk: &Arc<MemDisk>,
-    model: &Model,
-    lo: usize,
-    hi: usize,
+    e: &Epochs,
     what: &str,
-) {
-    let ubj = Ubj::open(image.clone(), disk.clone(), None)
-        .unwrap_or_else(|e| panic!("{what}: recovery refused: {e}"));
+) -> Result<(), String> {
+    let (model, lo, hi) = (e.model, e.lo, e.hi);
+    let ubj = Ubj::open_seeded(image.clone(), disk.clone(), None, e.bug)
+        .map_err(|err| format!("{what}: recovery refused: {err}"))?;
     let lbas: BTreeSet<u64> = model
         .epochs
         .iter()
@@ -201,11 +232,13 @@ fn verify(
         got.push((lba, b));
     }
     let matches = |k: usize| got.iter().all(|(lba, b)| *b == model.at(k, *lba));
-    assert!(
-        (lo..=hi).any(matches),
+    if (lo..=hi).any(matches) {
+        return Ok(());
+    }
+    Err(format!(
         "{what}: the device matches no epoch in {lo}..={hi}: {}",
         describe(&got, model, lo, hi)
-    );
+    ))
 }
 
 fn describe(got: &[(u64, Vec<u8>)], model: &Model, lo: usize, hi: usize) -> String {
@@ -225,14 +258,13 @@ fn describe(got: &[(u64, Vec<u8>)], model: &Model, lo: usize, hi: usize) -> Stri
 fn depth_two(
     image: &Arc<SimRegion>,
     disk: &Arc<MemDisk>,
-    model: &Model,
-    lo: usize,
-    hi: usize,
+    e: &Epochs,
     what: &str,
-) -> usize {
+) -> Result<usize, String> {
     let first = Arc::new(SimRegion::from_base(image.snapshot()));
     first.start_recording();
-    drop(Ubj::open(first.clone(), disk.clone(), None).unwrap());
+    let recovered = Ubj::open_seeded(first.clone(), disk.clone(), None, e.bug);
+    drop(recovered.map_err(|err| format!("{what}: {err}"))?);
     let events: Vec<SimEvent> = first.take_events();
     let mut cs = CrashState::new(image.snapshot());
     for (j, ev) in events.iter().enumerate() {
@@ -241,13 +273,11 @@ fn depth_two(
         verify(
             &again,
             disk,
-            model,
-            lo,
-            hi,
+            e,
             &format!("{what}; recovery crashed at its event {j}"),
-        );
+        )?;
     }
-    events.len()
+    Ok(events.len())
 }
 
 #[test]
@@ -360,4 +390,71 @@ fn a_seeded_commit_without_its_first_fence_is_caught() {
             r.run.commits.push((began, r.region.event_count(), 1));
         },
     );
+}
+
+/// One scenario that exercises every step a seeded bug can break: commits over older frozen
+/// copies, a discard, a checkpoint with out-of-date copies, slot reuse after it, and writes in
+/// flight at the end.
+fn every_step(r: &mut Rig) {
+    r.write(3, 30..31);
+    r.write(4, 40..41);
+    r.commit();
+    r.write(3, 31..32);
+    r.discard(4, 1);
+    r.write(5, 50..51);
+    r.commit();
+    r.ubj.checkpoint().unwrap();
+    r.write(6, 60..61);
+    r.write(3, 32..33);
+    r.commit();
+    r.write(7, 70..71);
+}
+
+fn seed_for_every_step(r: &mut Rig) {
+    r.write(3, 1..2);
+    r.write(4, 2..3);
+    r.commit();
+    r.ubj.checkpoint().unwrap(); // so that the discard of block 4 has backing data to punch
+}
+
+#[test]
+fn the_protocol_without_bugs_passes_the_scenario_every_bug_fails() {
+    check("every step", seed_for_every_step, every_step);
+}
+
+/// A cache full of dirty blocks: the next write must not drop one (seeded bug evict-dirty).
+fn full_of_dirty(r: &mut Rig) {
+    let slots = u64::from(r.ubj.superblock().slots);
+    for lba in 0..slots + 2 {
+        let data = payload(lba + 500);
+        if r.ubj.write_blocks(lba, &data).is_ok() {
+            r.run.model.write(lba, &data);
+        }
+    }
+    r.commit();
+}
+
+#[test]
+fn every_seeded_bug_is_caught() {
+    let mut missed = Vec::new();
+    for bug in Bug::ALL {
+        let res = if bug == Bug::EvictDirty {
+            check_seeded(bug.name(), SMALL_REGION, Some(bug), |_| {}, full_of_dirty)
+        } else {
+            check_seeded(
+                bug.name(),
+                REGION,
+                Some(bug),
+                seed_for_every_step,
+                every_step,
+            )
+        };
+        match res {
+            Err(e) => eprintln!("caught {}: {}", bug.name(), &e[..e.len().min(300)]),
+            Ok(images) => missed.push(format!("{} ({images} images)", bug.name())),
+        }
+    }
+    assert!(missed.is_empty(), "seeded bugs not caught: {missed:?}");
+    let full = check_seeded("full, no bug", SMALL_REGION, None, |_| {}, full_of_dirty);
+    assert!(full.is_ok(), "{full:?}");
 }
