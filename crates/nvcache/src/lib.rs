@@ -5,11 +5,14 @@
 //! it stood after some commit k, where k is at least the last commit acknowledged before the
 //! crash. A write is durable after the next flush (a commit), not on return.
 
+pub mod backing;
 pub mod bugs;
 pub mod format;
 mod recover;
+mod sys;
 pub mod ubj;
 
+pub use backing::FileDevice;
 pub use bugs::Bug;
 pub use format::{Settings, Superblock};
 pub use ubj::{create, Census, SlotState, Stats, Ubj};

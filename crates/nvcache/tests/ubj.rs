@@ -334,3 +334,37 @@ fn random_operations_match_the_model() {
         assert_eq!(u.stats().commits_forced, 0, "autocommit is off");
     }
 }
+
+/// Over a real backing file (O_DIRECT, fdatasync): after detach the file alone holds the data,
+/// and its last block is the label.
+#[test]
+fn detach_leaves_the_whole_state_in_the_backing_file() {
+    use nvstack_nvcache::FileDevice;
+    use nvstack_pmem::mmap::MmapRegion;
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("ubj-detach-{}.img", std::process::id()));
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(101 * B as u64)
+        .unwrap();
+    let region = Arc::new(MmapRegion::anonymous(REGION).unwrap());
+    let disk = Arc::new(FileDevice::open(&path).unwrap());
+    create(&*region, &*disk, Settings::default()).unwrap();
+    let u = Ubj::open(region, disk, None).unwrap();
+    for lba in 0..100 {
+        u.write_blocks(lba, &payload(lba)).unwrap();
+    }
+    u.detach().unwrap();
+    drop(u);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    for lba in 0..100usize {
+        assert_eq!(
+            bytes[lba * B..(lba + 1) * B],
+            payload(lba as u64)[..],
+            "block {lba}"
+        );
+    }
+    let label = nvstack_nvcache::format::Label::decode(&bytes[100 * B..]).unwrap();
+    assert!(label.detached && label.blocks == 100);
+}

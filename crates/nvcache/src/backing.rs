@@ -1,0 +1,191 @@
+//! The first backing device: a file on a real disk, opened with O_DIRECT (no page cache between
+//! the cache and the disk, so a checkpoint's writes go to the device) and made durable with
+//! fdatasync. A file system without O_DIRECT (tmpfs) gets buffered I/O, which `direct()` says.
+
+use crate::format::BLOCK_BYTES;
+use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
+use nvstack_core::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+const B: usize = BLOCK_BYTES as usize;
+
+/// One block in memory aligned as O_DIRECT requires.
+#[repr(C, align(4096))]
+struct Aligned([u8; B]);
+
+/// A backing file, locked exclusively while open.
+pub struct FileDevice {
+    file: File,
+    path: PathBuf,
+    blocks: u64,
+    direct: bool,
+}
+
+impl FileDevice {
+    /// Open `path` for reading and writing and lock it; Err names the file and what is wrong.
+    pub fn open(path: &Path) -> Result<FileDevice> {
+        let (file, direct) = match open_rw(path, libc::O_DIRECT) {
+            Ok(f) => (f, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                (open_rw(path, 0).map_err(|e| io(path, e))?, false)
+            }
+            Err(e) => return Err(io(path, e)),
+        };
+        if file.try_lock().is_err() {
+            return Err(Error::env(format!(
+                "{}: locked by another process",
+                path.display()
+            )));
+        }
+        let bytes = file.metadata().map_err(|e| io(path, e))?.len();
+        if bytes % B as u64 != 0 || bytes < 2 * B as u64 {
+            return Err(Error::bad(format!(
+                "{}: {bytes} bytes; a backing file is a whole number of 4096-byte blocks, at \
+                 least 2",
+                path.display()
+            )));
+        }
+        Ok(FileDevice {
+            file,
+            path: path.to_path_buf(),
+            blocks: bytes / B as u64,
+            direct,
+        })
+    }
+
+    /// Whether I/O bypasses the page cache (O_DIRECT).
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+
+    fn err(&self, what: &str, e: std::io::Error) -> Error {
+        Error::env(format!("{}: {what}: {e}", self.path.display()))
+    }
+
+    fn check(&self, lba: u64, bytes: usize) -> Result<()> {
+        let n = (bytes / B) as u64;
+        if !bytes.is_multiple_of(B) || lba.checked_add(n).is_none_or(|end| end > self.blocks) {
+            return Err(Error::bad(format!(
+                "{}: {bytes} bytes at block {lba}: not whole blocks within its {} blocks",
+                self.path.display(),
+                self.blocks
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn open_rw(path: &Path, flags: i32) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(flags)
+        .open(path)
+}
+
+fn io(path: &Path, e: std::io::Error) -> Error {
+    Error::env(format!("{}: {e}", path.display()))
+}
+
+impl BlockDevice for FileDevice {
+    fn block_bytes(&self) -> u32 {
+        BLOCK_BYTES
+    }
+    fn blocks(&self) -> u64 {
+        self.blocks
+    }
+    /// A 4 KiB write to a disk may tear: no atomic unit is promised.
+    fn caps(&self) -> Caps {
+        Caps {
+            atomic_blocks: 0,
+            scattered: false,
+            durability: Durability::OnFlush,
+        }
+    }
+    fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+        self.check(lba, buf.len())?;
+        let mut a = Box::new(Aligned([0; B]));
+        for (i, out) in buf.chunks_mut(B).enumerate() {
+            let off = (lba + i as u64) * B as u64;
+            self.file
+                .read_exact_at(&mut a.0, off)
+                .map_err(|e| self.err("read", e))?;
+            out.copy_from_slice(&a.0);
+        }
+        Ok(())
+    }
+    fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+        self.check(lba, data.len())?;
+        let mut a = Box::new(Aligned([0; B]));
+        for (i, block) in data.chunks(B).enumerate() {
+            a.0.copy_from_slice(block);
+            let off = (lba + i as u64) * B as u64;
+            self.file
+                .write_all_at(&a.0, off)
+                .map_err(|e| self.err("write", e))?;
+        }
+        Ok(())
+    }
+    fn discard(&self, lba: u64, count: u64) -> Result<()> {
+        let bytes = usize::try_from(count).ok().and_then(|c| c.checked_mul(B));
+        self.check(lba, bytes.ok_or_else(|| Error::bad("discard too long"))?)?;
+        crate::sys::punch_hole(&self.file, lba * B as u64, count * B as u64)
+            .map_err(|e| self.err("punch hole", e))
+    }
+    fn flush(&self) -> Result<()> {
+        self.file.sync_data().map_err(|e| self.err("fdatasync", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_in(dir: &str, blocks: u64) -> (PathBuf, File) {
+        let path =
+            PathBuf::from(dir).join(format!("nvcache-backing-{}-{blocks}", std::process::id()));
+        let f = File::create(&path).unwrap();
+        f.set_len(blocks * B as u64).unwrap();
+        (path, f)
+    }
+
+    #[test]
+    fn a_file_on_disk_is_direct_and_round_trips_writes_discards_and_flushes() {
+        // The checkout is on a disk: O_DIRECT. /dev/shm is tmpfs, which has O_DIRECT only
+        // from Linux 6.6: either way works.
+        for (dir, disk) in [(env!("CARGO_MANIFEST_DIR"), true), ("/dev/shm", false)] {
+            let (path, _f) = file_in(dir, 8);
+            let d = FileDevice::open(&path).unwrap();
+            assert!(d.direct() || !disk, "{dir}: O_DIRECT on a disk file");
+            let data: Vec<u8> = (0..2 * B).map(|i| (i % 251) as u8).collect();
+            d.write(3, &data).unwrap();
+            d.flush().unwrap();
+            let mut back = vec![0u8; 2 * B];
+            d.read(3, &mut back).unwrap();
+            assert_eq!(back, data, "{dir}");
+            d.discard(3, 1).unwrap();
+            d.read(3, &mut back).unwrap();
+            assert!(
+                back[..B].iter().all(|&b| b == 0) && back[B..] == data[B..],
+                "{dir}"
+            );
+            assert!(d.write(7, &data).is_err(), "past the end");
+            let again = FileDevice::open(&path).err().expect("locked");
+            assert!(again.to_string().contains("locked"), "{again}");
+            drop(d);
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_file_of_a_partial_block_is_refused() {
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!("nvcache-odd-{}", std::process::id()));
+        std::fs::write(&path, vec![0u8; B + 100]).unwrap();
+        let e = FileDevice::open(&path).err().expect("refused");
+        assert!(e.to_string().contains("whole number"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
