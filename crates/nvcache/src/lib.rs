@@ -9,6 +9,7 @@ pub mod backing;
 pub mod bugs;
 pub mod format;
 mod recover;
+#[allow(unsafe_code)]
 mod sys;
 pub mod ubj;
 

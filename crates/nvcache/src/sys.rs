@@ -1,6 +1,5 @@
 //! The one system call std does not offer: fallocate(2) to punch a hole (a discard reaching the
-//! backing file). This module alone in nvcache may use `unsafe`.
-#![allow(unsafe_code)]
+//! backing file). This module alone in nvcache may use `unsafe` (allowed at its declaration).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
