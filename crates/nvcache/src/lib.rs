@@ -16,4 +16,4 @@ pub mod ubj;
 pub use backing::FileDevice;
 pub use bugs::Bug;
 pub use format::{Settings, Superblock};
-pub use ubj::{create, Census, SlotState, Stats, Ubj};
+pub use ubj::{create, Census, SlotState, Stats, Timers, Ubj};

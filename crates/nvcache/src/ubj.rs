@@ -28,6 +28,7 @@ use nvstack_pmem::Region;
 use nvstack_policy::{Policy, PolicyKind, Touch, NEVER};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 const B: usize = BLOCK_BYTES as usize;
 /// Most blocks of one write (it lands whole in one epoch, so the cache must have room for it
@@ -98,6 +99,10 @@ struct State {
     /// Clean slots, in the replacement policy's order.
     clean: Policy,
     touches: u64,
+    /// When the oldest dirty block became dirty (autocommit-ms counts from it).
+    dirty_since: Option<Instant>,
+    /// When the last full checkpoint ended (checkpoint-ms counts from it).
+    checkpointed_at: Instant,
     stats: Stats,
     /// Set by a backing-device error: writes refused, data kept.
     error: Option<String>,
@@ -369,6 +374,8 @@ fn recover_state<R: Region + ?Sized>(
         stale: Vec::new(),
         clean: Policy::new(policy_kind(settings), found.epoch ^ 0x5eed),
         touches: 0,
+        dirty_since: None,
+        checkpointed_at: Instant::now(),
         stats: Stats::default(),
         error: None,
     };
@@ -534,6 +541,7 @@ impl<R: Region> Ubj<R> {
         }
         if !matches!(was, SlotState::Dirty { .. }) {
             st.dirty.push(slot);
+            st.dirty_since.get_or_insert_with(Instant::now);
         }
         st.slots[slot as usize] = SlotState::Dirty { lba, tombstone };
         st.blocks.entry(lba).or_default().current = Some(slot);
@@ -652,6 +660,7 @@ impl<R: Region> Ubj<R> {
             copies.current = None;
         }
         st.stats.commits += 1;
+        st.dirty_since = None;
         self.assert_invariants(st);
         self.after_commit(st)
     }
@@ -714,6 +723,9 @@ impl<R: Region> Ubj<R> {
             self.unfreeze(st, slot);
         }
         st.stats.checkpoints += 1;
+        if count == usize::MAX {
+            st.checkpointed_at = Instant::now();
+        }
         self.assert_invariants(st);
         Ok(())
     }
@@ -926,5 +938,77 @@ impl<R: Region> Ubj<R> {
         }
         st.slots[slot as usize] = SlotState::Free;
         st.free.push(slot);
+    }
+}
+
+/// The timed triggers: `--autocommit-ms` (commit when the oldest dirty block is that old) and
+/// `--checkpoint-ms` (write everything frozen back that often).
+impl<R: Region> Ubj<R> {
+    /// Act on the timed triggers that are due at `now`; a cache in its error state does nothing.
+    pub fn tick(&self, now: Instant) -> Result<()> {
+        let mut st = self.lock();
+        if st.error.is_some() {
+            return Ok(());
+        }
+        let ms = |v: u32| Duration::from_millis(u64::from(v));
+        let a = self.settings.autocommit_ms;
+        if a > 0
+            && st
+                .dirty_since
+                .is_some_and(|t| now.duration_since(t) >= ms(a))
+        {
+            self.commit_locked(&mut st)?;
+        }
+        let c = self.settings.checkpoint_ms;
+        let frozen = st.blocks.values().any(|b| b.frozen.is_some());
+        if c > 0 && frozen && now.duration_since(st.checkpointed_at) >= ms(c) {
+            self.checkpoint_locked(&mut st, usize::MAX)?;
+        }
+        Ok(())
+    }
+
+    /// How often a timer thread should call `tick` (None: no timed trigger is on): a quarter
+    /// of the shortest period, so a trigger fires at most 25 % late.
+    pub fn tick_period(&self) -> Option<Duration> {
+        let periods = [self.settings.autocommit_ms, self.settings.checkpoint_ms];
+        let shortest = periods.into_iter().filter(|&p| p > 0).min()?;
+        Some(Duration::from_millis(u64::from(shortest / 4).max(1)))
+    }
+}
+
+/// A thread that calls `tick` on a cache until dropped (or until the cache is gone).
+pub struct Timers {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Timers {
+    /// Start the thread, or None when no timed trigger is on.
+    pub fn start<R: Region + 'static>(ubj: &Arc<Ubj<R>>) -> Option<Timers> {
+        let period = ubj.tick_period()?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (weak, flag) = (Arc::downgrade(ubj), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::park_timeout(period);
+                let Some(ubj) = weak.upgrade() else { return };
+                // An error here is the cache's error state, which status shows; keep ticking.
+                let _ = ubj.tick(Instant::now());
+            }
+        });
+        Some(Timers {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Timers {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
     }
 }

@@ -368,3 +368,53 @@ fn detach_leaves_the_whole_state_in_the_backing_file() {
     let label = nvstack_nvcache::format::Label::decode(&bytes[100 * B..]).unwrap();
     assert!(label.detached && label.blocks == 100);
 }
+
+#[test]
+fn timed_triggers_commit_and_checkpoint_on_their_own() {
+    let s = Settings {
+        autocommit_blocks: 0,
+        autocommit_ms: 40,
+        checkpoint_ms: 0,
+        ..Settings::default()
+    };
+    let (_r, _d, u) = fresh(REGION, 1000, s);
+    let u = Arc::new(u);
+    let t0 = std::time::Instant::now();
+    u.write_blocks(1, &payload(1)).unwrap();
+    u.tick(t0).unwrap();
+    assert_eq!(u.epoch(), 0, "not yet due");
+    u.tick(t0 + std::time::Duration::from_millis(41)).unwrap();
+    assert_eq!(u.epoch(), 1, "due: committed");
+    // The thread does the same on its own.
+    let timers = nvstack_nvcache::Timers::start(&u).expect("a timed trigger is on");
+    u.write_blocks(2, &payload(2)).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while u.epoch() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the timer thread never committed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(timers);
+    let c = Settings {
+        checkpoint_ms: 30,
+        ..s
+    };
+    let (_r, disk, v) = fresh(REGION, 1000, c);
+    v.write_blocks(3, &payload(3)).unwrap();
+    v.commit().unwrap();
+    v.tick(std::time::Instant::now() + std::time::Duration::from_millis(31))
+        .unwrap();
+    assert_eq!(disk.block(3), payload(3), "checkpoint-ms wrote it back");
+    let off = Settings {
+        autocommit_ms: 0,
+        checkpoint_ms: 0,
+        ..s
+    };
+    let (_r, _d, w) = fresh(REGION, 1000, off);
+    assert!(
+        nvstack_nvcache::Timers::start(&Arc::new(w)).is_none(),
+        "no timed trigger: no thread"
+    );
+}
