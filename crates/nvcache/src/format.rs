@@ -171,7 +171,7 @@ pub struct Settings {
     pub low_watermark_pct: u8,
     /// Checkpoint everything frozen this often (0: off).
     pub checkpoint_ms: u32,
-    /// The replacement policy of clean slots.
+    /// The replacement policy of clean slots (LRU, CLOCK or random).
     pub policy: PolicyName,
 }
 
@@ -180,6 +180,7 @@ pub struct Settings {
 pub enum PolicyName {
     Lru = 1,
     Random = 2,
+    Clock = 3,
 }
 
 impl PolicyName {
@@ -187,6 +188,7 @@ impl PolicyName {
         match s {
             "lru" => Some(PolicyName::Lru),
             "random" => Some(PolicyName::Random),
+            "clock" => Some(PolicyName::Clock),
             _ => None,
         }
     }
@@ -194,10 +196,11 @@ impl PolicyName {
         match self {
             PolicyName::Lru => "lru",
             PolicyName::Random => "random",
+            PolicyName::Clock => "clock",
         }
     }
     fn from_byte(b: u8) -> Option<PolicyName> {
-        [PolicyName::Lru, PolicyName::Random]
+        [PolicyName::Lru, PolicyName::Random, PolicyName::Clock]
             .into_iter()
             .find(|p| *p as u8 == b)
     }

@@ -138,6 +138,7 @@ fn policy_kind(settings: &Settings) -> PolicyKind {
     match settings.policy {
         crate::format::PolicyName::Lru => PolicyKind::Lru,
         crate::format::PolicyName::Random => PolicyKind::Random,
+        crate::format::PolicyName::Clock => PolicyKind::Clock,
     }
 }
 

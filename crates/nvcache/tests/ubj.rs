@@ -459,3 +459,33 @@ fn concurrent_writes_land_whole_in_one_epoch() {
         );
     }
 }
+
+/// Every clean-slot policy keeps serving the right data while it replaces blocks.
+#[test]
+fn every_clean_slot_policy_replaces_and_serves_the_right_blocks() {
+    use nvstack_nvcache::format::PolicyName;
+    for policy in [PolicyName::Lru, PolicyName::Clock, PolicyName::Random] {
+        let (_r, disk, u) = fresh(
+            REGION,
+            1000,
+            Settings {
+                policy,
+                ..settings_off()
+            },
+        );
+        for lba in 0..1000 {
+            disk.write(lba, &payload(lba + 7)).unwrap();
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for _ in 0..5000 {
+            let lba = rng.gen_range(0..1000u64);
+            assert_eq!(read(&u, lba), payload(lba + 7), "{policy:?} block {lba}");
+        }
+        let st = u.stats();
+        assert!(
+            st.read_hits > 0 && st.read_misses > 1000,
+            "{policy:?} {st:?}"
+        );
+        assert_eq!(u.census().clean, u.superblock().slots, "{policy:?}");
+    }
+}

@@ -11,6 +11,10 @@
 //!   writes, which the paper computed from its lifetime log). Slots never written again come
 //!   first; ties among them go to the least recently used.
 //!
+//! - `clock`: the second-chance approximation of LRU: the resident slots form a ring in
+//!   insertion order, an access sets a slot's reference bit, and the hand evicts the first slot
+//!   without one, clearing (and passing over) those it finds set. One full turn at most.
+//!
 //! Every method is O(1) except omniscient's, which are O(log n) (an ordered set).
 
 use rand::rngs::SmallRng;
@@ -28,11 +32,17 @@ pub enum PolicyKind {
     Lru,
     Random,
     Omniscient,
+    Clock,
 }
 
 impl PolicyKind {
     /// Every policy, in the order the program lists them.
-    pub const ALL: [PolicyKind; 3] = [PolicyKind::Lru, PolicyKind::Random, PolicyKind::Omniscient];
+    pub const ALL: [PolicyKind; 4] = [
+        PolicyKind::Lru,
+        PolicyKind::Random,
+        PolicyKind::Omniscient,
+        PolicyKind::Clock,
+    ];
 
     /// The policy named `name` (as [`PolicyKind::name`] spells it), if any.
     pub fn parse(name: &str) -> Option<PolicyKind> {
@@ -45,6 +55,7 @@ impl PolicyKind {
             PolicyKind::Lru => "lru",
             PolicyKind::Random => "random",
             PolicyKind::Omniscient => "omniscient",
+            PolicyKind::Clock => "clock",
         }
     }
 }
@@ -61,13 +72,20 @@ pub struct Touch {
 /// A doubly linked list of slots threaded through two arrays: O(1) push, remove and
 /// move-to-back, no allocation once the arrays have grown to the highest slot used. The front
 /// is the oldest entry.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SlotList {
     prev: Vec<u32>,
     next: Vec<u32>,
     head: u32,
     tail: u32,
     len: u32,
+}
+
+/// The empty list (head and tail NIL: a derived default of zeros would name slot 0).
+impl Default for SlotList {
+    fn default() -> SlotList {
+        SlotList::new()
+    }
 }
 
 impl SlotList {
@@ -186,6 +204,14 @@ enum Inner {
     Lru(SlotList),
     Random(RandomSet),
     Omniscient(NextWriteSet),
+    Clock(ClockRing),
+}
+
+/// CLOCK's ring (front: where the hand points) and reference bits, by slot.
+#[derive(Clone, Debug)]
+struct ClockRing {
+    ring: SlotList,
+    referenced: Vec<bool>,
 }
 
 /// A replacement policy over the slots of one cache.
@@ -208,6 +234,10 @@ impl Policy {
                 set: BTreeSet::new(),
                 key: Vec::new(),
             }),
+            PolicyKind::Clock => Inner::Clock(ClockRing {
+                ring: SlotList::new(),
+                referenced: Vec::new(),
+            }),
         };
         Policy { kind, inner }
     }
@@ -221,6 +251,7 @@ impl Policy {
             Inner::Lru(l) => l.len(),
             Inner::Random(r) => r.members.len() as u32,
             Inner::Omniscient(o) => o.set.len() as u32,
+            Inner::Clock(c) => c.ring.len(),
         }
     }
 
@@ -232,6 +263,13 @@ impl Policy {
     pub fn insert(&mut self, slot: u32, t: Touch) {
         match &mut self.inner {
             Inner::Lru(l) => l.push_back(slot),
+            Inner::Clock(c) => {
+                c.ring.push_back(slot);
+                if c.referenced.len() <= slot as usize {
+                    c.referenced.resize(slot as usize + 1, false);
+                }
+                c.referenced[slot as usize] = false;
+            }
             Inner::Random(r) => {
                 let s = slot as usize;
                 if r.pos.len() <= s {
@@ -259,6 +297,13 @@ impl Policy {
         match &mut self.inner {
             Inner::Lru(l) => l.move_to_back(slot),
             Inner::Random(_) => {}
+            Inner::Clock(c) => {
+                assert!(
+                    c.ring.contains(slot),
+                    "touch of a slot that is not resident"
+                );
+                c.referenced[slot as usize] = true;
+            }
             Inner::Omniscient(o) => {
                 let s = slot as usize;
                 let old = o.key[s].expect("touch of a slot that is not resident");
@@ -275,6 +320,10 @@ impl Policy {
     pub fn remove(&mut self, slot: u32) {
         match &mut self.inner {
             Inner::Lru(l) => l.remove(slot),
+            Inner::Clock(c) => {
+                c.ring.remove(slot);
+                c.referenced[slot as usize] = false;
+            }
             Inner::Random(r) => {
                 let s = slot as usize;
                 let p = r.pos[s];
@@ -309,6 +358,19 @@ impl Policy {
                 Some(r.members[i])
             }
             Inner::Omniscient(o) => o.set.last().map(|&(_, _, s)| s),
+            Inner::Clock(c) => {
+                // The hand passes each referenced slot once, clearing its bit: within one turn
+                // plus one step it finds a slot without one.
+                for _ in 0..=c.ring.len() {
+                    let s = c.ring.front()?;
+                    if !c.referenced[s as usize] {
+                        return Some(s);
+                    }
+                    c.referenced[s as usize] = false;
+                    c.ring.move_to_back(s);
+                }
+                unreachable!("a full turn clears every reference bit")
+            }
         }
     }
 }
@@ -399,5 +461,41 @@ mod tests {
         }
         assert_eq!(PolicyKind::parse("LRU"), None);
         assert_eq!(PolicyKind::parse(""), None);
+    }
+
+    #[test]
+    fn clock_gives_referenced_slots_a_second_chance() {
+        let mut p = Policy::new(PolicyKind::Clock, 0);
+        for s in 0..4 {
+            p.insert(s, t(s as u64, NEVER));
+        }
+        assert_eq!(p.victim(), Some(0), "nothing referenced: the oldest");
+        p.touch(0, t(10, NEVER));
+        p.touch(1, t(11, NEVER));
+        assert_eq!(
+            p.victim(),
+            Some(2),
+            "0 and 1 passed over, their bits cleared"
+        );
+        p.remove(2);
+        assert_eq!(p.victim(), Some(3));
+        p.remove(3);
+        assert_eq!(
+            p.victim(),
+            Some(0),
+            "0 and 1 lost their bits on the first turn"
+        );
+        for s in [0, 1] {
+            p.touch(s, t(20, NEVER));
+        }
+        assert_eq!(
+            p.victim(),
+            Some(0),
+            "all referenced: one full turn, then the first"
+        );
+        p.remove(0);
+        p.remove(1);
+        assert_eq!(p.victim(), None);
+        assert_eq!(PolicyKind::parse("clock"), Some(PolicyKind::Clock));
     }
 }

@@ -139,6 +139,13 @@ impl CacheConfig {
                 }
             }
             Model::WriteAside | Model::Unified => {
+                if self.policy == PolicyKind::Clock {
+                    // The brute-force reference (reference.rs) has no CLOCK to check it against.
+                    return Err(Invalid::new(Field::Policy).text(
+                        " clock: the simulator models Baker's NVRAM policies (lru, random, \
+                         omniscient); clock is the nvcache's clean-slot policy",
+                    ));
+                }
                 if self.delayed_writeback_ns.is_some() {
                     return Err(Invalid::new(Field::DelayedWritebackNs)
                         .text(format!(

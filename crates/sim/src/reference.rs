@@ -78,6 +78,7 @@ impl Ref {
                 let k = self.members[self.rng.gen_range(0..self.members.len())];
                 self.find(k).unwrap()
             }
+            PolicyKind::Clock => unreachable!("CacheConfig::validate refuses clock"),
         }
     }
 

@@ -670,6 +670,11 @@ fn names_parse_back_and_are_what_json_writes() {
     for p in PolicyKind::ALL {
         assert_eq!(serde_json::to_value(p).unwrap(), p.name());
     }
+    let clock = cfg(Model::Unified, PolicyKind::Clock, 0, 2, None).validate();
+    assert!(
+        format!("{:?}", clock.unwrap_err()).contains("clock"),
+        "the simulator refuses clock"
+    );
     assert_eq!(TraceFormat::parse("tpc"), None);
     assert_eq!(Model::parse("write_aside"), None);
 }
