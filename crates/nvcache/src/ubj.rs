@@ -104,6 +104,9 @@ struct State {
     /// When the last full checkpoint ended (checkpoint-ms counts from it).
     checkpointed_at: Instant,
     stats: Stats,
+    /// Frozen slots, up to date and out of date: the watermarks' count, kept as slots change
+    /// state instead of counted on every commit.
+    frozen: usize,
     /// Set by a backing-device error: writes refused, data kept.
     error: Option<String>,
 }
@@ -301,6 +304,11 @@ impl<R: Region> Ubj<R> {
                 st.clean.len() as usize,
                 "clean slots are the policy's"
             );
+            let frozen = st
+                .slots
+                .iter()
+                .filter(|s| matches!(s, SlotState::Frozen { .. }));
+            assert_eq!(frozen.count(), st.frozen, "the frozen count is kept");
             for (&lba, c) in &st.blocks {
                 if let Some(s) = c.current {
                     let here = st.slots[s as usize];
@@ -378,6 +386,7 @@ fn recover_state<R: Region + ?Sized>(
         dirty_since: None,
         checkpointed_at: Instant::now(),
         stats: Stats::default(),
+        frozen: 0,
         error: None,
     };
     for (slot, kept) in found.kept.iter().enumerate() {
@@ -386,6 +395,7 @@ fn recover_state<R: Region + ?Sized>(
             st.free.push(slot);
             continue;
         };
+        st.frozen += 1;
         st.slots[slot as usize] = SlotState::Frozen {
             lba: e.lba,
             seq: e.seq,
@@ -407,6 +417,31 @@ fn recover_state<R: Region + ?Sized>(
     }
     st.free.reverse(); // pop() hands out low slots first
     Ok(st)
+}
+
+/// `slot`, the clean or dirty copy of `lba`, leaves the cache: the block forgets it (and is
+/// forgotten itself when no frozen copy remains), and the slot is free.
+fn release_current(st: &mut State, lba: u64, slot: u32) {
+    let copies = st
+        .blocks
+        .get_mut(&lba)
+        .expect("a cached slot's block is mapped");
+    assert_eq!(copies.current, Some(slot));
+    copies.current = None;
+    if copies.frozen.is_none() {
+        st.blocks.remove(&lba);
+    }
+    st.slots[slot as usize] = SlotState::Free;
+    st.free.push(slot);
+}
+
+/// The next access's place in the clean slots' recency order.
+fn next_touch(st: &mut State) -> Touch {
+    st.touches += 1;
+    Touch {
+        seq: st.touches,
+        next_write: NEVER,
+    }
 }
 
 fn frozen_seq(s: &SlotState) -> u64 {
@@ -475,7 +510,7 @@ impl<R: Region> Ubj<R> {
         }
         let mut st = self.lock();
         self.writable(&st)?;
-        self.make_room(&mut st, (lba..lba + n).collect::<Vec<_>>().as_slice())?;
+        self.make_room(&mut st, lba..lba + n)?;
         for (i, block) in data.chunks(B).enumerate() {
             self.write_one(&mut st, lba + i as u64, Some(block));
         }
@@ -492,7 +527,7 @@ impl<R: Region> Ubj<R> {
             let end = (start + u64::from(self.unit_blocks())).min(lba + count);
             let mut st = self.lock();
             self.writable(&st)?;
-            self.make_room(&mut st, (start..end).collect::<Vec<_>>().as_slice())?;
+            self.make_room(&mut st, start..end)?;
             for b in start..end {
                 self.write_one(&mut st, b, None);
             }
@@ -558,10 +593,10 @@ impl<R: Region> Ubj<R> {
 
     /// Make sure every block of `lbas` without a mutable copy can get a slot, without splitting
     /// the write across epochs: a commit (and a checkpoint) happens before any of it is written.
-    fn make_room(&self, st: &mut State, lbas: &[u64]) -> Result<()> {
+    fn make_room(&self, st: &mut State, lbas: std::ops::Range<u64>) -> Result<()> {
         // Counted again after every step: an eviction may take one of the write's own blocks.
         let needed = |st: &State| {
-            lbas.iter()
+            lbas.clone()
                 .filter(|l| st.blocks.get(l).is_none_or(|c| c.current.is_none()))
                 .count()
         };
@@ -587,7 +622,10 @@ impl<R: Region> Ubj<R> {
             }
             self.checkpoint_locked(st, usize::MAX)?;
             let room = st.free.len() + st.clean.len() as usize;
-            assert!(room >= lbas.len(), "a full checkpoint frees room");
+            assert!(
+                room as u64 >= lbas.end - lbas.start,
+                "a full checkpoint frees room"
+            );
         }
         Ok(())
     }
@@ -598,17 +636,7 @@ impl<R: Region> Ubj<R> {
             unreachable!("the policy holds only clean slots")
         };
         st.clean.remove(slot);
-        let copies = st
-            .blocks
-            .get_mut(&lba)
-            .expect("a clean slot's block is mapped");
-        assert_eq!(copies.current, Some(slot));
-        copies.current = None;
-        if copies.frozen.is_none() {
-            st.blocks.remove(&lba);
-        }
-        st.slots[slot as usize] = SlotState::Free;
-        st.free.push(slot);
+        release_current(st, lba, slot);
     }
 }
 
@@ -642,6 +670,7 @@ impl<R: Region> Ubj<R> {
             self.fence(st);
         }
         st.epoch = seq;
+        st.frozen += st.dirty.len();
         for slot in std::mem::take(&mut st.dirty) {
             let SlotState::Dirty { lba, tombstone } = st.slots[slot as usize] else {
                 unreachable!("the dirty list holds dirty slots")
@@ -668,11 +697,7 @@ impl<R: Region> Ubj<R> {
 
     fn after_commit(&self, st: &mut State) -> Result<()> {
         let slots = self.layout.slots as usize;
-        let frozen = st
-            .slots
-            .iter()
-            .filter(|s| matches!(s, SlotState::Frozen { .. }))
-            .count();
+        let frozen = st.frozen;
         if frozen * 100 > slots * usize::from(self.settings.high_watermark_pct) {
             let low = slots * usize::from(self.settings.low_watermark_pct) / 100;
             let up_to_date = frozen - st.stale.len();
@@ -691,6 +716,7 @@ impl<R: Region> Ubj<R> {
     /// Free every out-of-date slot, then write the `count` oldest up-to-date frozen blocks back.
     fn checkpoint_locked(&self, st: &mut State, count: usize) -> Result<()> {
         let stale = std::mem::take(&mut st.stale);
+        st.frozen -= stale.len();
         for &slot in &stale {
             if self.bug != Some(Bug::StaleReusedUncleared) {
                 self.clear_entry(slot);
@@ -704,6 +730,7 @@ impl<R: Region> Ubj<R> {
             .collect();
         chosen.sort_unstable();
         chosen.truncate(count);
+        st.frozen -= chosen.len();
         // Out-of-date copies go before any newer copy's entry is zeroed.
         if self.bug != Some(Bug::StaleClearUnfenced) {
             self.fence(st);
@@ -785,11 +812,7 @@ impl<R: Region> Ubj<R> {
         if copies.current.is_none() && !tombstone {
             copies.current = Some(slot);
             st.slots[slot as usize] = SlotState::Clean { lba };
-            st.touches += 1;
-            let t = Touch {
-                seq: st.touches,
-                next_write: NEVER,
-            };
+            let t = next_touch(st);
             st.clean.insert(slot, t);
         } else {
             if copies.current.is_none() {
@@ -826,11 +849,7 @@ impl<R: Region> Ubj<R> {
                     tombstone: true, ..
                 } => buf.fill(0),
                 SlotState::Clean { .. } => {
-                    st.touches += 1;
-                    let t = Touch {
-                        seq: st.touches,
-                        next_write: NEVER,
-                    };
+                    let t = next_touch(st);
                     st.clean.touch(slot, t);
                     self.region.read(self.layout.data_off(slot), buf);
                 }
@@ -850,11 +869,7 @@ impl<R: Region> Ubj<R> {
         self.region.write_nt(self.layout.data_off(slot), buf);
         st.slots[slot as usize] = SlotState::Clean { lba };
         st.blocks.entry(lba).or_default().current = Some(slot);
-        st.touches += 1;
-        let t = Touch {
-            seq: st.touches,
-            next_write: NEVER,
-        };
+        let t = next_touch(st);
         st.clean.insert(slot, t);
         Ok(())
     }
@@ -929,16 +944,7 @@ impl<R: Region> Ubj<R> {
             unreachable!("the dirty list holds dirty slots")
         };
         self.clear_entry(slot);
-        let copies = st
-            .blocks
-            .get_mut(&lba)
-            .expect("a dirty slot's block is mapped");
-        copies.current = None;
-        if copies.frozen.is_none() {
-            st.blocks.remove(&lba);
-        }
-        st.slots[slot as usize] = SlotState::Free;
-        st.free.push(slot);
+        release_current(st, lba, slot);
     }
 }
 
@@ -961,8 +967,7 @@ impl<R: Region> Ubj<R> {
             self.commit_locked(&mut st)?;
         }
         let c = self.settings.checkpoint_ms;
-        let frozen = st.blocks.values().any(|b| b.frozen.is_some());
-        if c > 0 && frozen && now.duration_since(st.checkpointed_at) >= ms(c) {
+        if c > 0 && st.frozen > 0 && now.duration_since(st.checkpointed_at) >= ms(c) {
             self.checkpoint_locked(&mut st, usize::MAX)?;
         }
         Ok(())
