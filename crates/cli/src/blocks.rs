@@ -1,5 +1,6 @@
 //! format, write, read, discard, check, recover.
 
+use crate::kind::{expect_nvramdisk, kind, Kind};
 use crate::{print_json, say, ProtocolArg};
 use nvstack_core::blockdev::{write_chunked, BlockDevice};
 use nvstack_core::error::{Error, Result};
@@ -67,9 +68,77 @@ fn check_range(lba: u64, count: u64, blocks: u64, what: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn write(path: &Path, lba: u64, input: Option<&Path>, chunked: bool) -> Result<i32> {
+/// What `write`, `read` and `discard` check their arguments against before opening.
+struct Shape {
+    blocks: u64,
+    block_bytes: usize,
+    /// Most blocks of one write that land whole (atomically on an nvramdisk, in one epoch on
+    /// a cache).
+    unit_blocks: u64,
+    cache: bool,
+}
+
+fn shape(path: &Path) -> Result<Shape> {
+    if kind(path)? == Kind::Cache {
+        let sb = nvstack_nvcache::image::peek(path)?;
+        return Ok(Shape {
+            blocks: sb.blocks,
+            block_bytes: nvstack_nvcache::format::BLOCK_BYTES as usize,
+            unit_blocks: sb.unit_blocks().into(),
+            cache: true,
+        });
+    }
     let sb = image::peek(path)?;
-    let b = sb.geometry.block_bytes as usize;
+    Ok(Shape {
+        blocks: sb.geometry.blocks,
+        block_bytes: sb.geometry.block_bytes as usize,
+        unit_blocks: ATOMIC_BLOCKS_MAX as u64,
+        cache: false,
+    })
+}
+
+/// A device image opened for a command: an nvramdisk, or a UBJ cache whose close commits and
+/// stores its counters.
+enum Opened {
+    Disk(Box<image::Disk>),
+    Cache(nvstack_nvcache::image::Opened),
+}
+
+impl Opened {
+    fn open(path: &Path, cache: bool, write: bool) -> Result<Opened> {
+        use nvstack_nvcache::image as nvc;
+        Ok(match (cache, write) {
+            (true, true) => Opened::Cache(nvc::open_image(path, None, None)?),
+            (true, false) => Opened::Cache(nvc::open_readonly(path, None)?),
+            (false, true) => Opened::Disk(Box::new(open_image(path, OpenOptions::default())?)),
+            (false, false) => {
+                Opened::Disk(Box::new(open_image_readonly(path, OpenOptions::default())?))
+            }
+        })
+    }
+
+    fn dev(&self) -> &dyn BlockDevice {
+        match self {
+            Opened::Disk(d) => &**d,
+            Opened::Cache(c) => &*c.cache,
+        }
+    }
+
+    /// After a write: a cache commits (its writes are durable at the next flush) and stores
+    /// its counters; an nvramdisk's writes were durable on return. Returns the epoch.
+    fn close_written(self) -> Result<Option<u64>> {
+        match self {
+            Opened::Disk(_) => Ok(None),
+            Opened::Cache(c) => {
+                c.cache.flush()?;
+                c.cache.save_counters();
+                Ok(Some(c.cache.epoch()))
+            }
+        }
+    }
+}
+
+fn read_input(input: Option<&Path>) -> Result<Vec<u8>> {
     let data = match input {
         Some(p) => std::fs::read(p)
             .map_err(|e| Error::bad(format!("{}: cannot read input: {e}", p.display())))?,
@@ -84,46 +153,61 @@ pub fn write(path: &Path, lba: u64, input: Option<&Path>, chunked: bool) -> Resu
     if data.is_empty() {
         return Err(Error::bad("no data to write: the input is empty"));
     }
+    Ok(data)
+}
+
+pub fn write(path: &Path, lba: u64, input: Option<&Path>, chunked: bool) -> Result<i32> {
+    let s = shape(path)?;
+    let b = s.block_bytes;
+    let data = read_input(input)?;
     if data.len() % b != 0 {
         return Err(Error::bad(format!(
             "input is {} bytes, not a multiple of the block size {b}",
             data.len()
         )));
     }
-    let n = (data.len() / b) as u64;
-    if n > ATOMIC_BLOCKS_MAX as u64 && !chunked {
+    let (n, unit) = ((data.len() / b) as u64, s.unit_blocks);
+    if n > unit && !chunked {
         return Err(Error::bad(format!(
-            "input is {n} blocks; one atomic write takes at most {ATOMIC_BLOCKS_MAX}: pass --chunked to write it as atomic chunks of {ATOMIC_BLOCKS_MAX}"
+            "input is {n} blocks; one {} write takes at most {unit}: pass --chunked to write it \
+             as chunks of {unit}",
+            if s.cache {
+                "whole (one-epoch)"
+            } else {
+                "atomic"
+            }
         )));
     }
-    check_range(lba, n, sb.geometry.blocks, "write")?;
-    let disk = open_image(path, OpenOptions::default())?;
-    write_chunked(&disk, lba, &data)?;
-    eprintln!(
-        "wrote {n} blocks at LBA {lba}{}",
-        if n > ATOMIC_BLOCKS_MAX as u64 {
-            " (atomic chunks of 64)"
-        } else {
-            " atomically"
-        }
-    );
+    check_range(lba, n, s.blocks, "write")?;
+    let dev = Opened::open(path, s.cache, true)?;
+    write_chunked(dev.dev(), lba, &data)?;
+    let how = match (n > unit, s.cache) {
+        (true, false) => format!(" (atomic chunks of {unit})"),
+        (false, false) => " atomically".to_string(),
+        (true, true) => format!(" (chunks of {unit}, each whole in one epoch)"),
+        (false, true) => " whole in one epoch".to_string(),
+    };
+    match dev.close_written()? {
+        Some(epoch) => eprintln!("wrote {n} blocks at LBA {lba}{how}; committed: epoch {epoch}"),
+        None => eprintln!("wrote {n} blocks at LBA {lba}{how}"),
+    }
     Ok(0)
 }
 
 pub fn read(path: &Path, lba: u64, count: u64, output: Option<&Path>) -> Result<i32> {
-    let disk = open_image_readonly(path, OpenOptions::default())?;
-    check_range(lba, count, disk.blocks(), "read")?;
-    let b = disk.block_bytes() as u64;
+    let s = shape(path)?;
+    check_range(lba, count, s.blocks, "read")?;
     let bytes = count
-        .checked_mul(b)
+        .checked_mul(s.block_bytes as u64)
         .filter(|&n| n <= 1 << 32)
         .ok_or_else(|| {
             Error::bad(format!(
                 "read of {count} blocks is more than 4 GiB: read it in parts"
             ))
         })?;
+    let dev = Opened::open(path, s.cache, false)?;
     let mut buf = vec![0u8; bytes as usize];
-    disk.read(lba, &mut buf)?;
+    dev.dev().read(lba, &mut buf)?;
     match output {
         Some(p) => std::fs::write(p, &buf)
             .map_err(|e| Error::env(format!("{}: cannot write output: {e}", p.display())))?,
@@ -133,15 +217,19 @@ pub fn read(path: &Path, lba: u64, count: u64, output: Option<&Path>) -> Result<
 }
 
 pub fn discard(path: &Path, lba: u64, count: u64) -> Result<i32> {
-    let sb = image::peek(path)?;
-    check_range(lba, count, sb.geometry.blocks, "discard")?;
-    let disk = open_image(path, OpenOptions::default())?;
-    disk.discard(lba, count)?;
-    eprintln!("discarded {count} blocks at LBA {lba}");
+    let s = shape(path)?;
+    check_range(lba, count, s.blocks, "discard")?;
+    let dev = Opened::open(path, s.cache, true)?;
+    dev.dev().discard(lba, count)?;
+    match dev.close_written()? {
+        Some(epoch) => eprintln!("discarded {count} blocks at LBA {lba}; committed: epoch {epoch}"),
+        None => eprintln!("discarded {count} blocks at LBA {lba}"),
+    }
     Ok(0)
 }
 
 pub fn check(path: &Path, json: bool) -> Result<i32> {
+    expect_nvramdisk(path, "check it with nvstack cache check")?;
     let r = check_image(path)?;
     if json {
         print_json(&r)?;
@@ -183,6 +271,10 @@ pub fn check(path: &Path, json: bool) -> Result<i32> {
 }
 
 pub fn recover(path: &Path) -> Result<i32> {
+    expect_nvramdisk(
+        path,
+        "a cache recovers at every open (nvstack cache check shows what it would do)",
+    )?;
     if let Some(what) = image::repair_superblock(path)? {
         say!("repaired: {what}")?;
     }

@@ -91,6 +91,7 @@ struct ImageInfo {
 }
 
 pub fn image(path: &Path, json: bool) -> Result<i32> {
+    crate::kind::expect_nvramdisk(path, "nvstack cache status shows it")?;
     let d = open_image_readonly(path, OpenOptions::default())?;
     let g = *d.geometry();
     let rep = d.recovery_report().clone();

@@ -3,9 +3,11 @@
 
 mod bench;
 mod blocks;
+mod cache;
 mod crashtest;
 mod demo;
 mod info;
+mod kind;
 mod output;
 mod progress;
 mod serve;
@@ -103,6 +105,8 @@ enum Cmd {
     /// Recover an image in place: finish or cancel interrupted writes, repair a damaged
     /// superblock copy from the intact one.
     Recover { image: PathBuf },
+    /// A UBJ cache (NVRAM) in front of a backing file: create, status, writeback, detach, check.
+    Cache(cache::CacheArgs),
     /// Crash-check the device: simulated persistent memory, fault models M0-M3, every crash
     /// point (--exhaustive, the default) or random crash-recover-verify cycles.
     Crashtest(crashtest::CrashArgs),
@@ -177,6 +181,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Check { image, json } => blocks::check(&image, json),
         Cmd::Recover { image } => blocks::recover(&image),
         Cmd::Bench(args) => bench::run(args),
+        Cmd::Cache(args) => cache::run(args),
         Cmd::Crashtest(args) => crashtest::run(args),
         Cmd::Demo { image, size, json } => demo::run(image, size, json),
     }

@@ -45,4 +45,15 @@ impl Error {
     pub fn finding(msg: impl fmt::Display) -> Error {
         Error::Finding(msg.to_string())
     }
+
+    /// The same error (and exit code) with `what` said first: "what: message".
+    pub fn context(self, what: impl fmt::Display) -> Error {
+        match self {
+            Error::Finding(m) => Error::Finding(format!("{what}: {m}")),
+            Error::BadInput(m) => Error::BadInput(format!("{what}: {m}")),
+            Error::Environment(m) => Error::Environment(format!("{what}: {m}")),
+            Error::NoSpace(m) => Error::NoSpace(format!("{what}: {m}")),
+            Error::Stopped(n) => Error::Stopped(n),
+        }
+    }
 }

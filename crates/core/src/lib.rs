@@ -4,6 +4,7 @@
 
 pub mod blockdev;
 pub mod error;
+pub mod lock;
 pub mod progress;
 pub mod report;
 pub mod size;

@@ -21,24 +21,38 @@ pub struct FileDevice {
     path: PathBuf,
     blocks: u64,
     direct: bool,
+    writable: bool,
 }
 
 impl FileDevice {
-    /// Open `path` for reading and writing and lock it; Err names the file and what is wrong.
+    /// Open `path` for reading and writing and lock it exclusively; Err names the file and
+    /// what is wrong.
     pub fn open(path: &Path) -> Result<FileDevice> {
-        let (file, direct) = match open_rw(path, libc::O_DIRECT) {
+        FileDevice::open_mode(path, true)
+    }
+
+    /// Open `path` for reading only, under a shared lock (check and status): every write,
+    /// discard or flush is refused.
+    pub fn open_readonly(path: &Path) -> Result<FileDevice> {
+        FileDevice::open_mode(path, false)
+    }
+
+    fn open_mode(path: &Path, writable: bool) -> Result<FileDevice> {
+        let (file, direct) = match open_file(path, writable, libc::O_DIRECT) {
             Ok(f) => (f, true),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                (open_rw(path, 0).map_err(|e| io(path, e))?, false)
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
+                open_file(path, writable, 0).map_err(|e| io(path, e))?,
+                false,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::bad(format!(
+                    "{}: no such backing file",
+                    path.display()
+                )))
             }
             Err(e) => return Err(io(path, e)),
         };
-        if file.try_lock().is_err() {
-            return Err(Error::env(format!(
-                "{}: locked by another process",
-                path.display()
-            )));
-        }
+        nvstack_core::lock::lock_file(&file, path, "backing file", writable)?;
         let bytes = file.metadata().map_err(|e| io(path, e))?.len();
         if bytes % B as u64 != 0 || bytes < 2 * B as u64 {
             return Err(Error::bad(format!(
@@ -52,7 +66,12 @@ impl FileDevice {
             path: path.to_path_buf(),
             blocks: bytes / B as u64,
             direct,
+            writable,
         })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Whether I/O bypasses the page cache (O_DIRECT).
@@ -62,6 +81,16 @@ impl FileDevice {
 
     fn err(&self, what: &str, e: std::io::Error) -> Error {
         Error::env(format!("{}: {what}: {e}", self.path.display()))
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if !self.writable {
+            return Err(Error::env(format!(
+                "{}: opened read-only: no write, discard or flush",
+                self.path.display()
+            )));
+        }
+        Ok(())
     }
 
     fn check(&self, lba: u64, bytes: usize) -> Result<()> {
@@ -77,10 +106,10 @@ impl FileDevice {
     }
 }
 
-fn open_rw(path: &Path, flags: i32) -> std::io::Result<File> {
+fn open_file(path: &Path, write: bool, flags: i32) -> std::io::Result<File> {
     OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(write)
         .custom_flags(flags)
         .open(path)
 }
@@ -117,6 +146,7 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
     fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+        self.check_writable()?;
         self.check(lba, data.len())?;
         let mut a = Box::new(Aligned([0; B]));
         for (i, block) in data.chunks(B).enumerate() {
@@ -129,12 +159,14 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
     fn discard(&self, lba: u64, count: u64) -> Result<()> {
+        self.check_writable()?;
         let bytes = usize::try_from(count).ok().and_then(|c| c.checked_mul(B));
         self.check(lba, bytes.ok_or_else(|| Error::bad("discard too long"))?)?;
         crate::sys::punch_hole(&self.file, lba * B as u64, count * B as u64)
             .map_err(|e| self.err("punch hole", e))
     }
     fn flush(&self) -> Result<()> {
+        self.check_writable()?;
         self.file.sync_data().map_err(|e| self.err("fdatasync", e))
     }
 }
@@ -174,7 +206,18 @@ mod tests {
             assert!(d.write(7, &data).is_err(), "past the end");
             let again = FileDevice::open(&path).err().expect("locked");
             assert!(again.to_string().contains("locked"), "{again}");
+            assert!(
+                FileDevice::open_readonly(&path).is_err(),
+                "a writer excludes readers"
+            );
             drop(d);
+            let r = FileDevice::open_readonly(&path).unwrap();
+            let r2 = FileDevice::open_readonly(&path).unwrap();
+            r2.read(4, &mut back).unwrap();
+            assert!(back[..B] == data[B..], "{dir}: a reader reads");
+            assert!(r.write(0, &data).is_err() && r.flush().is_err() && r.discard(0, 1).is_err());
+            assert!(FileDevice::open(&path).is_err(), "readers exclude a writer");
+            drop((r, r2));
             std::fs::remove_file(&path).unwrap();
         }
     }

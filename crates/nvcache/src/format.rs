@@ -159,7 +159,7 @@ pub fn decode_entry(slot: u32, raw: [u64; 2]) -> Decoded {
 }
 
 /// Settings stored at create; `serve` may override them for one run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Settings {
     /// Commit when this many blocks are dirty (0: off).
     pub autocommit_blocks: u32,
@@ -176,7 +176,8 @@ pub struct Settings {
 }
 
 /// The replacement policies of clean slots, as stored (one byte).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PolicyName {
     Lru = 1,
     Random = 2,
@@ -256,6 +257,12 @@ const SB_BODY_BYTES: usize = 64;
 pub const SB_BYTES: usize = 128;
 
 impl Superblock {
+    /// Most blocks of one write: it lands whole in one epoch, so it must fit the cache after a
+    /// full checkpoint (half the slots), and at most nvramdisk's unit (64).
+    pub fn unit_blocks(&self) -> u32 {
+        crate::ubj::WRITE_BLOCKS_MAX.min(self.slots / 2)
+    }
+
     pub fn encode(&self) -> [u8; SB_BYTES] {
         let mut b = [0u8; SB_BYTES];
         let s = &self.settings;
@@ -318,6 +325,130 @@ impl Superblock {
         }
         sb.settings.validate()?;
         Ok(sb)
+    }
+}
+
+/// Offset of the counters record (in the superblock's block, after the superblock).
+pub const COUNTERS_OFF: u64 = 128;
+/// Offset of the backing path record (in the superblock's block, to its end).
+pub const PATH_OFF: u64 = 512;
+/// Most bytes of a backing path (the block's end minus the record's 8-byte header).
+pub const PATH_BYTES_MAX: usize = 4096 - PATH_OFF as usize - 8;
+/// The counters record's magic: "NVSCOUNT".
+const COUNTERS_MAGIC: u64 = u64::from_le_bytes(*b"NVSCOUNT");
+/// Bytes of the counters record: magic, eight counters, checksum, zeros.
+pub const COUNTERS_BYTES: usize = 80;
+
+/// The backing path record: where the backing file was at create (absolute), so that commands
+/// need only the image. It is a hint, not a promise: the label's identity decides whether a
+/// file is this cache's backing device, and `--backing FILE` names a moved one.
+pub fn encode_path(path: &str) -> Result<Vec<u8>> {
+    let bytes = path.as_bytes();
+    if bytes.is_empty() || bytes.len() > PATH_BYTES_MAX || bytes.contains(&0) {
+        return Err(Error::bad(format!(
+            "backing path {path:?}: must be 1 to {PATH_BYTES_MAX} bytes without NUL"
+        )));
+    }
+    let mut b = Vec::with_capacity(8 + bytes.len());
+    b.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    b.extend_from_slice(&crc32c::crc32c(bytes).to_le_bytes());
+    b.extend_from_slice(bytes);
+    b.resize(b.len().div_ceil(8) * 8, 0);
+    debug_assert_eq!(decode_path(&b).ok().as_deref(), Some(path));
+    Ok(b)
+}
+
+/// The backing path a record holds (`b` from PATH_OFF to the block's end), naming what is wrong.
+pub fn decode_path(b: &[u8]) -> Result<String> {
+    let len = u32::from_le_bytes(b[0..4].try_into().unwrap()) as usize;
+    if len == 0 || len > PATH_BYTES_MAX || b.len() < 8 + len {
+        return Err(Error::bad(format!(
+            "nvcache superblock: backing path record of {len} bytes"
+        )));
+    }
+    let bytes = &b[8..8 + len];
+    if u32::from_le_bytes(b[4..8].try_into().unwrap()) != crc32c::crc32c(bytes) {
+        return Err(Error::bad(
+            "nvcache superblock: backing path record fails its checksum",
+        ));
+    }
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| Error::bad("nvcache superblock: backing path is not UTF-8"))
+}
+
+/// Counters over the cache's life, folded in at every clean close (`Ubj::save_counters`): a
+/// run that ends in a crash loses its counts, never the cache's data. Not part of any commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counters {
+    pub read_hits: u64,
+    pub read_misses: u64,
+    pub commits: u64,
+    pub commits_forced: u64,
+    pub checkpoints: u64,
+    pub fences: u64,
+    pub user_bytes_written: u64,
+    pub backing_bytes_written: u64,
+}
+
+impl Counters {
+    fn words(&self) -> [u64; 8] {
+        [
+            self.read_hits,
+            self.read_misses,
+            self.commits,
+            self.commits_forced,
+            self.checkpoints,
+            self.fences,
+            self.user_bytes_written,
+            self.backing_bytes_written,
+        ]
+    }
+
+    pub fn encode(&self) -> [u8; COUNTERS_BYTES] {
+        let mut b = [0u8; COUNTERS_BYTES];
+        b[0..8].copy_from_slice(&COUNTERS_MAGIC.to_le_bytes());
+        for (i, w) in self.words().iter().enumerate() {
+            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&w.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b[..72]);
+        b[72..76].copy_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(Counters::decode(&b), Some(*self));
+        b
+    }
+
+    /// None when the record is absent or torn (a crash during a close).
+    pub fn decode(b: &[u8]) -> Option<Counters> {
+        let w = |i: usize| u64::from_le_bytes(b[8 + 8 * i..16 + 8 * i].try_into().unwrap());
+        let crc = u32::from_le_bytes(b[72..76].try_into().unwrap());
+        if b[0..8] != COUNTERS_MAGIC.to_le_bytes() || crc != crc32c::crc32c(&b[..72]) {
+            return None;
+        }
+        Some(Counters {
+            read_hits: w(0),
+            read_misses: w(1),
+            commits: w(2),
+            commits_forced: w(3),
+            checkpoints: w(4),
+            fences: w(5),
+            user_bytes_written: w(6),
+            backing_bytes_written: w(7),
+        })
+    }
+
+    /// These counters plus `o`'s (saturating: a counter stops rather than wraps).
+    pub fn plus(&self, o: &Counters) -> Counters {
+        let (a, b) = (self.words(), o.words());
+        let s = |i: usize| a[i].saturating_add(b[i]);
+        Counters {
+            read_hits: s(0),
+            read_misses: s(1),
+            commits: s(2),
+            commits_forced: s(3),
+            checkpoints: s(4),
+            fences: s(5),
+            user_bytes_written: s(6),
+            backing_bytes_written: s(7),
+        }
     }
 }
 
@@ -441,6 +572,35 @@ mod tests {
         assert_eq!(Label::decode(&b).unwrap(), l);
         b[30] ^= 4;
         assert!(Label::decode(&b).is_err());
+    }
+
+    #[test]
+    fn path_and_counters_round_trip_and_refuse_damage() {
+        let mut b = encode_path("/var/tmp/backing.img").unwrap();
+        b.resize(4096 - PATH_OFF as usize, 0);
+        assert_eq!(decode_path(&b).unwrap(), "/var/tmp/backing.img");
+        b[12] ^= 1;
+        assert!(decode_path(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("checksum"));
+        assert!(decode_path(&[0u8; 64]).is_err(), "an absent record");
+        assert!(encode_path("").is_err());
+        assert!(encode_path(&"x".repeat(PATH_BYTES_MAX + 1)).is_err());
+        assert!(COUNTERS_OFF as usize + COUNTERS_BYTES <= PATH_OFF as usize);
+        let c = Counters {
+            read_hits: 1,
+            commits: 3,
+            backing_bytes_written: u64::MAX,
+            ..Default::default()
+        };
+        let mut b = c.encode();
+        assert_eq!(Counters::decode(&b), Some(c));
+        assert_eq!(c.plus(&c).backing_bytes_written, u64::MAX, "saturates");
+        assert_eq!(c.plus(&c).commits, 6);
+        b[30] ^= 2;
+        assert_eq!(Counters::decode(&b), None);
+        assert_eq!(Counters::decode(&[0u8; COUNTERS_BYTES]), None);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 pub mod backing;
 pub mod bugs;
 pub mod format;
+pub mod image;
+pub mod inspect;
 mod recover;
 #[allow(unsafe_code)]
 mod sys;

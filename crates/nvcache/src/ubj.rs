@@ -19,7 +19,7 @@
 use crate::bugs::Bug;
 use crate::format::{
     encode_commit, encode_entry, Entry, Label, Layout, Settings, Superblock, BLOCK_BYTES,
-    COMMIT_OFF, LBA_MAX, SEQ_MAX, SUPERBLOCK_OFF,
+    COMMIT_OFF, COUNTERS_BYTES, COUNTERS_OFF, LBA_MAX, SEQ_MAX, SUPERBLOCK_OFF,
 };
 use crate::recover;
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
@@ -63,19 +63,8 @@ struct Copies {
     frozen: Option<u32>,
 }
 
-/// Counters `status` shows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    pub read_hits: u64,
-    pub read_misses: u64,
-    pub commits: u64,
-    /// Commits the cache forced because it was full of dirty and frozen slots.
-    pub commits_forced: u64,
-    pub checkpoints: u64,
-    pub fences: u64,
-    pub user_bytes_written: u64,
-    pub backing_bytes_written: u64,
-}
+/// This run's counters (`status` shows them over the cache's life: `lifetime`).
+pub type Stats = crate::format::Counters;
 
 /// Blocks per state, as `status` shows them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -109,6 +98,8 @@ struct State {
     frozen: usize,
     /// Set by a backing-device error: writes refused, data kept.
     error: Option<String>,
+    /// The counters stored at the last clean close (None: absent or torn by a crash then).
+    stored: Option<crate::format::Counters>,
 }
 
 /// A UBJ cache over `region` in front of `backing`.
@@ -189,6 +180,7 @@ pub fn create<R: Region>(
     for off in COMMIT_OFF {
         region.store_u64_nt(off, encode_commit(0));
     }
+    region.write_nt(COUNTERS_OFF, &crate::format::Counters::default().encode());
     region.write_nt(SUPERBLOCK_OFF, &sb.encode());
     region.fence();
     Ok(sb)
@@ -263,6 +255,22 @@ impl<R: Region> Ubj<R> {
 
     pub fn stats(&self) -> Stats {
         self.lock().stats
+    }
+
+    /// The counters over the cache's life: those stored at the last clean close plus this
+    /// run's, and whether the stored ones were readable.
+    pub fn lifetime(&self) -> (Stats, bool) {
+        let st = self.lock();
+        let stored = st.stored.unwrap_or_default();
+        (stored.plus(&st.stats), st.stored.is_some())
+    }
+
+    /// Store the lifetime counters (a clean close; calling it again stores the same sums).
+    /// One record and one fence, outside every commit: a crash here tears only the counters.
+    pub fn save_counters(&self) {
+        let (life, _) = self.lifetime();
+        self.region.write_nt(COUNTERS_OFF, &life.encode());
+        self.region.fence();
     }
 
     pub fn epoch(&self) -> u64 {
@@ -388,6 +396,7 @@ fn recover_state<R: Region + ?Sized>(
         stats: Stats::default(),
         frozen: 0,
         error: None,
+        stored: crate::format::Counters::decode(&read_counters(region)),
     };
     for (slot, kept) in found.kept.iter().enumerate() {
         let slot = slot as u32;
@@ -417,6 +426,13 @@ fn recover_state<R: Region + ?Sized>(
     }
     st.free.reverse(); // pop() hands out low slots first
     Ok(st)
+}
+
+/// The counters record's bytes.
+pub(crate) fn read_counters<R: Region + ?Sized>(region: &R) -> [u8; COUNTERS_BYTES] {
+    let mut b = [0u8; COUNTERS_BYTES];
+    region.read(COUNTERS_OFF, &mut b);
+    b
 }
 
 /// `slot`, the clean or dirty copy of `lba`, leaves the cache: the block forgets it (and is
@@ -538,7 +554,7 @@ impl<R: Region> Ubj<R> {
 
     /// Blocks one write may carry.
     pub fn unit_blocks(&self) -> u32 {
-        WRITE_BLOCKS_MAX.min(self.layout.slots / 2)
+        self.sb.unit_blocks()
     }
 
     /// One block into its dirty slot (in place), its clean slot (in place, now dirty) or a new

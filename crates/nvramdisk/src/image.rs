@@ -10,7 +10,7 @@ use super::layout::{Superblock, SB_PAGE_BYTES};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::mmap::allocate_file;
 use nvstack_pmem::{Access, MmapRegion};
-use std::fs::{File, OpenOptions as FsOpen, TryLockError};
+use std::fs::{File, OpenOptions as FsOpen};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -18,23 +18,7 @@ use std::sync::Arc;
 pub type Disk = NvramDisk<MmapRegion>;
 
 pub(crate) fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
-    let r = if exclusive {
-        file.try_lock()
-    } else {
-        file.try_lock_shared()
-    };
-    match r {
-        Ok(()) => Ok(()),
-        Err(TryLockError::WouldBlock) => Err(Error::env(format!(
-            "{}: image is locked by another process (another nvstack command or daemon has it \
-             open{})",
-            path.display(),
-            if exclusive { "" } else { " for writing" }
-        ))),
-        Err(TryLockError::Error(e)) => {
-            Err(Error::env(format!("{}: cannot lock: {e}", path.display())))
-        }
-    }
+    nvstack_core::lock::lock_file(file, path, "image", exclusive)
 }
 
 /// Create and format a new image of `size` bytes. An existing file is refused unless `force`.

@@ -1,0 +1,329 @@
+//! Cache images: a UBJ cache's NVRAM region kept in a file (DRAM emulating NVRAM under
+//! /dev/shm, or a file on a DAX file system), with the absolute path of its backing file
+//! recorded inside it (docs/format.md 10.3), so that every command needs only the image.
+//!
+//! As for nvramdisk images, everything plain reads can validate (length, superblock, path
+//! record) is validated before anything is mapped, and a refused open or create changes
+//! nothing. Every open locks: the image and the backing file exclusively for writers, shared
+//! for readers (`inspect`, and `open_readonly`, whose recovery runs in a private copy).
+
+use crate::backing::FileDevice;
+use crate::format::{
+    decode_path, encode_path, Label, Layout, Settings, Superblock, BLOCK_BYTES, PATH_OFF, SLOTS_MIN,
+};
+use crate::ubj::{self, Ubj};
+use nvstack_core::blockdev::BlockDevice;
+use nvstack_core::error::{Error, Result};
+use nvstack_core::lock::lock_file;
+use nvstack_pmem::mmap::allocate_file;
+use nvstack_pmem::{Access, MmapRegion, Region};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const B: u64 = BLOCK_BYTES as u64;
+
+/// A UBJ cache on a mapped image file.
+pub type Cache = Ubj<MmapRegion>;
+
+/// What `create_image` makes.
+pub struct CreateOptions<'a> {
+    /// Bytes of NVRAM: the image file's length.
+    pub size: u64,
+    pub backing: &'a Path,
+    /// Create the backing file exporting this many bytes (the file is one block longer: the
+    /// label); with an existing file, its size must be this plus that block.
+    pub backing_size: Option<u64>,
+    pub settings: Settings,
+    /// Replace an existing image; overwrite the last block of a backing file that holds data
+    /// or another cache's label.
+    pub force: bool,
+}
+
+/// What `create_image` made.
+pub struct Created {
+    pub superblock: Superblock,
+    /// The backing file's absolute path, as recorded in the image.
+    pub backing: PathBuf,
+    pub backing_created: bool,
+}
+
+/// An opened cache and the backing file it opened over.
+pub struct Opened {
+    pub cache: Arc<Cache>,
+    pub backing: PathBuf,
+}
+
+/// Create a cache image and label its backing file (created when absent and sized by
+/// `backing_size`). An existing image is refused unless `force`, and so is a backing file
+/// whose last block (where the label goes) holds data or a live cache's label.
+pub fn create_image(path: &Path, o: &CreateOptions) -> Result<Created> {
+    o.settings.validate()?;
+    check_region_size(o.size)?;
+    let _old = claim_existing(path, o.force)?; // held until the new image replaces it
+    let (backing, created) = prepare_backing(o)?;
+    let abs = std::fs::canonicalize(o.backing)
+        .map_err(|e| Error::env(format!("{}: {e}", o.backing.display())))?;
+    let made = build_image(path, o, &backing, &abs);
+    if made.is_err() && created {
+        drop(backing);
+        let _ = std::fs::remove_file(o.backing);
+    }
+    Ok(Created {
+        superblock: made?,
+        backing: abs,
+        backing_created: created,
+    })
+}
+
+fn check_region_size(size: u64) -> Result<()> {
+    if !size.is_multiple_of(B) {
+        return Err(Error::bad(format!(
+            "cache size {size} bytes: not a multiple of 4096"
+        )));
+    }
+    if Layout::fitting(size).is_none() {
+        return Err(Error::bad(format!(
+            "cache size {size} bytes: too small for {SLOTS_MIN} slots of 4096 bytes and their \
+             table (at least {} bytes)",
+            Layout::new(SLOTS_MIN).region_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// Refuse an existing image without `force`; with it, lock the old one (never replace an
+/// image another process has open).
+fn claim_existing(path: &Path, force: bool) -> Result<Option<File>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    if !force {
+        return Err(Error::bad(format!(
+            "{}: file exists; pass --force to replace it",
+            path.display()
+        )));
+    }
+    let f = open_file(path, true, "image")?;
+    lock_file(&f, path, "image", true)?;
+    Ok(Some(f))
+}
+
+/// Open (or create) the backing file for a new cache, refusing to overwrite what its last
+/// block holds unless it is zeros or a detached cache's label.
+fn prepare_backing(o: &CreateOptions) -> Result<(FileDevice, bool)> {
+    let p = o.backing;
+    if !p.exists() {
+        let size = o.backing_size.ok_or_else(|| {
+            Error::bad(format!(
+                "{}: no such backing file; give --backing-size to create it",
+                p.display()
+            ))
+        })?;
+        if size == 0 || !size.is_multiple_of(B) {
+            return Err(Error::bad(format!(
+                "backing size {size} bytes: must be a positive multiple of 4096"
+            )));
+        }
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+            .map_err(|e| Error::env(format!("{}: cannot create: {e}", p.display())))?;
+        let sized = f.set_len(size + B);
+        drop(f);
+        let dev = sized
+            .map_err(|e| Error::env(format!("{}: cannot size: {e}", p.display())))
+            .and_then(|_| FileDevice::open(p));
+        if dev.is_err() {
+            let _ = std::fs::remove_file(p);
+        }
+        return Ok((dev?, true));
+    }
+    let dev = FileDevice::open(p)?;
+    if let Some(size) = o.backing_size {
+        if dev.blocks() * B != size + B {
+            return Err(Error::bad(format!(
+                "{}: {} bytes, but --backing-size {size} needs {} (the device and one label \
+                 block)",
+                p.display(),
+                dev.blocks() * B,
+                size + B
+            )));
+        }
+    }
+    if !o.force {
+        check_last_block_free(&dev)?;
+    }
+    Ok((dev, false))
+}
+
+fn check_last_block_free(dev: &FileDevice) -> Result<()> {
+    let last = dev.blocks() - 1;
+    let mut b = vec![0u8; B as usize];
+    dev.read(last, &mut b)?;
+    let p = dev.path().display();
+    match Label::decode(&b) {
+        Ok(l) if l.detached => Ok(()),
+        Ok(l) => Err(Error::bad(format!(
+            "{p}: it is the backing file of another cache (identity {:032x}, not detached): its \
+             newest data may be only in that cache's NVRAM; detach that cache first, or pass \
+             --force",
+            l.identity
+        ))),
+        Err(_) if b.iter().all(|&x| x == 0) => Ok(()),
+        Err(_) => Err(Error::bad(format!(
+            "{p}: its last block (block {last}) holds data, and the cache keeps its label there; \
+             pass --force to overwrite it, or make the file 4096 bytes longer"
+        ))),
+    }
+}
+
+/// Build the image in a temporary file beside `path` and rename it into place when whole.
+fn build_image(
+    path: &Path,
+    o: &CreateOptions,
+    backing: &FileDevice,
+    abs: &Path,
+) -> Result<Superblock> {
+    let record = encode_path(&abs.to_string_lossy())?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::bad(format!("{}: not a file name", path.display())))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.nvstack-create-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| Error::env(format!("{}: cannot create: {e}", tmp.display())))?;
+    let made = (|| {
+        lock_file(&file, &tmp, "image", true)?;
+        allocate_file(&file, path, o.size)?;
+        let region = MmapRegion::map_file(file, path, Access::Shared)?;
+        region.write_nt(PATH_OFF, &record);
+        let sb = ubj::create(&region, backing, o.settings)?;
+        drop(region);
+        std::fs::rename(&tmp, path).map_err(|e| {
+            Error::env(format!(
+                "{}: cannot move the new image into place: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(sb)
+    })();
+    if made.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    made
+}
+
+fn open_file(path: &Path, write: bool, what: &str) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::bad(format!("{}: no such {what}", path.display()))
+            } else {
+                Error::env(format!("{}: cannot open: {e}", path.display()))
+            }
+        })
+}
+
+/// An image file validated with plain reads: its superblock and its backing path.
+pub(crate) struct Validated {
+    pub file: File,
+    pub sb: Superblock,
+    /// The recorded backing path, or what is wrong with its record.
+    pub path_record: Result<PathBuf>,
+}
+
+pub(crate) fn validate(path: &Path, write: bool) -> Result<Validated> {
+    let file = open_file(path, write, "image")?;
+    lock_file(&file, path, "image", write)?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
+        .len();
+    let named = |e: Error| Error::bad(format!("{}: {e}", path.display()));
+    if len < B {
+        return Err(named(Error::bad(format!(
+            "{len} bytes: not an nvcache image"
+        ))));
+    }
+    let mut block = vec![0u8; B as usize];
+    file.read_exact_at(&mut block, 0)
+        .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
+    let sb = Superblock::decode(&block).map_err(named)?;
+    let need = Layout::new(sb.slots).region_bytes;
+    if len < need || !len.is_multiple_of(B) {
+        return Err(named(Error::bad(format!(
+            "{len} bytes, but its superblock's {} slots need {need} (a truncated copy?)",
+            sb.slots
+        ))));
+    }
+    let path_record = decode_path(&block[PATH_OFF as usize..]).map(PathBuf::from);
+    Ok(Validated {
+        file,
+        sb,
+        path_record,
+    })
+}
+
+fn backing_path(v: &Validated, over: Option<&Path>) -> Result<PathBuf> {
+    match (over, &v.path_record) {
+        (Some(p), _) => Ok(p.to_path_buf()),
+        (None, Ok(p)) => Ok(p.clone()),
+        (None, Err(e)) => Err(Error::bad(format!(
+            "{e}; name the backing file with --backing"
+        ))),
+    }
+}
+
+/// Open a cache for writing: the image and its backing file locked exclusively, the region
+/// mapped shared, recovery run on it. `backing` overrides the recorded path (a moved file;
+/// its label must still name this cache); `settings` overrides the stored ones for this run.
+pub fn open_image(
+    path: &Path,
+    backing: Option<&Path>,
+    settings: Option<Settings>,
+) -> Result<Opened> {
+    let v = validate(path, true)?;
+    let bpath = backing_path(&v, backing)?;
+    let dev = FileDevice::open(&bpath)?;
+    let region = MmapRegion::map_file(v.file, path, Access::Shared)?;
+    let cache = Ubj::open(Arc::new(region), Arc::new(dev), settings)
+        .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
+    Ok(Opened {
+        cache: Arc::new(cache),
+        backing: bpath,
+    })
+}
+
+/// Open a cache for reading: shared locks, a private copy of the region (recovery and the
+/// blocks a read caches stay in memory), the backing file read-only.
+pub fn open_readonly(path: &Path, backing: Option<&Path>) -> Result<Opened> {
+    let v = validate(path, false)?;
+    let bpath = backing_path(&v, backing)?;
+    let dev = FileDevice::open_readonly(&bpath)?;
+    let region = MmapRegion::map_file(v.file, path, Access::PrivateCopy)?;
+    let cache = Ubj::open(Arc::new(region), Arc::new(dev), None)
+        .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
+    Ok(Opened {
+        cache: Arc::new(cache),
+        backing: bpath,
+    })
+}
+
+/// Validate an image with plain reads under a shared lock and return its superblock (commands
+/// check their arguments against it before opening for writing).
+pub fn peek(path: &Path) -> Result<Superblock> {
+    Ok(validate(path, false)?.sb)
+}
