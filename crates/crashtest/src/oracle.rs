@@ -128,6 +128,58 @@ pub struct Expect {
     /// What each block held, durably, before the workload.
     pub initial: BTreeMap<u64, Option<u64>>,
     pub ops: Vec<OpRecord>,
+    /// A layer durable at flushes only (nvcache UBJ) is judged by its epochs instead of the
+    /// per-operation rules; `ops` then only names the blocks touched.
+    pub epochs: Option<Epochs>,
+}
+
+/// The epoch promise (nvcache UBJ): after a crash the device reads exactly as it stood after
+/// some commit j, where j is at least the last commit acknowledged before the crash, and at
+/// most the last one begun: never a mix of two epochs, never an acknowledged commit lost.
+#[derive(Clone, Debug, Default)]
+pub struct Epochs {
+    /// What every touched block holds after commit j (j = 0: before the workload); a block
+    /// absent from a state reads zeros.
+    pub states: Vec<BTreeMap<u64, Option<u64>>>,
+    /// Commit j + 1's event indices: from `.0` on it may be durable (the operation that made
+    /// it began), from `.1` on it must be (that operation returned).
+    pub commits: Vec<(usize, usize)>,
+}
+
+impl Epochs {
+    /// The commits a crash at event index `crash` may show: (acknowledged, begun).
+    pub fn window(&self, crash: usize) -> (usize, usize) {
+        let acked = self.commits.iter().filter(|c| c.1 <= crash).count();
+        let begun = self.commits.iter().filter(|c| c.0 <= crash).count();
+        debug_assert!(acked <= begun, "a commit is acknowledged after it begins");
+        (acked, begun)
+    }
+
+    fn judge(&self, got: &BTreeMap<u64, Option<u64>>, crash: usize) -> Result<(), Finding> {
+        assert_eq!(
+            self.states.len(),
+            self.commits.len() + 1,
+            "a state per commit"
+        );
+        let (acked, begun) = self.window(crash);
+        let reads = |j: usize, lba: u64| self.states[j].get(&lba).copied().unwrap_or(None);
+        if (acked..=begun).any(|j| got.iter().all(|(&l, &g)| reads(j, l) == g)) {
+            return Ok(());
+        }
+        let (&lba, &g) = got
+            .iter()
+            .find(|(&l, &g)| reads(acked, l) != g)
+            .expect("a state no block differs from matches");
+        Err(Finding {
+            lba: Some(lba),
+            what: format!(
+                "the device is in no committed state between commit {acked} (acknowledged) \
+                 and commit {begun} (begun): this block reads {} where commit {acked} has {}",
+                show(g),
+                show(reads(acked, lba))
+            ),
+        })
+    }
 }
 
 /// A violation found by the oracle.
@@ -175,6 +227,9 @@ impl Expect {
             self.ops.iter().all(|op| op.start <= op.ack),
             "an operation returns after it starts"
         );
+        if let Some(epochs) = &self.epochs {
+            return epochs.judge(got, crash);
+        }
         let at = self.at(crash);
         at.judge_blocks(got)?;
         at.judge_atomic(got)
@@ -324,6 +379,45 @@ mod tests {
         let mut t = newer.clone();
         t[8..16].copy_from_slice(&b[8..16]);
         assert_eq!(decode_block(7, &t), Err(BlockError::Torn));
+    }
+
+    #[test]
+    fn epochs_allow_one_whole_committed_state() {
+        let states = vec![
+            BTreeMap::from([(1, None), (2, None)]),
+            BTreeMap::from([(1, Some(1)), (2, Some(1))]),
+            BTreeMap::from([(1, Some(2)), (2, Some(1))]),
+        ];
+        let e = Expect {
+            epochs: Some(Epochs {
+                states,
+                commits: vec![(10, 20), (30, 40)],
+            }),
+            ..Default::default()
+        };
+        let g = |a: Option<u64>, b: Option<u64>| BTreeMap::from([(1, a), (2, b)]);
+        assert!(e.judge(&g(None, None), 15).is_ok(), "commit 1 may be lost");
+        assert!(e.judge(&g(Some(1), Some(1)), 15).is_ok());
+        assert!(
+            e.judge(&g(Some(1), None), 15).is_err(),
+            "a mix of two epochs"
+        );
+        let lost = e.judge(&g(None, None), 20).unwrap_err();
+        assert!(
+            lost.what.contains("commit 1 (acknowledged)"),
+            "{}",
+            lost.what
+        );
+        assert!(e.judge(&g(Some(2), Some(1)), 35).is_ok());
+        assert!(
+            e.judge(&g(Some(2), Some(1)), 25).is_err(),
+            "commit 2 not begun"
+        );
+        assert!(
+            e.judge(&g(Some(1), Some(1)), 40).is_err(),
+            "commit 2 acknowledged"
+        );
+        assert_eq!(e.epochs.as_ref().unwrap().window(35), (1, 2));
     }
 
     #[test]

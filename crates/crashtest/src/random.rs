@@ -267,7 +267,11 @@ impl<T: CrashTarget> Chain<'_, T> {
 
     /// Crash at a random event of `events` and draw one image of the model there.
     fn crash(&self, events: &[SimEvent], seed: u64, rng: &mut SmallRng) -> Crash {
-        let k = rng.gen_range(0..=events.len());
+        let mut k = rng.gen_range(0..=events.len());
+        // No crash inside a disk sector's write: move on to the sector's end.
+        while k > 0 && !events[k - 1].is_crash_point_after() {
+            k += 1;
+        }
         let mut cs = CrashState::new(self.base.clone());
         for e in &events[..k] {
             cs.apply(e);

@@ -215,6 +215,8 @@ pub fn quiescent_prefix(events: &[SimEvent]) -> usize {
     // Lines with cached stores not yet durable: (flushed since the last store, flush pending
     // a fence).
     let mut dirty: HashMap<u64, bool> = HashMap::new();
+    // Disk sectors written and not yet flushed (a simulated backing device).
+    let mut disk_dirty = false;
     let mut last = 0;
     for (i, ev) in events.iter().enumerate() {
         match *ev {
@@ -231,6 +233,13 @@ pub fn quiescent_prefix(events: &[SimEvent]) -> usize {
             }
             SimEvent::Fence => {
                 dirty.retain(|_, flushed| !*flushed);
+                if dirty.is_empty() && !disk_dirty {
+                    last = i + 1;
+                }
+            }
+            SimEvent::DiskStore { .. } => disk_dirty = true,
+            SimEvent::DiskFlush => {
+                disk_dirty = false;
                 if dirty.is_empty() {
                     last = i + 1;
                 }

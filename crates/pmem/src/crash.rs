@@ -15,6 +15,13 @@
 //! - **M2** write disturbance: M1, plus any subset of the eight words of a line whose flush was
 //!   issued and not yet fenced may be garbage, words never written included.
 //!
+//! A simulated region may also hold a **disk** (the backing device of a cache) in words of its
+//! own, written only by [`SimRegion::disk_write`] in whole 512-byte sectors and made durable
+//! only by [`SimRegion::disk_flush`]. Under every model, each sector written since the last
+//! disk flush holds at a crash its old contents or its newest ones, whole, independently of
+//! every other sector (any subset of the pending sectors reached the platter). A crash inside a
+//! sector's write is no crash point ([`SimEvent::is_crash_point_after`]).
+//!
 //! Garbage is a set of values tried in turn: 0, all ones, the old and the new value with one
 //! bit flipped, a copy of another pending word of the same line, and a seeded random value.
 
@@ -24,6 +31,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub const WORDS_PER_PAGE: usize = 512;
 const WORDS_PER_LINE: u64 = LINE_BYTES / 8;
+/// Bytes and words of a disk sector: the unit a disk writes whole (or not at all) at a crash.
+pub const SECTOR_BYTES: u64 = 512;
+pub const SECTOR_WORDS: u64 = SECTOR_BYTES / 8;
 
 /// Words of a region: a shared base plus private copies of the 4 KiB pages written since.
 #[derive(Clone)]
@@ -98,6 +108,21 @@ pub enum SimEvent {
         line: u64,
     },
     Fence,
+    /// An 8-byte word of a disk sector, written by `disk_write` (pending until a disk flush).
+    DiskStore {
+        word: u64,
+        value: u64,
+    },
+    /// A disk flush (fdatasync): every disk sector written before it is durable.
+    DiskFlush,
+}
+
+impl SimEvent {
+    /// Whether a crash may fall right after this event: everywhere but inside the words of
+    /// one sector's write (a disk writes a sector whole or not at all).
+    pub fn is_crash_point_after(&self) -> bool {
+        !matches!(self, SimEvent::DiskStore { word, .. } if word % SECTOR_WORDS != SECTOR_WORDS - 1)
+    }
 }
 
 struct SimState {
@@ -228,6 +253,34 @@ impl SimRegion {
 
     pub fn peek(&self, word: u64) -> u64 {
         self.st().mem.get(word as usize)
+    }
+
+    /// Write whole sectors of the disk part of the region: stored at once (reads see them),
+    /// durable only after the next `disk_flush` (see the module's fault model).
+    pub fn disk_write(&self, off: u64, src: &[u8]) {
+        assert!(
+            off.is_multiple_of(SECTOR_BYTES) && (src.len() as u64).is_multiple_of(SECTOR_BYTES),
+            "disk writes are whole sectors: {off} +{}",
+            src.len()
+        );
+        self.check(off, src.len() as u64);
+        let mut s = self.st();
+        for (i, c) in src.chunks_exact(8).enumerate() {
+            let w = off / 8 + i as u64;
+            let v = u64::from_le_bytes(c.try_into().unwrap());
+            s.mem.set(w as usize, v);
+            if s.recording {
+                s.events.push(SimEvent::DiskStore { word: w, value: v });
+            }
+        }
+    }
+
+    /// A disk flush: every sector written so far is durable.
+    pub fn disk_flush(&self) {
+        let mut s = self.st();
+        if s.recording {
+            s.events.push(SimEvent::DiskFlush);
+        }
     }
 
     fn check(&self, off: u64, len: u64) {
@@ -384,6 +437,8 @@ pub struct CrashState {
     /// non-temporal stores.
     pending: BTreeMap<u64, (Vec<u64>, bool)>,
     lines: BTreeMap<u64, LineState>,
+    /// Disk words written since the last disk flush, with their newest values.
+    disk: BTreeMap<u64, u64>,
     /// Events applied so far.
     pub applied: usize,
     /// Bumped whenever a word becomes durable (so callers can reuse a durable image).
@@ -399,6 +454,7 @@ impl CrashState {
             base,
             pending: BTreeMap::new(),
             lines: BTreeMap::new(),
+            disk: BTreeMap::new(),
             applied: 0,
             durable_gen: 0,
         }
@@ -432,6 +488,18 @@ impl CrashState {
                 l.flushed_upto = Some(l.stores.len());
             }
             SimEvent::Fence => self.fence(),
+            SimEvent::DiskStore { word, value } => {
+                debug_assert!(
+                    !self.pending.contains_key(&word),
+                    "word {word}: a disk word is never stored to as memory"
+                );
+                self.disk.insert(word, value);
+            }
+            SimEvent::DiskFlush => {
+                for (w, v) in std::mem::take(&mut self.disk) {
+                    self.make_durable(w, v);
+                }
+            }
         }
     }
 
@@ -439,6 +507,10 @@ impl CrashState {
         debug_assert!(
             (word as usize) < self.base.len(),
             "word {word} past the region"
+        );
+        debug_assert!(
+            !self.disk.contains_key(&word),
+            "word {word}: a memory store to a disk word"
         );
         let p = self.pending.entry(word).or_insert_with(|| (Vec::new(), nt));
         assert!(
@@ -502,11 +574,19 @@ impl CrashState {
 
     /// True when nothing is pending (every store so far is durable).
     pub fn quiescent(&self) -> bool {
-        self.pending.is_empty()
+        self.pending.is_empty() && self.disk.is_empty()
     }
 
+    /// Words not yet durable: memory words and disk words.
     pub fn pending_words(&self) -> impl Iterator<Item = u64> + '_ {
-        self.pending.keys().copied()
+        self.pending.keys().chain(self.disk.keys()).copied()
+    }
+
+    /// Disk sectors written since the last disk flush.
+    pub fn pending_sectors(&self) -> usize {
+        let mut sectors: Vec<u64> = self.disk.keys().map(|w| w / SECTOR_WORDS).collect();
+        sectors.dedup();
+        sectors.len()
     }
 
     /// Lines whose flush was issued and not yet fenced (M2 may disturb any of their words).
@@ -589,12 +669,13 @@ impl ImageSpace {
             cs.base.len(),
             "the durable image of the same region"
         );
-        let slots = match model {
+        let mut slots = match model {
             FaultModel::M0 => m0_slots(cs),
             FaultModel::M1 | FaultModel::M2 | FaultModel::M3 => {
                 word_slots(cs, &disturbed_lines(cs, model), seed, &base)
             }
         };
+        slots.extend(sector_slots(cs));
         debug_assert!(
             slots.iter().all(|s| s.options.len() == s.labels.len()
                 && s.options.first().is_some_and(|o| o.is_empty())),
@@ -813,6 +894,26 @@ fn m0_slots(cs: &CrashState) -> Vec<Slot> {
     slots
 }
 
+/// Every model's disk slots: one per sector written since the last disk flush, old or new.
+fn sector_slots(cs: &CrashState) -> Vec<Slot> {
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut last_sector = None;
+    for (&w, &v) in &cs.disk {
+        if last_sector != Some(w / SECTOR_WORDS) {
+            last_sector = Some(w / SECTOR_WORDS);
+            slots.push(Slot {
+                options: vec![Vec::new(), Vec::new()],
+                labels: vec!["durable", "sector-new"],
+            });
+        }
+        slots.last_mut().expect("pushed").options[1].push((w, v));
+    }
+    debug_assert!(slots
+        .iter()
+        .all(|s| s.options[1].len() as u64 == SECTOR_WORDS));
+    slots
+}
+
 /// The lines whose words may be garbage: none under M1; under M2 those whose flush is issued
 /// and not yet fenced; under M3 every dirty line, flushed or not.
 fn disturbed_lines(cs: &CrashState, model: FaultModel) -> BTreeSet<u64> {
@@ -898,6 +999,51 @@ fn word_slot(w: u64, vals: &[u64], garbage: &[(u64, &'static str)]) -> Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn disk_sectors_are_old_or_new_whole_until_a_disk_flush() {
+        let r = SimRegion::zeroed(8192);
+        let base = r.snapshot();
+        r.start_recording();
+        r.disk_write(4096, &[1u8; 1024]); // sectors 8 and 9
+        r.store_u64_nt(0, 7);
+        r.fence();
+        let events = r.take_events();
+        let mid = events.iter().filter(|e| !e.is_crash_point_after()).count();
+        assert_eq!(mid, 2 * 63, "no crash inside a sector's write");
+        let mut cs = CrashState::new(base.clone());
+        for e in &events {
+            cs.apply(e);
+        }
+        assert!(!cs.quiescent(), "a memory fence does not flush the disk");
+        assert_eq!(cs.pending_sectors(), 2);
+        for model in [FaultModel::M0, FaultModel::M1, FaultModel::M2] {
+            let space = ImageSpace::new(&cs, model, 1);
+            assert_eq!(space.size(), 4, "{model:?}: any subset of two sectors");
+            let (choices, all) = space.choices(8, 1);
+            assert!(all && choices.len() == 4);
+            let torn: Vec<(u64, u64)> = choices
+                .iter()
+                .map(|c| {
+                    let img = space.image(c);
+                    (img.peek(512), img.peek(512 + 63))
+                })
+                .collect();
+            assert!(
+                torn.iter().all(|(a, b)| a == b),
+                "{model:?}: a sector is whole"
+            );
+            assert_eq!(
+                space.image(&[1, 0]).peek(576),
+                0,
+                "one sector new, the other old"
+            );
+        }
+        cs.apply(&SimEvent::DiskFlush);
+        assert!(cs.quiescent());
+        assert_eq!(cs.durable_word(512 + 64), u64::from_le_bytes([1; 8]));
+        assert_eq!(ImageSpace::new(&cs, FaultModel::M1, 1).size(), 1);
+    }
 
     fn rec() -> SimRegion {
         let r = SimRegion::zeroed(8192);
