@@ -115,27 +115,44 @@ pub struct Entry {
     pub tombstone: bool,
 }
 
-/// What a slot's two words say. Word 1 (epoch and check bits) decides: zero means no copy
-/// (freeing a slot stores only that word, which an aligned 8-byte store makes atomic); word 0
-/// is read only beside a nonzero word 1.
+/// What a slot's two words say. Word 1 (the epoch and its own check bits) decides: zero means
+/// no copy (freeing a slot stores only that word, which an aligned 8-byte store makes atomic).
+/// Each word is written by one 8-byte store, so no crash tears a word: a word failing its own
+/// check bits is damage at rest. Word 0 (block, tombstone, check bits over the slot, itself
+/// and the epoch) may be stale beside a new word 1: a crash between the two stores.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decoded {
     /// Word 1 is zero: the slot holds no copy recovery must keep (free or clean).
     Empty,
     Entry(Entry),
-    /// The check bits do not match (an entry torn while written, or damaged); `seq` is the
-    /// epoch its word 1 claims, which tells the two apart (recovery's table, slot.rs).
-    Corrupt {
-        seq: u64,
-    },
+    /// Word 1 is valid (epoch `seq`) but word 0 does not belong to it: written after the last
+    /// commit and cut (seq = k + 1), or damaged (recovery's table, recover.rs).
+    Torn { seq: u64 },
+    /// Word 1 fails its own check bits: no store writes such a word.
+    Damaged,
 }
+
+/// Check bits of word 1: over the slot and the epoch.
+fn word1_check(slot: u32, seq: u64) -> u64 {
+    check16(&[0xE1, u64::from(slot), seq])
+}
+
+/// Check bits of word 0 (14 of them): over the slot, the block and tombstone, and the epoch.
+fn word0_check(slot: u32, body: u64, seq: u64) -> u64 {
+    check16(&[0xE0, u64::from(slot), body, seq]) & WORD0_CHECK_MASK
+}
+
+/// Bits 48..62 of word 0 hold its check bits.
+const WORD0_CHECK_SHIFT: u32 = 48;
+const WORD0_CHECK_MASK: u64 = (1 << 14) - 1;
 
 /// Encode `e` for `slot` (the check bits are keyed by the slot, so an entry written into the
 /// wrong slot fails them).
 pub fn encode_entry(slot: u32, e: Entry) -> [u64; 2] {
     assert!(e.lba <= LBA_MAX && e.seq >= 1 && e.seq <= SEQ_MAX, "{e:?}");
-    let w0 = e.lba | if e.tombstone { TOMBSTONE_BIT } else { 0 };
-    let w1 = e.seq | check16(&[u64::from(slot), w0, e.seq]) << 48;
+    let body = e.lba | if e.tombstone { TOMBSTONE_BIT } else { 0 };
+    let w0 = body | word0_check(slot, body, e.seq) << WORD0_CHECK_SHIFT;
+    let w1 = e.seq | word1_check(slot, e.seq) << 48;
     debug_assert_ne!(w1, 0);
     debug_assert_eq!(decode_entry(slot, [w0, w1]), Decoded::Entry(e));
     [w0, w1]
@@ -147,9 +164,14 @@ pub fn decode_entry(slot: u32, raw: [u64; 2]) -> Decoded {
         return Decoded::Empty;
     }
     let seq = w1 & SEQ_MAX;
-    let known = LBA_MAX | TOMBSTONE_BIT;
-    if w0 & !known != 0 || seq == 0 || w1 >> 48 != check16(&[u64::from(slot), w0, seq]) {
-        return Decoded::Corrupt { seq };
+    if seq == 0 || w1 >> 48 != word1_check(slot, seq) {
+        return Decoded::Damaged;
+    }
+    let body = w0 & (LBA_MAX | TOMBSTONE_BIT);
+    let known = LBA_MAX | TOMBSTONE_BIT | WORD0_CHECK_MASK << WORD0_CHECK_SHIFT;
+    if w0 & !known != 0 || (w0 >> WORD0_CHECK_SHIFT) & WORD0_CHECK_MASK != word0_check(slot, body, seq)
+    {
+        return Decoded::Torn { seq };
     }
     Decoded::Entry(Entry {
         lba: w0 & LBA_MAX,
@@ -516,16 +538,21 @@ mod tests {
         };
         let raw = encode_entry(3, e);
         assert_eq!(decode_entry(3, raw), Decoded::Entry(e));
-        assert_eq!(
-            decode_entry(4, raw),
-            Decoded::Corrupt { seq: 7 },
-            "misdirected"
-        );
-        for bit in 0..128 {
+        assert_eq!(decode_entry(4, raw), Decoded::Damaged, "misdirected");
+        for bit in 0..64 {
             let mut r = raw;
-            r[bit / 64] ^= 1 << (bit % 64);
-            assert_ne!(decode_entry(3, r), Decoded::Entry(e), "bit {bit}");
+            r[0] ^= 1 << bit;
+            assert_eq!(decode_entry(3, r), Decoded::Torn { seq: 7 }, "word 0 bit {bit}");
+            let mut r = raw;
+            r[1] ^= 1 << bit;
+            assert_eq!(decode_entry(3, r), Decoded::Damaged, "word 1 bit {bit}");
         }
+        let stale_word0 = encode_entry(3, Entry { lba: 9, ..e })[0];
+        assert_eq!(
+            decode_entry(3, [stale_word0, encode_entry(3, Entry { seq: 8, ..e })[1]]),
+            Decoded::Torn { seq: 8 },
+            "a new word 1 beside an old word 0"
+        );
         assert_eq!(decode_entry(3, [0, 0]), Decoded::Empty);
         assert_eq!(
             decode_entry(3, [raw[0], 0]),

@@ -2,14 +2,18 @@
 //!
 //! `k` is the newest epoch a valid commit word holds. Each slot's entry is one of:
 //!
-//! | case | word 1 | epoch | check bits | meaning | recovery |
+//! Each word of an entry is written by one 8-byte store, so a crash never tears a word; it may
+//! leave a new word 1 beside an old word 0 (they are two stores before one fence).
+//!
+//! | case | word 1 | epoch | word 0 | meaning | recovery |
 //! |---|---|---|---|---|---|
 //! | E0 | zero | - | - | free or clean | free |
-//! | E1 | nonzero | k + 1 | any | written since the last commit (dirty at the crash; torn or whole) | zero word 1: dropped |
-//! | E2 | nonzero | at most k | match | a committed (frozen) copy | keep: the newest epoch of its block is up to date, the others out of date |
-//! | E3 | nonzero | at most k | mismatch | a committed copy damaged at rest | refuse to open, naming the slot |
-//! | E4 | nonzero | above k + 1, or 0 | any | no protocol step writes this | refuse to open, naming the slot |
+//! | E1 | valid | k + 1 | any | written since the last commit (dirty at the crash; whole or cut between its words) | zero word 1: dropped |
+//! | E2 | valid | at most k | valid | a committed (frozen) copy | keep: the newest epoch of its block is up to date, the others out of date |
+//! | E3 | valid | at most k | fails its check bits | a committed copy damaged at rest | refuse to open, naming the slot |
+//! | E4 | valid | above k + 1 | any | no protocol step writes this | refuse to open, naming the slot |
 //! | E5 | two E2 entries of one block in one epoch | | | no protocol step writes this | refuse to open, naming both slots |
+//! | E6 | fails its check bits | | | no store writes such a word: damage at rest | refuse to open, naming the slot |
 //!
 //! Commit words: both copies are written with the same value before one fence, so at a crash
 //! each is old or new; the newest valid one is the state (the commit it names had its data
@@ -63,7 +67,7 @@ pub(crate) fn scan<R: Region + ?Sized>(
                 found.kept[slot as usize] = Some(e); // Seeded bug: an uncommitted copy kept
             }
             Decoded::Entry(e) if e.seq == epoch + 1 => found.dropped.push(slot),
-            Decoded::Corrupt { seq } if seq == epoch + 1 => found.dropped.push(slot),
+            Decoded::Torn { seq } if seq == epoch + 1 => found.dropped.push(slot),
             Decoded::Entry(e) if e.seq <= epoch => {
                 if let Some(other) = seen.insert((e.lba, e.seq), slot) {
                     return Err(Error::bad(format!(
@@ -73,13 +77,19 @@ pub(crate) fn scan<R: Region + ?Sized>(
                 }
                 found.kept[slot as usize] = Some(e);
             }
-            Decoded::Corrupt { seq } if seq <= epoch && seq != 0 => {
+            Decoded::Torn { seq } if seq <= epoch => {
                 return Err(Error::bad(format!(
                     "nvcache slot {slot}: the entry of a committed copy (epoch {seq}) fails \
                      its check bits"
                 )))
             }
-            Decoded::Entry(Entry { seq, .. }) | Decoded::Corrupt { seq } => {
+            Decoded::Damaged => {
+                return Err(Error::bad(format!(
+                    "nvcache slot {slot}: the entry's epoch word fails its check bits \
+                     (damaged at rest)"
+                )))
+            }
+            Decoded::Entry(Entry { seq, .. }) | Decoded::Torn { seq } => {
                 return Err(Error::bad(format!(
                     "nvcache slot {slot}: an entry of epoch {seq}, but the last commit is \
                      epoch {epoch}"
