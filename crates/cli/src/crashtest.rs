@@ -6,7 +6,8 @@ use crate::{print_json, say};
 use clap::Args;
 use nvstack_core::error::{Error, Result};
 use nvstack_crashtest::{
-    CrashTarget, NvramTarget, Orderings, Plan, PlanError, Replay, ReplayPlan, Report,
+    CrashTarget, Layer, NvramTarget, Orderings, Plan, PlanError, Replay, ReplayPlan, Report,
+    UbjTarget,
 };
 use nvstack_nvramdisk::Protocol;
 use nvstack_pmem::crash::FaultModel;
@@ -14,6 +15,10 @@ use nvstack_pmem::ordering;
 
 #[derive(Args)]
 pub struct CrashArgs {
+    /// Check a cache instead of nvramdisk: `ubj`, its NVRAM and its backing device together
+    /// (the backing sectors written since its last flush reach the disk in any subset).
+    #[arg(long, value_enum)]
+    cache: Option<crate::cache::CacheMode>,
     /// Fault model: M0 (x86 strict), M1 (relaxed), M2 (write disturbance), M3 (M2 on every
     /// dirty line plus media faults; random runs only). Default: M0, M1 and M2 for the
     /// exhaustive tier, M2 for random runs.
@@ -70,6 +75,10 @@ fn plan(a: &CrashArgs) -> Result<Plan> {
         Orderings::One(ordering::policy_by_name(&a.ordering)?)
     };
     Ok(Plan {
+        layer: match a.cache {
+            Some(crate::cache::CacheMode::Ubj) => Layer::Ubj,
+            None => Layer::Nvramdisk,
+        },
         protocol,
         ordering,
         fault: a.fault,
@@ -95,6 +104,9 @@ fn flag_error(e: PlanError) -> Error {
             format!("unknown seeded bug '{n}': `nvstack crashtest --seeded-bug list` names them")
         }
         PlanError::Scenario(n) => format!("unknown scenario '{n}'"),
+        PlanError::NotForUbj(f) => {
+            format!("--{f} names an nvramdisk configuration; --cache ubj has one")
+        }
         PlanError::M3NeedsRandomOnly => {
             "fault model M3 is for random runs only: add --random-cycles N".to_string()
         }
@@ -103,7 +115,10 @@ fn flag_error(e: PlanError) -> Error {
 
 pub fn run(a: CrashArgs) -> Result<i32> {
     if a.seeded_bug.as_deref() == Some("list") {
-        return list_bugs(a.json);
+        return match a.cache {
+            Some(_) => list_bugs(&UbjTarget::new(), a.json),
+            None => list_bugs(&NvramTarget::new(), a.json),
+        };
     }
     let plan = plan(&a)?;
     plan.check().map_err(flag_error)?;
@@ -149,9 +164,10 @@ fn print_report(r: &Report) -> Result<()> {
     }
     say!("")?;
     say!(
-        "crash points {} ({} enumerated in full, {} sampled: {:.2e} of their images on average); images checked {} ({} recoveries run; {} at depth 2); cycles {}",
+        "crash points {} ({} enumerated in full, {} the same as the point before, {} sampled: {:.2e} of their images on average); images checked {} ({} recoveries run; {} at depth 2); cycles {}",
         r.crash_points,
         r.points_exhaustive,
+        r.points_equivalent,
         r.points_sampled,
         r.fraction_covered_at_sampled_points,
         r.images_checked,
@@ -206,8 +222,10 @@ fn print_report(r: &Report) -> Result<()> {
     Ok(())
 }
 
-fn list_bugs(json: bool) -> Result<i32> {
-    let target = NvramTarget::new();
+fn list_bugs<T: CrashTarget>(target: &T, json: bool) -> Result<i32>
+where
+    T::Bug: serde::Serialize,
+{
     if json {
         print_json(&target.bugs().to_vec())?;
         return Ok(0);

@@ -6,6 +6,7 @@
 
 use crate::exhaustive;
 use crate::random::{self, RandomJob, CHAIN_CYCLES};
+use crate::target::nvcache::{UbjConfig, UbjTarget};
 use crate::target::nvramdisk::{NvramConfig, NvramTarget};
 use crate::target::{BugSpec, CrashTarget};
 use crate::{lock, Counters, Violation};
@@ -33,9 +34,20 @@ pub enum Orderings {
     All,
 }
 
-/// What to check: nvramdisk's protocols and ordering policies, the tiers and fault models.
+/// The layer a plan checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// nvramdisk, under its protocols and ordering policies.
+    Nvramdisk,
+    /// nvcache's UBJ cache, its NVRAM and its backing device together.
+    Ubj,
+}
+
+/// What to check: a layer (nvramdisk's protocols and ordering policies, or UBJ), the tiers and
+/// fault models.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    pub layer: Layer,
     /// One protocol, or (None) both; with a seeded bug, the bug's.
     pub protocol: Option<Protocol>,
     pub ordering: Orderings,
@@ -61,6 +73,7 @@ impl Default for Plan {
     /// every core.
     fn default() -> Plan {
         Plan {
+            layer: Layer::Nvramdisk,
             protocol: None,
             ordering: Orderings::Default,
             fault: None,
@@ -93,6 +106,9 @@ pub enum PlanError {
     /// `scenario` names no scenario of the target.
     #[error("scenario '{0}': no such scenario")]
     Scenario(String),
+    /// `protocol` or `ordering` is set for a layer that has none (UBJ).
+    #[error("{0} names an nvramdisk configuration: UBJ has one configuration")]
+    NotForUbj(&'static str),
     /// `fault` is M3 but the plan runs the exhaustive tier.
     #[error("fault M3 is for the randomized tier only: set random_cycles, not exhaustive")]
     M3NeedsRandomOnly,
@@ -110,14 +126,29 @@ impl Plan {
         if self.threads == 0 || self.threads > THREADS_MAX {
             return Err(PlanError::Threads(self.threads));
         }
-        let target = NvramTarget::new();
+        let (bugs, scenarios): (Vec<&str>, &[&str]) = match self.layer {
+            Layer::Nvramdisk => {
+                let t = NvramTarget::new();
+                (t.bugs().iter().map(|b| b.name).collect(), t.scenarios())
+            }
+            Layer::Ubj => {
+                if self.protocol.is_some() {
+                    return Err(PlanError::NotForUbj("protocol"));
+                }
+                if self.ordering != Orderings::Default {
+                    return Err(PlanError::NotForUbj("ordering"));
+                }
+                let t = UbjTarget::new();
+                (t.bugs().iter().map(|b| b.name).collect(), t.scenarios())
+            }
+        };
         if let Some(n) = &self.seeded_bug {
-            if !target.bugs().iter().any(|b| b.name == n) {
+            if !bugs.contains(&n.as_str()) {
                 return Err(PlanError::SeededBug(n.clone()));
             }
         }
         if let Some(n) = &self.scenario {
-            if !target.scenarios().contains(&n.as_str()) {
+            if !scenarios.contains(&n.as_str()) {
                 return Err(PlanError::Scenario(n.clone()));
             }
         }
@@ -171,6 +202,25 @@ fn setup(target: &NvramTarget, plan: &Plan) -> Result<Setup<NvramTarget>> {
             configs.push(NvramConfig { protocol, ordering });
         }
     }
+    Ok(setup_models(plan, configs, bug))
+}
+
+/// Resolve `plan` for UBJ: its one configuration and seeded bug.
+fn setup_ubj(target: &UbjTarget, plan: &Plan) -> Result<Setup<UbjTarget>> {
+    plan.check()?;
+    let bug = match &plan.seeded_bug {
+        None => None,
+        Some(n) => target.bugs().iter().find(|b| b.name == n).copied(),
+    };
+    Ok(setup_models(plan, vec![UbjConfig], bug))
+}
+
+/// The tiers and models of `plan` over `configs`: a checked plan in a target's terms.
+fn setup_models<T: CrashTarget>(
+    plan: &Plan,
+    configs: Vec<T::Config>,
+    bug: Option<BugSpec<T::Bug>>,
+) -> Setup<T> {
     let ex_models = match (plan.random_only(), plan.fault) {
         (true, _) => vec![],
         (false, Some(m)) => vec![m],
@@ -185,7 +235,7 @@ fn setup(target: &NvramTarget, plan: &Plan) -> Result<Setup<NvramTarget>> {
         !configs.is_empty(),
         "a plan checks a configuration at least"
     );
-    Ok(Setup {
+    Setup {
         configs,
         bug,
         ex_models,
@@ -194,7 +244,7 @@ fn setup(target: &NvramTarget, plan: &Plan) -> Result<Setup<NvramTarget>> {
         scenario: plan.scenario.clone(),
         seed: plan.seed,
         threads: plan.threads,
-    })
+    }
 }
 
 /// One row of the report: a (configuration, model, tier). Fields as in docs/crashtest.md 9.
@@ -239,6 +289,9 @@ pub struct Report {
     pub cycles: u64,
     pub points_exhaustive: u64,
     pub points_sampled: u64,
+    /// Crash points allowing the same executions as the point before (skipped, counted in
+    /// `crash_points`).
+    pub points_equivalent: u64,
     pub fraction_covered_at_sampled_points: f64,
     pub violations: u64,
     /// The first VIOLATIONS_KEPT violations in full.
@@ -262,13 +315,25 @@ pub struct Report {
 /// naming the field), or the environment (the threads cannot start, a scenario's workload
 /// itself fails). Violations are findings of the report, not errors.
 pub fn run(plan: &Plan, progress: &dyn Progress) -> Result<Report> {
-    let target = NvramTarget::new();
-    let s = setup(&target, plan)?;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(s.threads)
+    match plan.layer {
+        Layer::Nvramdisk => {
+            let target = NvramTarget::new();
+            let s = setup(&target, plan)?;
+            pool(s.threads)?.install(|| run_in_pool(&target, &s, progress))
+        }
+        Layer::Ubj => {
+            let target = UbjTarget::new();
+            let s = setup_ubj(&target, plan)?;
+            pool(s.threads)?.install(|| run_in_pool(&target, &s, progress))
+        }
+    }
+}
+
+fn pool(threads: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
         .build()
-        .map_err(|e| Error::env(format!("cannot start {} threads: {e}", s.threads)))?;
-    pool.install(|| run_in_pool(&target, &s, progress))
+        .map_err(|e| Error::env(format!("cannot start {threads} threads: {e}")))
 }
 
 /// The running totals of a run.
@@ -508,6 +573,7 @@ fn report<T: CrashTarget>(r: Run<'_, T>, seconds: f64) -> Report {
         depth2_images: load(&total.depth2_images),
         cycles: load(&total.cycles),
         points_exhaustive: load(&total.points_exhaustive),
+        points_equivalent: load(&total.points_equivalent),
         points_sampled: load(&total.points_sampled),
         fraction_covered_at_sampled_points: total.sampled_fraction(),
         violations: load(&total.violations),
@@ -560,6 +626,7 @@ fn merge(total: &Counters, c: &Counters) {
         (&total.depth2_images, &c.depth2_images),
         (&total.cycles, &c.cycles),
         (&total.points_exhaustive, &c.points_exhaustive),
+        (&total.points_equivalent, &c.points_equivalent),
         (&total.media_faults, &c.media_faults),
         (&total.media_detected_at_open, &c.media_detected_at_open),
         (&total.media_detected_on_read, &c.media_detected_on_read),
@@ -646,11 +713,24 @@ impl Replay {
 /// Rerun the chain of cycle `rp.cycle` from its start up to that cycle, for each
 /// configuration of the plan. The plan is checked as `run` checks it.
 pub fn replay(rp: &ReplayPlan) -> Result<Replay> {
-    let target = NvramTarget::new();
-    let s = setup(&target, &rp.plan)?;
+    match rp.plan.layer {
+        Layer::Nvramdisk => {
+            let target = NvramTarget::new();
+            let s = setup(&target, &rp.plan)?;
+            Ok(replay_on(&target, &s, rp))
+        }
+        Layer::Ubj => {
+            let target = UbjTarget::new();
+            let s = setup_ubj(&target, &rp.plan)?;
+            Ok(replay_on(&target, &s, rp))
+        }
+    }
+}
+
+fn replay_on<T: CrashTarget>(target: &T, s: &Setup<T>, rp: &ReplayPlan) -> Replay {
     let mut lines = Vec::with_capacity(s.configs.len());
     for &config in &s.configs {
-        let job = RandomJob::<NvramTarget> {
+        let job = RandomJob::<T> {
             config,
             model: s.random_model,
             bug: s.bug.map(|b| b.bug),
@@ -669,14 +749,14 @@ pub fn replay(rp: &ReplayPlan) -> Result<Replay> {
             protocol: l.protocol,
             ordering: l.ordering,
             fault: s.random_model,
-            violation: random::run_chain(&target, &job, chain, cycles, &counters)
+            violation: random::run_chain(target, &job, chain, cycles, &counters)
                 .err()
                 .map(|v| *v),
         });
     }
-    Ok(Replay {
+    Replay {
         seed: rp.seed,
         cycle: rp.cycle,
         lines,
-    })
+    }
 }

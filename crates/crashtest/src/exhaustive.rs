@@ -81,47 +81,19 @@ pub fn run<T: CrashTarget>(target: &T, job: &Job<T>, counters: &Counters) -> Res
     // Crash points are checked in contiguous chunks, in parallel: each chunk starts from a
     // checkpoint of the replay and applies the events one by one (no per-point copies).
     let points = rec.events.len() - rec.start + 1;
-    // Small chunks: the costly crash points (records, map stores) cluster, so many small
-    // chunks balance the threads; one replay clone per chunk stays cheap.
-    let chunk_len = CHUNK_POINTS.min(points);
+    let chunk_len = chunk_points(target, points);
     let checkpoints = checkpoints(&rec, chunk_len);
     let found = AtomicBool::new(false);
     let expanded: Mutex<BTreeSet<String>> = Default::default();
     checkpoints.par_iter().for_each(|(first, cs0)| {
-        let mut cs = cs0.clone();
-        let mut durable: Option<(u64, Arc<Vec<u64>>)> = None;
-        let last = (*first + chunk_len - 1).min(rec.events.len());
-        for k in *first..=last {
-            if k > *first {
-                cs.apply(&rec.events[k - 1]);
-            }
-            debug_assert_eq!(cs.applied, k, "crash point k follows event k");
-            if job.first_only && found.load(AtomicOrdering::Relaxed) {
-                return;
-            }
-            // No crash inside a disk sector's write (a disk writes a sector whole).
-            if k > rec.start && !rec.events[k - 1].is_crash_point_after() {
-                continue;
-            }
-            // The durable image changes only when a word becomes durable: reuse it until then.
-            let base = match &durable {
-                Some((g, b)) if *g == cs.durable_gen => b.clone(),
-                _ => {
-                    let b = cs.durable_image();
-                    durable = Some((cs.durable_gen, b.clone()));
-                    b
-                }
-            };
-            let point = Point {
-                target,
-                job,
-                rec: &rec,
-                k,
-            };
-            if point.check(&cs, base, counters, &expanded) {
-                found.store(true, AtomicOrdering::Relaxed);
-            }
-        }
+        let chunk = Chunk {
+            target,
+            job,
+            rec: &rec,
+            first: *first,
+            last: (*first + chunk_len - 1).min(rec.events.len()),
+        };
+        chunk.check(cs0.clone(), counters, &found, &expanded);
     });
     // Disk events too: the disk's model is the same under M0, M1 and M2.
     let model_invariant = rec.events.iter().all(|e| {
@@ -134,6 +106,114 @@ pub fn run<T: CrashTarget>(target: &T, job: &Job<T>, counters: &Counters) -> Res
         )
     });
     Ok(model_invariant)
+}
+
+/// Crash points per chunk. Small chunks: the costly crash points (records, map stores) cluster,
+/// so many small chunks balance the threads; one replay clone per chunk stays cheap. But a
+/// chunk's first point is always checked (the point before it is another chunk's): when
+/// equivalent points are skipped, few long chunks (four per thread) keep that cost small.
+fn chunk_points<T: CrashTarget>(target: &T, points: usize) -> usize {
+    debug_assert!(points >= 1, "a recording has a crash point at least");
+    let len = if target.skip_unread_points() {
+        points
+            .div_ceil(4 * rayon::current_num_threads())
+            .max(CHUNK_POINTS)
+    } else {
+        CHUNK_POINTS
+    };
+    len.min(points)
+}
+
+/// Crash points `first` to `last` of a job's recording, checked in order by one thread.
+struct Chunk<'a, T: CrashTarget> {
+    target: &'a T,
+    job: &'a Job<T>,
+    rec: &'a Recorded<T::Trace>,
+    first: usize,
+    last: usize,
+}
+
+impl<T: CrashTarget> Chunk<'_, T> {
+    /// Check every crash point of the chunk, starting from `cs` (the replay at `first`);
+    /// sets `found` on a violation and stops early once it is set for a first-only job.
+    fn check(
+        &self,
+        mut cs: CrashState,
+        counters: &Counters,
+        found: &AtomicBool,
+        expanded: &Mutex<BTreeSet<String>>,
+    ) {
+        let (rec, job) = (self.rec, self.job);
+        let mut durable: Option<(u64, Arc<Vec<u64>>)> = None;
+        // The words the images of the last point checked read, as a bitmap (when skipping).
+        let mut last_reads: Option<Vec<u64>> = None;
+        for k in self.first..=self.last {
+            if k > self.first {
+                cs.apply(&rec.events[k - 1]);
+            }
+            debug_assert_eq!(cs.applied, k, "crash point k follows event k");
+            if job.first_only && found.load(AtomicOrdering::Relaxed) {
+                return;
+            }
+            // No crash inside a disk sector's write (a disk writes a sector whole).
+            if k > rec.start && !rec.events[k - 1].is_crash_point_after() {
+                continue;
+            }
+            if last_reads
+                .as_ref()
+                .is_some_and(|r| equivalent_to_last(rec, &cs, k, r))
+            {
+                counters.equivalent_point();
+                continue;
+            }
+            // The durable image changes only when a word becomes durable: reuse it until then.
+            let base = match &durable {
+                Some((g, b)) if *g == cs.durable_gen => b.clone(),
+                _ => {
+                    let b = cs.durable_image();
+                    durable = Some((cs.durable_gen, b.clone()));
+                    b
+                }
+            };
+            let point = Point {
+                target: self.target,
+                job,
+                rec,
+                k,
+            };
+            let (violated, reads) = point.check(&cs, base, counters, expanded);
+            if violated {
+                found.store(true, AtomicOrdering::Relaxed);
+            }
+            last_reads = self.target.skip_unread_points().then_some(reads);
+        }
+    }
+}
+
+/// Whether crash point `k` allows the same executions as the last point checked, whose images
+/// read `reads` (`CrashTarget::skip_unread_points`): event k - 1 stored only words none of
+/// them loaded (a non-temporal word outside any line with cached stores, or a disk sector),
+/// and what the oracle allows does not change at k.
+fn equivalent_to_last<Tr>(rec: &Recorded<Tr>, cs: &CrashState, k: usize, reads: &[u64]) -> bool {
+    debug_assert!(k >= 1, "the first crash point is always checked");
+    if rec.expect.boundary_at(k) {
+        return false;
+    }
+    let read = |w: u64| {
+        reads
+            .get((w / 64) as usize)
+            .is_some_and(|b| b & 1 << (w % 64) != 0)
+    };
+    match rec.events[k - 1] {
+        SimEvent::Store { word, nt: true, .. } => {
+            !read(word) && !cs.line_has_cached_stores(word / 8)
+        }
+        SimEvent::DiskStore { word, .. } => {
+            let first = word - word % nvstack_pmem::crash::SECTOR_WORDS;
+            !(first..=word).any(read)
+        }
+        _ => false,
+    }
 }
 
 /// Replay `rec` once, keeping the crash state at the first point of every chunk of
@@ -174,6 +254,9 @@ struct Lazy {
     relevant: BTreeSet<usize>,
     /// Depth-2 expansions this point may still make.
     depth2_left: usize,
+    /// Every word any image of the point read, as a bitmap (for
+    /// `CrashTarget::skip_unread_points`).
+    reads: Vec<u64>,
 }
 
 impl Lazy {
@@ -221,20 +304,22 @@ impl<T: CrashTarget> Point<'_, T> {
         base: Arc<Vec<u64>>,
         counters: &Counters,
         expanded: &Mutex<BTreeSet<String>>,
-    ) -> bool {
+    ) -> (bool, Vec<u64>) {
         let seed = self.job.seed ^ (self.k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let space = ImageSpace::with_base(cs, self.job.model, seed, base);
         let mut lazy = Lazy {
             slot_of: space.slot_of_word(),
             relevant: BTreeSet::new(),
             depth2_left: DEPTH2_PER_POINT,
+            reads: Vec::new(),
         };
         let mut violated = false;
         // Every round but the last varies at least one more slot: at most slots + 1 rounds.
         for _ in 0..=space.slots.len() {
             let keep: Vec<usize> = lazy.relevant.iter().copied().collect();
             let sub = space.restrict(&keep);
-            let (choices, exhaustive) = sub.choices(SAMPLES, seed);
+            let (choices, exhaustive) =
+                sub.choices_upto(self.target.eager_images_max(), SAMPLES, seed);
             debug_assert!(!choices.is_empty(), "every space has an image");
             let mut grew = false;
             for c in &choices {
@@ -243,12 +328,12 @@ impl<T: CrashTarget> Point<'_, T> {
                 violated |= checked.violated;
                 if violated && self.job.first_only {
                     counters.crash_point(sub.size(), choices.len() as u128, exhaustive);
-                    return true;
+                    return (true, lazy.reads);
                 }
             }
             if !grew {
                 counters.crash_point(sub.size(), choices.len() as u128, exhaustive);
-                return violated;
+                return (violated, lazy.reads);
             }
         }
         unreachable!(
@@ -280,6 +365,13 @@ impl<T: CrashTarget> Point<'_, T> {
         counters.image();
         let verdict = check_image(target, img.clone(), &rec.expect, k, job.config, job.bug);
         let grew = lazy.note_reads(&img.words_read());
+        if target.skip_unread_points() {
+            let bits = img.read_bitmap();
+            lazy.reads.resize(bits.len().max(lazy.reads.len()), 0);
+            for (a, b) in lazy.reads.iter_mut().zip(bits) {
+                *a |= b;
+            }
+        }
         let violated = match verdict {
             // Crash inside recovery once per protocol state of the job (recovery behaves
             // alike within a state), or per step where no state is named.

@@ -15,8 +15,10 @@ pub mod random;
 pub mod target;
 
 pub use driver::{
-    replay, run, BugResult, Orderings, Plan, PlanError, Replay, ReplayLine, ReplayPlan, Report, Row,
+    replay, run, BugResult, Layer, Orderings, Plan, PlanError, Replay, ReplayLine, ReplayPlan,
+    Report, Row,
 };
+pub use target::nvcache::UbjTarget;
 pub use target::nvramdisk::NvramTarget;
 pub use target::CrashTarget;
 
@@ -71,6 +73,9 @@ pub struct Counters {
     pub cycles: AtomicU64,
     pub points_exhaustive: AtomicU64,
     pub points_sampled: AtomicU64,
+    /// Crash points skipped as equivalent to the one before (`CrashTarget::skip_unread_points`);
+    /// counted in `crash_points` too.
+    pub points_equivalent: AtomicU64,
     /// Sum over sampled points of checked/possible (for the covered fraction), in 1e-9 units.
     sampled_fraction_nano: AtomicU64,
     pub violations: AtomicU64,
@@ -106,6 +111,11 @@ impl Counters {
             let f = (checked as f64 / possible as f64 * 1e9) as u64;
             self.sampled_fraction_nano.fetch_add(f, Ordering::Relaxed);
         }
+    }
+    /// A crash point that allows the same executions as the one before it.
+    pub fn equivalent_point(&self) {
+        self.crash_points.fetch_add(1, Ordering::Relaxed);
+        self.points_equivalent.fetch_add(1, Ordering::Relaxed);
     }
     pub fn media_fault(&self, o: random::MediaOutcome) {
         self.media_faults.fetch_add(1, Ordering::Relaxed);

@@ -201,6 +201,16 @@ impl Expect {
         v
     }
 
+    /// Whether an operation or a commit starts or ends at event index `k` (where what the
+    /// oracle allows changes).
+    pub fn boundary_at(&self, k: usize) -> bool {
+        self.ops.iter().any(|o| o.start == k || o.ack == k)
+            || self
+                .epochs
+                .as_ref()
+                .is_some_and(|e| e.commits.iter().any(|c| c.0 == k || c.1 == k))
+    }
+
     /// Check a recovered device against the crash at event index `crash`.
     pub fn verify<D: BlockDevice>(&self, dev: &D, crash: usize) -> Result<(), Finding> {
         let bs = dev.block_bytes() as usize;

@@ -5,7 +5,7 @@
 //! carries the recovered image to the next cycle. One seed reproduces everything.
 
 use super::oracle::{block, decode_block, BlockError, Expect, Finding, OpRecord};
-use super::target::{CrashTarget, Labels, OracleRules, Shape};
+use super::target::{CrashTarget, Labels, OracleRules, Shape, Workload};
 use super::{Counters, Violation};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Error;
@@ -230,6 +230,19 @@ impl<T: CrashTarget> Chain<'_, T> {
         let n_ops = rng.gen_range(OPS_MIN..=OPS_MAX);
         // Work on a window of blocks so that operations overlap.
         let window = rng.gen_range(0..self.shape.blocks - WINDOW_BLOCKS);
+        let w = Workload {
+            known: &self.known,
+            window,
+            window_blocks: WINDOW_BLOCKS,
+            ops: n_ops,
+            version: &mut self.version,
+            rng,
+        };
+        if let Some(r) = self.target.random_workload(&dev, region, w) {
+            let exp = r.map_err(|v| id.running(v.what, v.lba, v.step))?;
+            drop(dev); // whatever it stores on its way out counts
+            return Ok(exp);
+        }
         let mut ops = Ops {
             target: self.target,
             dev: &dev,

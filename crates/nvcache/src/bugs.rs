@@ -2,8 +2,8 @@
 //! catch (each deviation is marked `// Seeded bug` where it acts). They exist to show that the
 //! checks can fail; a cache opened without one runs none of them.
 
-/// One deliberate mistake in UBJ's protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One deliberate mistake in UBJ's protocol (serialized as its name's variant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Bug {
     /// Commit stores the commit words without the fence that makes the blocks durable first.
     CommitBeforeDataFence,
@@ -57,6 +57,29 @@ impl Bug {
             Bug::RecoveryKeepsUncommitted => "recovery-keeps-uncommitted",
             Bug::RecoveryOldestCopy => "recovery-oldest-copy",
             Bug::EvictDirty => "evict-dirty",
+        }
+    }
+
+    /// The mistake, in a sentence (the crash checker's catalogue prints it).
+    pub fn what(self) -> &'static str {
+        match self {
+            Bug::CommitBeforeDataFence => {
+                "commit stores the commit words without first fencing the blocks' data and entries"
+            }
+            Bug::CommitWordUnfenced => "commit returns before the fence that makes the commit words durable",
+            Bug::StaleFreedBeforeCommit => {
+                "commit frees a block's older frozen copy before the newer copy is committed"
+            }
+            Bug::WriteFrozenInPlace => "a write to a frozen block overwrites it in place (no copy-on-write)",
+            Bug::CleanBeforeBackingFlush => "checkpoint marks blocks clean before flushing the backing device",
+            Bug::StaleClearUnfenced => {
+                "checkpoint frees out-of-date copies with no fence before the newer copies' entries go"
+            }
+            Bug::DiscardNotPunched => "checkpoint skips a discard: the backing block keeps its old data",
+            Bug::StaleReusedUncleared => "checkpoint reuses out-of-date slots without clearing their entries",
+            Bug::RecoveryKeepsUncommitted => "recovery keeps the blocks written after the last commit",
+            Bug::RecoveryOldestCopy => "recovery takes a block's oldest committed copy instead of its newest",
+            Bug::EvictDirty => "eviction takes dirty blocks as well as clean ones, dropping their data",
         }
     }
 

@@ -127,14 +127,17 @@ pub enum Decoded {
     Entry(Entry),
     /// Word 1 is valid (epoch `seq`) but word 0 does not belong to it: written after the last
     /// commit and cut (seq = k + 1), or damaged (recovery's table, recover.rs).
-    Torn { seq: u64 },
+    Torn {
+        seq: u64,
+    },
     /// Word 1 fails its own check bits: no store writes such a word.
     Damaged,
 }
 
-/// Check bits of word 1: over the slot and the epoch.
+/// Check bits of word 1: over the slot and the epoch; never zero, so that a word 1 has at
+/// least two bits set and no single flipped bit turns it into an empty slot's zero.
 fn word1_check(slot: u32, seq: u64) -> u64 {
-    check16(&[0xE1, u64::from(slot), seq])
+    check16(&[0xE1, u64::from(slot), seq]).max(1)
 }
 
 /// Check bits of word 0 (14 of them): over the slot, the block and tombstone, and the epoch.
@@ -169,7 +172,8 @@ pub fn decode_entry(slot: u32, raw: [u64; 2]) -> Decoded {
     }
     let body = w0 & (LBA_MAX | TOMBSTONE_BIT);
     let known = LBA_MAX | TOMBSTONE_BIT | WORD0_CHECK_MASK << WORD0_CHECK_SHIFT;
-    if w0 & !known != 0 || (w0 >> WORD0_CHECK_SHIFT) & WORD0_CHECK_MASK != word0_check(slot, body, seq)
+    if w0 & !known != 0
+        || (w0 >> WORD0_CHECK_SHIFT) & WORD0_CHECK_MASK != word0_check(slot, body, seq)
     {
         return Decoded::Torn { seq };
     }
@@ -542,7 +546,11 @@ mod tests {
         for bit in 0..64 {
             let mut r = raw;
             r[0] ^= 1 << bit;
-            assert_eq!(decode_entry(3, r), Decoded::Torn { seq: 7 }, "word 0 bit {bit}");
+            assert_eq!(
+                decode_entry(3, r),
+                Decoded::Torn { seq: 7 },
+                "word 0 bit {bit}"
+            );
             let mut r = raw;
             r[1] ^= 1 << bit;
             assert_eq!(decode_entry(3, r), Decoded::Damaged, "word 1 bit {bit}");
@@ -570,7 +578,13 @@ mod tests {
     fn commit_words_round_trip_and_zero_is_none() {
         for epoch in [0, 1, 2, 1 << 40, SEQ_MAX] {
             assert_eq!(decode_commit(encode_commit(epoch)), Some(epoch));
-            assert_eq!(decode_commit(encode_commit(epoch) ^ 1 << 9), None);
+            for bit in 0..64 {
+                assert_eq!(
+                    decode_commit(encode_commit(epoch) ^ 1 << bit),
+                    None,
+                    "bit {bit}"
+                );
+            }
         }
         assert_eq!(decode_commit(0), None, "a zeroed region has no commit word");
     }

@@ -112,6 +112,8 @@ pub struct Ubj<R: Region> {
     state: Mutex<State>,
     /// A seeded bug (tests only show the checks can fail); None in every real use.
     bug: Option<Bug>,
+    /// Entries recovery dropped at open (written after the last commit before a crash).
+    dropped_at_open: usize,
 }
 
 fn random_identity() -> u128 {
@@ -220,15 +222,16 @@ impl<R: Region> Ubj<R> {
         check_label(&sb, &*backing)?;
         let settings = over.unwrap_or(sb.settings);
         settings.validate()?;
-        let state = Mutex::new(recover_state(&*region, &layout, &settings, bug)?);
+        let (state, dropped_at_open) = recover_state(&*region, &layout, &settings, bug)?;
         let ubj = Ubj {
             region,
             backing,
             layout,
             sb,
             settings,
-            state,
+            state: Mutex::new(state),
             bug,
+            dropped_at_open,
         };
         ubj.assert_invariants(&ubj.lock());
         Ok(ubj)
@@ -236,6 +239,11 @@ impl<R: Region> Ubj<R> {
 
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// Entries the recovery at open dropped (uncommitted at a crash): it stored something.
+    pub fn dropped_at_open(&self) -> usize {
+        self.dropped_at_open
     }
 
     pub fn settings(&self) -> &Settings {
@@ -376,7 +384,7 @@ fn recover_state<R: Region + ?Sized>(
     layout: &Layout,
     settings: &Settings,
     bug: Option<Bug>,
-) -> Result<State> {
+) -> Result<(State, usize)> {
     let found = recover::scan(region, layout, bug == Some(Bug::RecoveryKeepsUncommitted))?;
     for &slot in &found.dropped {
         region.store_u64_nt(layout.entry_off(slot) + 8, 0);
@@ -425,7 +433,7 @@ fn recover_state<R: Region + ?Sized>(
         }
     }
     st.free.reverse(); // pop() hands out low slots first
-    Ok(st)
+    Ok((st, found.dropped.len()))
 }
 
 /// The counters record's bytes.

@@ -227,6 +227,12 @@ impl SimRegion {
         s.reads = Some(vec![0u64; n]);
     }
 
+    /// The words loaded since `track_reads`, as a bitmap (bit w % 64 of entry w / 64); empty
+    /// when reads are not tracked.
+    pub fn read_bitmap(&self) -> Vec<u64> {
+        self.st().reads.clone().unwrap_or_default()
+    }
+
     /// The words loaded since `track_reads`, ascending.
     pub fn words_read(&self) -> Vec<u64> {
         let s = self.st();
@@ -582,6 +588,12 @@ impl CrashState {
         self.pending.keys().chain(self.disk.keys()).copied()
     }
 
+    /// Whether `line` holds cached stores not yet durable (M0's prefixes and M2's garbage
+    /// involve its words).
+    pub fn line_has_cached_stores(&self, line: u64) -> bool {
+        self.lines.contains_key(&line)
+    }
+
     /// Disk sectors written since the last disk flush.
     pub fn pending_sectors(&self) -> usize {
         let mut sectors: Vec<u64> = self.disk.keys().map(|w| w / SECTOR_WORDS).collect();
@@ -726,8 +738,18 @@ impl ImageSpace {
     /// otherwise the two extremes (nothing / everything latest), every single-slot deviation
     /// from each extreme, and `samples` seeded random choices. Returns (choices, exhaustive).
     pub fn choices(&self, samples: usize, seed: u64) -> (Vec<Vec<u16>>, bool) {
+        self.choices_upto(EAGER_IMAGES_MAX, samples, seed)
+    }
+
+    /// As `choices`, enumerating every image up to `eager_max` of them.
+    pub fn choices_upto(
+        &self,
+        eager_max: u128,
+        samples: usize,
+        seed: u64,
+    ) -> (Vec<Vec<u16>>, bool) {
         let size = self.size();
-        let (out, exhaustive) = if size <= EAGER_IMAGES_MAX {
+        let (out, exhaustive) = if size <= eager_max {
             (self.every_choice(size), true)
         } else {
             (self.sampled_choices(samples, seed), false)

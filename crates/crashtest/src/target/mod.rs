@@ -7,6 +7,7 @@
 //! states they pass through, the media faults it must detect, its seeded bugs, and its oracle
 //! rules. The device crates never depend on the checker: the implementations live here.
 
+pub mod nvcache;
 pub mod nvramdisk;
 
 use crate::oracle::Expect;
@@ -14,7 +15,7 @@ use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
 use nvstack_pmem::crash::{FaultModel, SimEvent, SimRegion};
 use rand::rngs::SmallRng;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// The size of a simulated region a tier formats: small, so that each crash point is cheap.
@@ -69,6 +70,28 @@ pub struct BugSpec<B> {
     pub weakest: FaultModel,
     /// Only a crash inside recovery (depth 2) exposes it.
     pub needs_depth2: bool,
+}
+
+/// What a layer's own randomized workload gets (`CrashTarget::random_workload`).
+pub struct Workload<'a> {
+    /// What each block durably holds at the cycle's start (absent: never written, zeros).
+    pub known: &'a BTreeMap<u64, Option<u64>>,
+    /// The cycle's window of blocks: `window` to `window + window_blocks - 1`.
+    pub window: u64,
+    pub window_blocks: u64,
+    /// Operations to run.
+    pub ops: usize,
+    /// The last version written: every write takes a new one.
+    pub version: &'a mut u64,
+    pub rng: &'a mut SmallRng,
+}
+
+/// A violation of the running device (no crash involved), at event index `step`.
+#[derive(Debug)]
+pub struct RunningViolation {
+    pub what: String,
+    pub lba: Option<u64>,
+    pub step: usize,
 }
 
 /// A scenario run once on a recording region: what the exhaustive tier crashes.
@@ -169,4 +192,31 @@ pub trait CrashTarget: Sync {
     /// The bug is in recovery: it acts in every recovery the checker runs, not only in the
     /// workload.
     fn bug_in_recovery(&self, bug: Self::Bug) -> bool;
+
+    /// The randomized tier's workload of one cycle on `device` (recording on `region`), when
+    /// the layer has its own; None (the default): the generic one of random.rs, whose writes
+    /// are durable on return.
+    fn random_workload(
+        &self,
+        _device: &Self::Device,
+        _region: &SimRegion,
+        _w: Workload<'_>,
+    ) -> Option<std::result::Result<Expect, RunningViolation>> {
+        None
+    }
+
+    /// Let the exhaustive tier skip a crash point equivalent to the one before it: the event
+    /// between them is a non-temporal store (or a disk sector) that no image checked at the
+    /// earlier point read, in a line without cached stores, at no operation's start or end.
+    /// No execution loads that word, so both points allow the same executions. Off by default.
+    fn skip_unread_points(&self) -> bool {
+        false
+    }
+
+    /// The exhaustive tier enumerates every image of a crash point's space up to this many,
+    /// and samples beyond (the extremes, every single deviation from each, and
+    /// `exhaustive::SAMPLES` random images), reporting the covered fraction.
+    fn eager_images_max(&self) -> u128 {
+        nvstack_pmem::crash::EAGER_IMAGES_MAX
+    }
 }

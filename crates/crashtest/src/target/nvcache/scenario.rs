@@ -1,0 +1,327 @@
+//! UBJ's scenarios for the exhaustive tier, and its workload for the randomized tier. A
+//! [`Recorder`] runs operations on the cache and keeps the epoch oracle's states: after each
+//! operation the cache's counters say whether a commit came before it (forced by a full
+//! cache: the state before the operation) or after it (autocommit or a flush: the state after),
+//! so every commit's state is exact.
+
+use super::{format_sim, open_sim, UbjDevice, UbjTrace, RANDOM_SLOTS};
+use crate::oracle::{block, decode_block, Epochs, Expect, OpRecord};
+use crate::target::{Recorded, RunningViolation, Workload};
+use nvstack_core::error::{Error, Result};
+use nvstack_nvcache::format::{PolicyName, Settings, BLOCK_BYTES};
+use nvstack_nvcache::Bug;
+use nvstack_pmem::crash::SimRegion;
+use rand::Rng;
+use std::collections::BTreeMap;
+
+const B: usize = BLOCK_BYTES as usize;
+
+/// The exhaustive tier's scenarios, in the order they run (`--scenario NAME`).
+pub const NAMES: [&str; 9] = [
+    "write-1",
+    "write-64",
+    "overwrite-frozen",
+    "overwrite-dirty",
+    "checkpoint",
+    "evict-clean",
+    "discard",
+    "full",
+    "autocommit",
+];
+
+/// Settings of a scenario: commits only when asked (autocommit 0 and no timer), unless the
+/// scenario is about the other triggers.
+fn settings(autocommit_blocks: u32) -> Settings {
+    Settings {
+        autocommit_blocks,
+        autocommit_ms: 0,
+        high_watermark_pct: 90,
+        low_watermark_pct: 80,
+        checkpoint_ms: 0,
+        policy: PolicyName::Lru,
+    }
+}
+
+/// The randomized tier's settings: autocommit at 8 dirty blocks, dm-writecache's watermarks.
+pub fn random_settings() -> Settings {
+    Settings {
+        autocommit_blocks: 8,
+        autocommit_ms: 0,
+        ..Settings::default()
+    }
+}
+
+/// Runs operations and keeps what the oracle expects of them.
+pub struct Recorder<'a> {
+    dev: &'a UbjDevice,
+    region: &'a SimRegion,
+    /// What every block the recorder knows reads now (absent: zeros).
+    cur: BTreeMap<u64, Option<u64>>,
+    pub exp: Expect,
+    version: u64,
+    pub marks: Vec<(usize, &'static str)>,
+}
+
+impl<'a> Recorder<'a> {
+    /// Start from `initial`, the committed state (the device reads it now).
+    pub fn new(
+        dev: &'a UbjDevice,
+        region: &'a SimRegion,
+        initial: BTreeMap<u64, Option<u64>>,
+        version: u64,
+    ) -> Recorder<'a> {
+        Recorder {
+            dev,
+            region,
+            cur: initial.clone(),
+            exp: Expect {
+                initial: initial.clone(),
+                ops: Vec::new(),
+                epochs: Some(Epochs {
+                    states: vec![initial],
+                    commits: Vec::new(),
+                }),
+            },
+            version,
+            marks: Vec::new(),
+        }
+    }
+
+    /// Run `f`, which makes `blocks` read as given, and learn the commits it made.
+    fn op(
+        &mut self,
+        name: &'static str,
+        blocks: Vec<(u64, Option<u64>)>,
+        f: impl FnOnce(&UbjDevice) -> Result<()>,
+    ) -> Result<()> {
+        let start = self.region.event_count();
+        self.marks.push((start, name));
+        let (epoch0, forced0) = (self.dev.epoch(), self.dev.stats().commits_forced);
+        f(self.dev)?;
+        let ack = self.region.event_count();
+        let forced = self.dev.stats().commits_forced - forced0;
+        let commits = self.dev.epoch() - epoch0;
+        assert!(
+            forced <= 1 && commits >= forced && commits - forced <= 1,
+            "{name}: {commits} commits, {forced} forced"
+        );
+        let ep = self.exp.epochs.as_mut().expect("UBJ is judged by epochs");
+        if forced == 1 {
+            ep.states.push(self.cur.clone());
+            ep.commits.push((start, ack));
+        }
+        self.cur.extend(blocks.iter().copied());
+        if commits > forced {
+            ep.states.push(self.cur.clone());
+            ep.commits.push((start, ack));
+        }
+        self.exp.ops.push(OpRecord {
+            blocks,
+            atomic: true,
+            start,
+            ack,
+        });
+        Ok(())
+    }
+
+    /// Write `n` blocks from `lba`, each a new version, as one write.
+    pub fn write(&mut self, lba: u64, n: u64) -> Result<()> {
+        self.version += 1;
+        let v = self.version;
+        let data: Vec<u8> = (lba..lba + n).flat_map(|l| block(l, v, B)).collect();
+        let blocks = (lba..lba + n).map(|l| (l, Some(v))).collect();
+        self.op("write", blocks, |d| d.write_blocks(lba, &data))
+    }
+
+    pub fn discard(&mut self, lba: u64, n: u64) -> Result<()> {
+        let blocks = (lba..lba + n).map(|l| (l, None)).collect();
+        self.op("discard", blocks, |d| d.discard_blocks(lba, n))
+    }
+
+    pub fn commit(&mut self) -> Result<()> {
+        self.op("commit", Vec::new(), |d| d.commit())
+    }
+
+    pub fn checkpoint(&mut self) -> Result<()> {
+        self.op("checkpoint", Vec::new(), |d| d.checkpoint())
+    }
+
+    /// Read `n` blocks and check them against what they should read now: Err(Finding) names
+    /// the first wrong one. The blocks are then judged after every crash too.
+    pub fn read(&mut self, lba: u64, n: u64) -> Result<()> {
+        let want: Vec<(u64, Option<u64>)> = (lba..lba + n)
+            .map(|l| (l, self.cur.get(&l).copied().unwrap_or(None)))
+            .collect();
+        let mut buf = vec![0u8; n as usize * B];
+        let check = want.clone();
+        self.op("read", want, |d| {
+            d.read_blocks(lba, &mut buf)?;
+            for ((l, w), b) in check.iter().zip(buf.chunks(B)) {
+                let got =
+                    decode_block(*l, b).map_err(|e| Error::finding(format!("block {l}: {e}")))?;
+                if got != *w {
+                    return Err(Error::finding(format!(
+                        "block {l} reads {got:?} while running, not {w:?}"
+                    )));
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Record scenario `index` of NAMES: format, its setup, then its workload from event `start`.
+pub fn record(index: usize, bug: Option<Bug>) -> Result<Recorded<UbjTrace>> {
+    let (slots, autocommit) = match NAMES[index] {
+        "write-64" => (128, 0),
+        "evict-clean" | "full" => (16, 0),
+        "autocommit" => (32, 4),
+        _ => (32, 0),
+    };
+    let full = NAMES[index] == "full";
+    // A full cache must be able to force a commit: autocommit on, at a count never reached.
+    let (region, _) = format_sim(slots, 128, settings(if full { 1000 } else { autocommit }))?;
+    let base = region.snapshot();
+    region.start_recording();
+    let dev = open_sim(region.clone(), None, bug)?;
+    let mut r = Recorder::new(&dev, &region, BTreeMap::new(), 0);
+    setup(&mut r, NAMES[index])?;
+    // The workload's oracle starts from the setup's committed state.
+    let start = region.event_count();
+    let initial = r.cur.clone();
+    let version = r.version;
+    let mut w = Recorder::new(&dev, &region, initial, version);
+    workload(&mut w, NAMES[index])?;
+    let (expect, marks) = (w.exp, w.marks);
+    drop(dev);
+    let events = region.take_events();
+    Ok(Recorded {
+        base,
+        events,
+        start,
+        expect,
+        trace: UbjTrace { marks },
+    })
+}
+
+/// Each scenario's setup: its committed starting state (commits and checkpoints included).
+fn setup(r: &mut Recorder<'_>, name: &str) -> Result<()> {
+    match name {
+        "overwrite-frozen" => {
+            r.write(5, 2)?;
+            r.commit()
+        }
+        "checkpoint" => {
+            r.write(1, 4)?;
+            r.commit()?;
+            r.write(2, 2)?;
+            r.commit()
+        }
+        "evict-clean" => {
+            r.write(0, 8)?;
+            r.commit()?;
+            r.checkpoint()?;
+            r.read(20, 8)
+        }
+        "discard" => {
+            r.write(10, 4)?;
+            r.commit()?;
+            r.checkpoint()?;
+            r.write(12, 1)?;
+            r.commit()
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Each scenario's workload: what the exhaustive tier crashes at every event.
+fn workload(r: &mut Recorder<'_>, name: &str) -> Result<()> {
+    match name {
+        "write-1" => {
+            r.write(3, 1)?;
+            r.commit()
+        }
+        "write-64" => {
+            r.write(0, 64)?;
+            r.commit()
+        }
+        "overwrite-frozen" => {
+            r.write(5, 1)?; // copy-on-write beside the frozen copy
+            r.commit()?; // a commit while an older frozen copy exists
+            r.write(6, 1)?;
+            r.commit()
+        }
+        "overwrite-dirty" => {
+            r.write(7, 1)?;
+            r.write(7, 1)?; // in place: the block is dirty
+            r.write(8, 2)?;
+            r.commit()
+        }
+        "checkpoint" => {
+            r.checkpoint()?; // out-of-date copies freed, four blocks written back
+            r.write(3, 1)?; // in place into a clean slot
+            r.commit()
+        }
+        "evict-clean" => {
+            r.read(30, 4)?; // misses that evict clean blocks
+            r.write(0, 2)?;
+            r.commit()
+        }
+        "discard" => {
+            r.discard(10, 3)?; // two clean blocks and a frozen one
+            r.commit()?;
+            r.checkpoint() // the backing holes are punched
+        }
+        "full" => {
+            r.write(0, 8)?;
+            r.write(8, 8)?;
+            r.write(16, 8)?; // no room: a forced commit and a full checkpoint first
+            r.commit()
+        }
+        "autocommit" => {
+            r.write(0, 2)?;
+            r.write(2, 3)?; // five dirty blocks: autocommit after the write
+            r.write(9, 1)?;
+            r.commit()
+        }
+        other => unreachable!("scenario {other}"),
+    }
+}
+
+/// The randomized tier's workload: writes of 1 to 8 blocks, discards and verified reads of 1
+/// to 4, commits and checkpoints, in the cycle's window; evictions, forced commits and
+/// watermark checkpoints come from the small cache (RANDOM_SLOTS).
+pub fn random_workload(
+    dev: &UbjDevice,
+    region: &SimRegion,
+    w: Workload<'_>,
+) -> std::result::Result<Expect, RunningViolation> {
+    debug_assert!(
+        u64::from(RANDOM_SLOTS) / 2 >= 8,
+        "a write of 8 fits one epoch"
+    );
+    let mut r = Recorder::new(dev, region, w.known.clone(), *w.version);
+    for _ in 0..w.ops {
+        let kind = w.rng.gen_range(0..100);
+        let n = if kind < 35 {
+            w.rng.gen_range(1..=8)
+        } else {
+            w.rng.gen_range(1..=4)
+        };
+        let lba = w.window + w.rng.gen_range(0..=w.window_blocks - n);
+        let done = match kind {
+            0..35 => r.write(lba, n),
+            35..45 => r.discard(lba, n),
+            45..70 => r.read(lba, n),
+            70..90 => r.commit(),
+            _ => r.checkpoint(),
+        };
+        done.map_err(|e| RunningViolation {
+            what: format!("while running: {e}"),
+            lba: Some(lba),
+            step: region.event_count(),
+        })?;
+    }
+    *w.version = r.version;
+    Ok(r.exp)
+}
