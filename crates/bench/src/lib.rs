@@ -733,12 +733,13 @@ pub fn format_table(r: &BenchReport) -> String {
         "MB/s",
         "median ns",
         "p99 ns",
+        "fences",
         "vs",
         "time x",
         "thrpt x",
     ];
     let right = [
-        false, false, true, true, true, false, true, true, true, true, false, true, true,
+        false, false, true, true, true, false, true, true, true, true, true, false, true, true,
     ];
     for suite in &r.suites {
         let pages = page_sizes(r.results.iter().filter(|x| x.suite == suite.name()));
@@ -765,6 +766,7 @@ pub fn format_table(r: &BenchReport) -> String {
                         format!("{:.0}", x.mb_per_sec),
                         format!("{:.0}", x.median_ns),
                         format!("{:.0}", x.p99_ns),
+                        ratio(x.fences_per_op),
                         x.baseline.clone().unwrap_or_else(|| "-".into()),
                         ratio(x.time_ratio),
                         ratio(x.throughput_ratio),
@@ -797,7 +799,10 @@ pub fn format_table(r: &BenchReport) -> String {
         ));
         s.push('\n');
     }
-    s.push_str("time x = median latency / the baseline's (vs); thrpt x = ops/s / the baseline's\n");
+    s.push_str(
+        "time x = median latency / the baseline's (vs); thrpt x = ops/s / the baseline's; \
+         fences = fences per op, from the device's own counters\n",
+    );
     s.push_str(&format!(
         "span {} (random offsets uniform over it), {} timed 4 KiB ops per row{}, seed {}; \
          DRAM: {:.0} ns to persist one 64 B line, {:.1} ns per further line of a 4 KiB persist\n\
