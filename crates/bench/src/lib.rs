@@ -14,6 +14,9 @@
 //! - `allocation` (Fig. 16): the static shadow pool against a persistent bitmap allocator.
 //! - `multiblock`: atomic writes of 2 to 64 blocks against as many single-block writes and
 //!   against one copy of the same bytes with two fences.
+//! - `nvcache` (issue 19): UBJ's commit of 1 to 4096 dirty blocks (time and fences per commit,
+//!   against the time of writing those blocks), and one 4 KiB write, durable write (write and
+//!   commit) and read hit through UBJ against nvramdisk's fast protocol.
 //!
 //! Every row: random offsets uniform over the whole span (at least 1 GiB), generated before
 //! timing; every image pre-faulted (and every block written once) before timing; every op
@@ -26,6 +29,7 @@ mod devices;
 mod latency;
 pub mod measure;
 mod multiblock;
+mod nvcache;
 mod ordering;
 mod peer;
 pub mod place;
@@ -76,15 +80,17 @@ pub enum Suite {
     Latency,
     Allocation,
     Multiblock,
+    Nvcache,
 }
 
-pub const SUITES: [Suite; 6] = [
+pub const SUITES: [Suite; 7] = [
     Suite::Peer,
     Suite::Ordering,
     Suite::Record,
     Suite::Latency,
     Suite::Allocation,
     Suite::Multiblock,
+    Suite::Nvcache,
 ];
 
 impl Suite {
@@ -96,6 +102,7 @@ impl Suite {
             Suite::Latency => "latency",
             Suite::Allocation => "allocation",
             Suite::Multiblock => "multiblock",
+            Suite::Nvcache => "nvcache",
         }
     }
 
@@ -113,6 +120,10 @@ impl Suite {
                 "static shadow pool vs a persistent bitmap allocator (seed 000 Fig. 16)"
             }
             Suite::Multiblock => "atomic writes of 2 to 64 blocks",
+            Suite::Nvcache => {
+                "UBJ: commit of 1 to 4096 dirty blocks (time, fences), 4 KiB write and read hit \
+                 against nvramdisk (issue 19)"
+            }
         }
     }
 
@@ -215,6 +226,9 @@ pub struct BenchResult {
     pub repeats: u32,
     /// This row's median_ns in each run, in run order (the spread behind the median).
     pub median_ns_runs: Vec<f64>,
+    /// What a reader must know to read the row (what is durable when the op returns, which
+    /// state the block was in, what ran untimed between ops); printed under the table.
+    pub note: Option<String>,
 }
 
 /// A row under construction.
@@ -253,6 +267,7 @@ impl Row {
                 fences_per_op: None,
                 repeats: 1,
                 median_ns_runs: Vec::new(),
+                note: None,
             },
         }
     }
@@ -281,6 +296,10 @@ impl Row {
         self.r.fences_per_op = Some(f);
         self
     }
+    pub fn note(mut self, n: impl Into<String>) -> Row {
+        self.r.note = Some(n.into());
+        self
+    }
     pub fn timed(mut self, t: &Timing, page_bytes: u64) -> BenchResult {
         self.r.ops_per_sec = t.ops_per_sec;
         self.r.median_ns = t.median_ns;
@@ -299,7 +318,7 @@ pub struct Target {
     pub page_bytes: u64,
     pub what: String,
     pub measured: f64,
-    /// "at least" or "at most".
+    /// "at least", "at most" or "exactly".
     pub bound: &'static str,
     pub limit: f64,
     pub met: bool,
@@ -345,6 +364,28 @@ impl Target {
             limit,
             met: measured <= limit,
         })
+    }
+
+    /// A figure of this run that is not a ratio of two rows (a count), at most `limit`.
+    pub fn at_most(suite: Suite, page_bytes: u64, what: &str, measured: f64, limit: f64) -> Target {
+        Target {
+            suite: suite.name(),
+            page_bytes,
+            what: what.to_string(),
+            measured,
+            bound: "at most",
+            limit,
+            met: measured <= limit,
+        }
+    }
+
+    /// A count of this run that must equal `limit` (fences per commit: a protocol's promise).
+    pub fn exactly(suite: Suite, page_bytes: u64, what: &str, measured: f64, limit: f64) -> Target {
+        Target {
+            bound: "exactly",
+            met: measured == limit,
+            ..Target::at_most(suite, page_bytes, what, measured, limit)
+        }
     }
 }
 
@@ -596,6 +637,29 @@ fn validate(opts: &BenchOptions) -> Result<()> {
     Ok(())
 }
 
+fn run_suite(suite: Suite, ctx: &mut Ctx, peer: Option<&peer::Peer>) -> Result<()> {
+    match suite {
+        Suite::Peer => peer::run(ctx, peer),
+        Suite::Ordering => ordering::run(ctx),
+        Suite::Record => record::run(ctx),
+        Suite::Latency => latency::run(ctx),
+        Suite::Allocation => allocation::run(ctx),
+        Suite::Multiblock => multiblock::run(ctx),
+        Suite::Nvcache => nvcache::run(ctx),
+    }
+}
+
+/// The issue's targets a suite checks against this run's (merged) rows.
+fn suite_targets(suite: Suite, rows: &[BenchResult]) -> Vec<Target> {
+    match suite {
+        Suite::Peer => peer::targets(rows),
+        Suite::Record => record::targets(rows),
+        Suite::Multiblock => multiblock::targets(rows),
+        Suite::Nvcache => nvcache::targets(rows),
+        Suite::Ordering | Suite::Latency | Suite::Allocation => Vec::new(),
+    }
+}
+
 /// Run the selected suites on every place and return the report. Image files are removed
 /// and the huge-page tmpfs unmounted before returning, on errors too.
 pub fn run(opts: &BenchOptions, progress: &dyn Progress) -> Result<BenchReport> {
@@ -625,24 +689,12 @@ pub fn run(opts: &BenchOptions, progress: &dyn Progress) -> Result<BenchReport> 
             };
             let mut runs = Vec::new();
             for _ in 0..opts.repeat {
-                match suite {
-                    Suite::Peer => peer::run(&mut ctx, peer.as_ref())?,
-                    Suite::Ordering => ordering::run(&mut ctx)?,
-                    Suite::Record => record::run(&mut ctx)?,
-                    Suite::Latency => latency::run(&mut ctx)?,
-                    Suite::Allocation => allocation::run(&mut ctx)?,
-                    Suite::Multiblock => multiblock::run(&mut ctx)?,
-                }
+                run_suite(*suite, &mut ctx, peer.as_ref())?;
                 runs.push(std::mem::take(&mut ctx.results));
             }
             ctx.results = merge_runs(runs);
             link_baselines(&mut ctx.results);
-            let t = match suite {
-                Suite::Peer => peer::targets(&ctx.results),
-                Suite::Record => record::targets(&ctx.results),
-                Suite::Multiblock => multiblock::targets(&ctx.results),
-                _ => Vec::new(),
-            };
+            let t = suite_targets(*suite, &ctx.results);
             targets.append(&mut ctx.targets);
             targets.extend(t);
             for n in ctx.notes.drain(..) {
@@ -719,6 +771,26 @@ fn ratio(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.2}"))
 }
 
+/// One row of a suite's table.
+fn row_cells(x: &BenchResult) -> Vec<String> {
+    vec![
+        x.name.clone(),
+        x.op.to_string(),
+        bytes_label(x.block_bytes),
+        x.x.map_or_else(|| "-".into(), |v| format!("{v}")),
+        x.threads.to_string(),
+        x.persist_method.clone(),
+        fmt_count(x.ops_per_sec),
+        format!("{:.0}", x.mb_per_sec),
+        format!("{:.0}", x.median_ns),
+        format!("{:.0}", x.p99_ns),
+        ratio(x.fences_per_op),
+        x.baseline.clone().unwrap_or_else(|| "-".into()),
+        ratio(x.time_ratio),
+        ratio(x.throughput_ratio),
+    ]
+}
+
 /// The report as aligned text tables: one per suite and page size, then the targets.
 pub fn format_table(r: &BenchReport) -> String {
     let mut s = String::new();
@@ -733,12 +805,13 @@ pub fn format_table(r: &BenchReport) -> String {
         "MB/s",
         "median ns",
         "p99 ns",
+        "fences",
         "vs",
         "time x",
         "thrpt x",
     ];
     let right = [
-        false, false, true, true, true, false, true, true, true, true, false, true, true,
+        false, false, true, true, true, false, true, true, true, true, true, false, true, true,
     ];
     for suite in &r.suites {
         let pages = page_sizes(r.results.iter().filter(|x| x.suite == suite.name()));
@@ -753,25 +826,10 @@ pub fn format_table(r: &BenchReport) -> String {
                 .results
                 .iter()
                 .filter(|x| x.suite == suite.name() && x.page_bytes == page)
-                .map(|x| {
-                    vec![
-                        x.name.clone(),
-                        x.op.to_string(),
-                        bytes_label(x.block_bytes),
-                        x.x.map_or_else(|| "-".into(), |v| format!("{v}")),
-                        x.threads.to_string(),
-                        x.persist_method.clone(),
-                        fmt_count(x.ops_per_sec),
-                        format!("{:.0}", x.mb_per_sec),
-                        format!("{:.0}", x.median_ns),
-                        format!("{:.0}", x.p99_ns),
-                        x.baseline.clone().unwrap_or_else(|| "-".into()),
-                        ratio(x.time_ratio),
-                        ratio(x.throughput_ratio),
-                    ]
-                })
+                .map(row_cells)
                 .collect();
             s.push_str(&render(&header, &cells, &right));
+            s.push_str(&row_notes(r, suite.name(), page));
             s.push('\n');
         }
     }
@@ -797,7 +855,10 @@ pub fn format_table(r: &BenchReport) -> String {
         ));
         s.push('\n');
     }
-    s.push_str("time x = median latency / the baseline's (vs); thrpt x = ops/s / the baseline's\n");
+    s.push_str(
+        "time x = median latency / the baseline's (vs); thrpt x = ops/s / the baseline's; \
+         fences = fences per op, from the device's own counters\n",
+    );
     s.push_str(&format!(
         "span {} (random offsets uniform over it), {} timed 4 KiB ops per row{}, seed {}; \
          DRAM: {:.0} ns to persist one 64 B line, {:.1} ns per further line of a 4 KiB persist\n\
@@ -822,6 +883,24 @@ pub fn format_table(r: &BenchReport) -> String {
         s.push_str(&format!("note: {n}\n"));
     }
     s.push_str(&format!("total {:.1} s\n", r.seconds));
+    s
+}
+
+/// The notes of a suite's rows on one page size, each row name once.
+fn row_notes(r: &BenchReport, suite: &str, page: u64) -> String {
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    let mut s = String::new();
+    for x in r
+        .results
+        .iter()
+        .filter(|x| x.suite == suite && x.page_bytes == page)
+    {
+        let Some(n) = &x.note else { continue };
+        if !seen.contains(&(x.name.as_str(), n.as_str())) {
+            seen.push((&x.name, n));
+            s.push_str(&format!("  {}: {n}\n", x.name));
+        }
+    }
     s
 }
 

@@ -2,7 +2,8 @@
 //! (same axes): peer (Fig. 9's IOPS against threads), ordering (Fig. 7: store latency against
 //! size per persist method), record (Fig. 10: bandwidth against record size), latency
 //! (Fig. 15: normalised throughput against NVRAM latency), allocation (Fig. 16: bandwidth
-//! against write size), multiblock (latency against blocks per write).
+//! against write size), multiblock (latency against blocks per write), nvcache (UBJ's commit
+//! latency against dirty blocks, beside the time of writing them; its fences per commit).
 
 use super::{BenchReport, BenchResult};
 use nvstack_core::error::Result;
@@ -28,7 +29,7 @@ fn all(_: &BenchResult) -> bool {
     true
 }
 
-const FIGS: [Fig; 8] = [
+const FIGS: [Fig; 10] = [
     Fig {
         suite: "peer",
         op: "write",
@@ -119,6 +120,32 @@ const FIGS: [Fig; 8] = [
         x: |r| r.x,
         y: |r| Some(r.median_ns),
         keep: all,
+    },
+    Fig {
+        suite: "nvcache",
+        op: "write",
+        file: "nvcache-commit",
+        title: "UBJ: commit of n dirty blocks against writing them",
+        x_label: "dirty blocks per commit",
+        y_label: "median latency (ns)",
+        x_scale: Scale::Log2,
+        y_scale: Scale::Log10,
+        x: |r| r.x,
+        y: |r| Some(r.median_ns),
+        keep: |r| r.x.is_some(),
+    },
+    Fig {
+        suite: "nvcache",
+        op: "write",
+        file: "nvcache-fences",
+        title: "UBJ: fences per commit against dirty blocks",
+        x_label: "dirty blocks per commit",
+        y_label: "fences per commit",
+        x_scale: Scale::Log2,
+        y_scale: Scale::Linear,
+        x: |r| r.x,
+        y: |r| r.fences_per_op,
+        keep: |r| r.name == "ubj-commit",
     },
     Fig {
         suite: "ordering",

@@ -276,6 +276,117 @@ fn multiblock_suite() {
 }
 
 #[test]
+fn nvcache_suite() {
+    let (dir, r) = quick(vec![Suite::Nvcache]);
+    assert_well_formed(&r, dir.path());
+    assert_eq!(
+        leftovers(&nvcache::backing_dir()),
+        0,
+        "backing file left behind"
+    );
+    // The commit sweep: every n of the quick points, each commit row beside the row that
+    // wrote its blocks, and two fences per commit whatever n (the cache's own counter).
+    let commits: Vec<&BenchResult> = r
+        .results
+        .iter()
+        .filter(|x| x.name == "ubj-commit")
+        .collect();
+    let ns: Vec<f64> = commits.iter().map(|x| x.x.unwrap()).collect();
+    let want: Vec<f64> = (0..=10).map(|k| f64::from(1u32 << k)).collect();
+    assert_eq!(ns, want);
+    for c in &commits {
+        let n = c.x.unwrap();
+        assert_eq!(c.fences_per_op, Some(2.0), "{n} blocks");
+        assert_eq!(
+            c.baseline.as_deref(),
+            Some("ubj-write-blocks"),
+            "{n} blocks"
+        );
+        assert!(
+            c.time_ratio.is_some(),
+            "{n} blocks: no write row to compare"
+        );
+        assert_eq!(c.block_bytes, n as u64 * 4096);
+    }
+    let writes = r.results.iter().filter(|x| x.name == "ubj-write-blocks");
+    assert_eq!(writes.clone().count(), want.len());
+    // Writes fence nothing: their blocks persist at the commit's first fence.
+    assert!(writes.into_iter().all(|x| x.fences_per_op == Some(0.0)));
+    // One block through UBJ, each row against nvramdisk's of the same op in the same run.
+    for (name, op, fences) in [
+        ("ubj-read-hit", "read", None),
+        ("ubj-write", "write", Some(0.0)),
+        ("ubj-write-commit", "write", Some(2.0)),
+    ] {
+        let x = row(&r, name, op, 1);
+        assert_eq!(x.baseline.as_deref(), Some("nvramdisk-fast"), "{name}");
+        assert!(
+            x.time_ratio.is_some(),
+            "{name}: no nvramdisk row to compare"
+        );
+        assert_eq!(x.fences_per_op, fences, "{name}");
+        assert!(x.note.is_some(), "{name}: what is durable, said");
+    }
+    assert_eq!(
+        row(&r, "nvramdisk-fast", "write", 1).fences_per_op,
+        Some(2.0)
+    );
+    // The targets are computed from the commit rows and are counts: both met.
+    let t: Vec<&Target> = r.targets.iter().filter(|t| t.suite == "nvcache").collect();
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert!(t.iter().all(|t| t.met), "{t:?}");
+    assert!(format_table(&r).contains("exactly 2.00"));
+}
+
+#[test]
+fn nvcache_targets_fail_when_fences_vary_with_n_or_leave_two() {
+    let t = Timing {
+        ops_per_sec: 1.0,
+        median_ns: 1.0,
+        p99_ns: 1.0,
+        ops: 1,
+    };
+    let rows = |fences: [f64; 3]| -> Vec<BenchResult> {
+        [1.0, 64.0, 4096.0]
+            .iter()
+            .zip(fences)
+            .map(|(&n, f)| {
+                Row::new(Suite::Nvcache, "ubj-commit", "write", 4096, 1)
+                    .x("blocks", n)
+                    .fences(f)
+                    .timed(&t, 4096)
+            })
+            .collect()
+    };
+    let met = |fences| -> Vec<bool> {
+        nvcache::targets(&rows(fences))
+            .iter()
+            .map(|t| t.met)
+            .collect()
+    };
+    assert_eq!(met([2.0, 2.0, 2.0]), [true, true]);
+    assert_eq!(met([2.0, 2.0, 3.0]), [false, false], "grows with n");
+    assert_eq!(
+        met([1.0, 1.0, 1.0]),
+        [true, false],
+        "constant, but a fence short"
+    );
+    assert_eq!(met([1.0, 2.0, 2.0]), [false, false]);
+}
+
+/// The bench's files in `dir` (named nvstack-bench-PID-...).
+fn leftovers(dir: &Path) -> usize {
+    let mine = format!("nvstack-bench-{}-", std::process::id());
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(&mine))
+        })
+        .count()
+}
+
+#[test]
 fn bad_options_are_refused() {
     let bad = [
         BenchOptions {
