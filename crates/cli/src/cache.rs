@@ -294,6 +294,15 @@ fn print_header(r: &Inspection) -> Result<()> {
 }
 
 fn print_notes(r: &Inspection) -> Result<()> {
+    if let Some(e) = &r.last_backing_error {
+        say!(
+            "error        the backing device failed at epoch {} ({} s after the Unix epoch): {}; \
+             writes were refused until the cache was reopened",
+            e.epoch,
+            e.unix_secs,
+            e.message
+        )?;
+    }
     for n in &r.notes {
         say!("note         {n}")?;
     }

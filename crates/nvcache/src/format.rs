@@ -360,6 +360,14 @@ pub const COUNTERS_OFF: u64 = 128;
 pub const PATH_OFF: u64 = 512;
 /// Most bytes of a backing path (the block's end minus the record's 8-byte header).
 pub const PATH_BYTES_MAX: usize = 4096 - PATH_OFF as usize - 8;
+/// Offset of the backing-error record (in the superblock's block, before the path record).
+pub const ERROR_OFF: u64 = 256;
+/// Bytes of the backing-error record: magic, epoch, time, length, checksum, message.
+pub const ERROR_BYTES: usize = 256;
+/// Most bytes of its message (a longer one is cut at a character boundary, marked by "...").
+const ERROR_TEXT_MAX: usize = ERROR_BYTES - 32;
+/// The backing-error record's magic: "NVSERROR".
+const ERROR_MAGIC: u64 = u64::from_le_bytes(*b"NVSERROR");
 /// The counters record's magic: "NVSCOUNT".
 const COUNTERS_MAGIC: u64 = u64::from_le_bytes(*b"NVSCOUNT");
 /// Bytes of the counters record: magic, eight counters, checksum, zeros.
@@ -400,6 +408,63 @@ pub fn decode_path(b: &[u8]) -> Result<String> {
     }
     String::from_utf8(bytes.to_vec())
         .map_err(|_| Error::bad("nvcache superblock: backing path is not UTF-8"))
+}
+
+/// The last backing-device error: stored when the cache enters its error state (writes and
+/// detach refused, data kept), so that `status` shows it after the process is gone.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BackingError {
+    /// The committed epoch when it happened.
+    pub epoch: u64,
+    /// Seconds since the Unix epoch.
+    pub unix_secs: u64,
+    pub message: String,
+}
+
+impl BackingError {
+    pub fn encode(&self) -> [u8; ERROR_BYTES] {
+        let mut text = self.message.as_str();
+        let cut = text.len() > ERROR_TEXT_MAX;
+        if cut {
+            let mut end = ERROR_TEXT_MAX - 3;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text = &text[..end];
+        }
+        let mut b = [0u8; ERROR_BYTES];
+        b[0..8].copy_from_slice(&ERROR_MAGIC.to_le_bytes());
+        b[8..16].copy_from_slice(&self.epoch.to_le_bytes());
+        b[16..24].copy_from_slice(&self.unix_secs.to_le_bytes());
+        let mut body = text.as_bytes().to_vec();
+        if cut {
+            body.extend_from_slice(b"...");
+        }
+        b[24..28].copy_from_slice(&(body.len() as u32).to_le_bytes());
+        b[32..32 + body.len()].copy_from_slice(&body);
+        let crc = crc32c::crc32c(&[&b[..28], &b[32..]].concat());
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        debug_assert!(BackingError::decode(&b).is_some());
+        b
+    }
+
+    /// None when there is no record (or a torn one: a crash while it was stored).
+    pub fn decode(b: &[u8]) -> Option<BackingError> {
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let len = u32::from_le_bytes(b[24..28].try_into().unwrap()) as usize;
+        let crc = u32::from_le_bytes(b[28..32].try_into().unwrap());
+        if u64_at(0) != ERROR_MAGIC || len > ERROR_TEXT_MAX {
+            return None;
+        }
+        if crc != crc32c::crc32c(&[&b[..28], &b[32..ERROR_BYTES]].concat()) {
+            return None;
+        }
+        Some(BackingError {
+            epoch: u64_at(8),
+            unix_secs: u64_at(16),
+            message: String::from_utf8_lossy(&b[32..32 + len]).into_owned(),
+        })
+    }
 }
 
 /// Counters over the cache's life, folded in at every clean close (`Ubj::save_counters`): a
@@ -628,7 +693,28 @@ mod tests {
         assert!(decode_path(&[0u8; 64]).is_err(), "an absent record");
         assert!(encode_path("").is_err());
         assert!(encode_path(&"x".repeat(PATH_BYTES_MAX + 1)).is_err());
-        assert!(COUNTERS_OFF as usize + COUNTERS_BYTES <= PATH_OFF as usize);
+        assert!(COUNTERS_OFF as usize + COUNTERS_BYTES <= ERROR_OFF as usize);
+        assert!(ERROR_OFF as usize + ERROR_BYTES <= PATH_OFF as usize);
+        let e = BackingError {
+            epoch: 9,
+            unix_secs: 1_700_000_000,
+            message: "backing.img: write: Input/output error".into(),
+        };
+        let mut b = e.encode();
+        assert_eq!(BackingError::decode(&b), Some(e));
+        b[40] ^= 1;
+        assert_eq!(BackingError::decode(&b), None, "torn");
+        assert_eq!(BackingError::decode(&[0u8; ERROR_BYTES]), None, "absent");
+        let long = BackingError {
+            epoch: 1,
+            unix_secs: 2,
+            message: "é".repeat(300),
+        };
+        let back = BackingError::decode(&long.encode()).unwrap().message;
+        assert!(
+            back.ends_with("...") && back.len() <= ERROR_BYTES - 32,
+            "{back}"
+        );
         let c = Counters {
             read_hits: 1,
             commits: 3,

@@ -42,6 +42,8 @@ pub struct Inspection {
     pub counters: Option<Counters>,
     pub backing: Option<String>,
     pub backing_direct: bool,
+    /// The last backing-device error the cache met (its writes were refused until reopened).
+    pub last_backing_error: Option<crate::format::BackingError>,
     /// The backing label says the cache was detached: the backing file alone is the state.
     pub detached: bool,
     /// Damage: `check` exits 1 when there is any.
@@ -74,6 +76,7 @@ pub fn inspect(path: &Path, backing: Option<&Path>) -> Result<Inspection> {
         counters: None,
         backing: None,
         backing_direct: false,
+        last_backing_error: None,
         detached: false,
         findings: Vec::new(),
         notes: Vec::new(),
@@ -83,6 +86,7 @@ pub fn inspect(path: &Path, backing: Option<&Path>) -> Result<Inspection> {
     let region = MmapRegion::map_file(file, path, Access::PrivateCopy)?;
     inspect_table(&region, &layout, &mut r);
     r.counters = Counters::decode(&crate::ubj::read_counters(&region));
+    r.last_backing_error = crate::ubj::read_backing_error(&region);
     if r.counters.is_none() {
         r.notes.push(
             "the counters record is unreadable (a crash during a close): counting restarts".into(),

@@ -281,6 +281,26 @@ impl<R: Region> Ubj<R> {
         self.region.fence();
     }
 
+    /// Store the backing-device error record (one record, one fence; outside every commit).
+    fn store_error(&self, epoch: u64, message: &str) {
+        let unix_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let rec = crate::format::BackingError {
+            epoch,
+            unix_secs,
+            message: message.to_string(),
+        };
+        self.region
+            .write_nt(crate::format::ERROR_OFF, &rec.encode());
+        self.region.fence();
+    }
+
+    /// The last backing-device error stored in the image, if any.
+    pub fn last_backing_error(&self) -> Option<crate::format::BackingError> {
+        read_backing_error(&*self.region)
+    }
+
     pub fn epoch(&self) -> u64 {
         self.lock().epoch
     }
@@ -434,6 +454,15 @@ fn recover_state<R: Region + ?Sized>(
     }
     st.free.reverse(); // pop() hands out low slots first
     Ok((st, found.dropped.len()))
+}
+
+/// The backing-error record of `region`, if one was stored whole.
+pub(crate) fn read_backing_error<R: Region + ?Sized>(
+    region: &R,
+) -> Option<crate::format::BackingError> {
+    let mut b = [0u8; crate::format::ERROR_BYTES];
+    region.read(crate::format::ERROR_OFF, &mut b);
+    crate::format::BackingError::decode(&b)
 }
 
 /// The counters record's bytes.
@@ -814,6 +843,7 @@ impl<R: Region> Ubj<R> {
             }
             Err(e) => {
                 st.error = Some(e.to_string());
+                self.store_error(st.epoch, &e.to_string());
                 Err(Error::env(format!(
                     "nvcache checkpoint: backing device: {e}"
                 )))

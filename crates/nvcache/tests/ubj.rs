@@ -234,12 +234,23 @@ fn a_backing_error_puts_the_cache_in_its_error_state_and_keeps_the_data() {
     *disk.failing.lock().unwrap() = true;
     assert!(matches!(u.checkpoint(), Err(Error::Environment(_))));
     assert!(u.error().is_some());
+    let stored = u
+        .last_backing_error()
+        .expect("the error is stored in the image");
+    assert_eq!(stored.epoch, 1);
+    assert_eq!(Some(stored.message.clone()), u.error());
     assert!(u.write_blocks(1, &payload(1)).is_err(), "writes refused");
     assert!(u.detach().is_err(), "detach refused");
     assert_eq!(read(&u, 9), payload(9), "data kept");
     *disk.failing.lock().unwrap() = false;
     let v = reopen(&r, &disk);
     assert_eq!(read(&v, 9), payload(9));
+    assert!(v.error().is_none(), "a reopened cache tries again");
+    assert_eq!(
+        v.last_backing_error(),
+        Some(stored),
+        "and still shows what happened"
+    );
 }
 
 #[test]
