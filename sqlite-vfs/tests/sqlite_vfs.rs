@@ -687,7 +687,20 @@ fn bad_parameters_and_regions_get_clear_errors() {
     nvstack_nvramdisk::image::format_image(&other, 16 << 20, &fo, false).expect("format");
     {
         use nvstack_core::blockdev::BlockDevice;
-        let d = nvstack_nvramdisk::image::open_image(&other, Default::default()).expect("open");
+        // Another test thread's child process may hold the new image's lock for an instant:
+        // a fork inherits the mapping format_image had open, until the child execs.
+        let open = || nvstack_nvramdisk::image::open_image(&other, Default::default());
+        let mut d = open();
+        for _ in 0..100 {
+            match &d {
+                Err(e) if e.to_string().contains("locked") => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    d = open();
+                }
+                _ => break,
+            }
+        }
+        let d = d.expect("open");
         d.write(0, &vec![0x33u8; 4096]).expect("write block 0");
     }
     let e = open_error(&db, &other.display().to_string(), "");
