@@ -94,6 +94,26 @@ pub trait BlockDevice: Send + Sync {
 /// the atomic unit (of one block when the device has none), in ascending order. Each write is
 /// all-or-nothing as the device's caps promise; the whole is not: a crash of a device durable
 /// on return leaves a prefix of the writes done.
+/// The byte offset of `bytes` at block `lba` of a device of `blocks` blocks of `block_bytes`,
+/// or a BadInput error naming what is wrong: not whole blocks, or past the end. Every device
+/// checks a request with it before touching its media.
+pub fn extent(blocks: u64, block_bytes: u32, lba: u64, bytes: usize) -> Result<u64> {
+    let bb = u64::from(block_bytes);
+    assert!(bb > 0, "a device has blocks of at least one byte");
+    if !(bytes as u64).is_multiple_of(bb) {
+        return Err(crate::error::Error::bad(format!(
+            "{bytes} bytes is not whole {bb}-byte blocks"
+        )));
+    }
+    let n = bytes as u64 / bb;
+    if lba.checked_add(n).is_none_or(|e| e > blocks) {
+        return Err(crate::error::Error::bad(format!(
+            "blocks [{lba}, +{n}) past the end of the {blocks}-block device"
+        )));
+    }
+    Ok(lba * bb)
+}
+
 pub fn write_chunked(dev: &dyn BlockDevice, lba: u64, data: &[u8]) -> Result<()> {
     let block_bytes = dev.block_bytes() as usize;
     assert!(block_bytes > 0, "a device has blocks of at least one byte");
@@ -108,6 +128,25 @@ pub fn write_chunked(dev: &dyn BlockDevice, lba: u64, data: &[u8]) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extents_are_whole_blocks_inside_the_device() {
+        assert_eq!(extent(10, 512, 3, 1024).unwrap(), 1536);
+        assert_eq!(
+            extent(10, 512, 10, 0).unwrap(),
+            5120,
+            "an empty request at the end"
+        );
+        assert!(extent(10, 512, 9, 1024)
+            .unwrap_err()
+            .to_string()
+            .contains("past the end"));
+        assert!(extent(10, 512, 0, 100)
+            .unwrap_err()
+            .to_string()
+            .contains("whole 512-byte"));
+        assert!(extent(10, 512, u64::MAX, 512).is_err(), "no overflow");
+    }
     use std::sync::Mutex;
 
     /// Blocks in memory with the caps it is given; records each write as (first LBA, blocks).

@@ -6,6 +6,22 @@ use crate::error::{Error, Result};
 use std::fs::{File, TryLockError};
 use std::path::Path;
 
+/// Open `path` to read (and to write, if `write`); `what` names it for people ("image"). A
+/// missing file is bad input (exit 2), anything else the environment (exit 3).
+pub fn open_file(path: &Path, write: bool, what: &str) -> Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::bad(format!("{}: no such {what}", path.display()))
+            } else {
+                Error::env(format!("{}: cannot open: {e}", path.display()))
+            }
+        })
+}
+
 /// Lock `file` (`what` names it for people: "image", "backing file"), without waiting.
 pub fn lock_file(file: &File, path: &Path, what: &str, exclusive: bool) -> Result<()> {
     let r = if exclusive {

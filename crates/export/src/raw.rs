@@ -31,20 +31,7 @@ impl<R: Region> RawDevice<R> {
     }
 
     fn range(&self, lba: u64, bytes: usize) -> Result<u64> {
-        let bb = RAW_BLOCK_BYTES as u64;
-        if !(bytes as u64).is_multiple_of(bb) {
-            return Err(Error::bad(format!(
-                "{bytes} bytes is not whole {bb}-byte blocks"
-            )));
-        }
-        let n = bytes as u64 / bb;
-        if lba.checked_add(n).is_none_or(|e| e > self.blocks) {
-            return Err(Error::bad(format!(
-                "blocks [{lba}, +{n}) past the end of the {}-block device",
-                self.blocks
-            )));
-        }
-        Ok(lba * bb)
+        nvstack_core::blockdev::extent(self.blocks, RAW_BLOCK_BYTES, lba, bytes)
     }
 }
 

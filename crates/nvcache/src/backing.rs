@@ -94,15 +94,9 @@ impl FileDevice {
     }
 
     fn check(&self, lba: u64, bytes: usize) -> Result<()> {
-        let n = (bytes / B) as u64;
-        if !bytes.is_multiple_of(B) || lba.checked_add(n).is_none_or(|end| end > self.blocks) {
-            return Err(Error::bad(format!(
-                "{}: {bytes} bytes at block {lba}: not whole blocks within its {} blocks",
-                self.path.display(),
-                self.blocks
-            )));
-        }
-        Ok(())
+        nvstack_core::blockdev::extent(self.blocks, BLOCK_BYTES, lba, bytes)
+            .map(|_| ())
+            .map_err(|e| e.context(self.path.display()))
     }
 }
 

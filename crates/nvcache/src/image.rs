@@ -14,7 +14,7 @@ use crate::format::{
 use crate::ubj::{self, Ubj};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
-use nvstack_core::lock::lock_file;
+use nvstack_core::lock::{lock_file, open_file};
 use nvstack_pmem::mmap::allocate_file;
 use nvstack_pmem::{Access, MmapRegion, Region};
 use std::fs::{File, OpenOptions};
@@ -221,20 +221,6 @@ fn build_image(
         let _ = std::fs::remove_file(&tmp);
     }
     made
-}
-
-fn open_file(path: &Path, write: bool, what: &str) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(write)
-        .open(path)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                Error::bad(format!("{}: no such {what}", path.display()))
-            } else {
-                Error::env(format!("{}: cannot open: {e}", path.display()))
-            }
-        })
 }
 
 /// An image file validated with plain reads: its superblock and its backing path.

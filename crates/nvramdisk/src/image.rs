@@ -115,17 +115,7 @@ fn validate_file(file: &File, path: &Path) -> Result<(Superblock, u64)> {
 }
 
 pub(crate) fn open_file(path: &Path, write: bool) -> Result<File> {
-    FsOpen::new()
-        .read(true)
-        .write(write)
-        .open(path)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                Error::bad(format!("{}: no such image", path.display()))
-            } else {
-                Error::env(format!("{}: cannot open: {e}", path.display()))
-            }
-        })
+    nvstack_core::lock::open_file(path, write, "image")
 }
 
 /// Open an image for writing: exclusive lock, shared mapping, recovery runs on the media.

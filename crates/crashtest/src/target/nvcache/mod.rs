@@ -83,14 +83,9 @@ pub struct SimDisk {
 
 impl SimDisk {
     fn at(&self, lba: u64, bytes: usize) -> Result<u64> {
-        let n = bytes as u64 / B;
-        if !(bytes as u64).is_multiple_of(B) || lba.checked_add(n).is_none_or(|e| e > self.blocks) {
-            return Err(Error::bad(format!(
-                "sim disk: {bytes} bytes at block {lba} of {}",
-                self.blocks
-            )));
-        }
-        Ok(self.off + lba * B)
+        let off = nvstack_core::blockdev::extent(self.blocks, BLOCK_BYTES, lba, bytes)
+            .map_err(|e| e.context("sim disk"))?;
+        Ok(self.off + off)
     }
 }
 
