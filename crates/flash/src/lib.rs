@@ -16,6 +16,8 @@
 //!
 //! It knows no trace format and no command line: the program feeds it requests.
 
+pub mod device;
+pub mod file;
 pub mod ftl;
 pub mod geometry;
 pub mod logblock;
