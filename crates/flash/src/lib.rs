@@ -23,3 +23,4 @@ pub mod geometry;
 pub mod logblock;
 pub mod nand;
 pub mod pageftl;
+pub mod replay;
