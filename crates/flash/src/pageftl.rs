@@ -5,13 +5,15 @@
 //! and copied data do not mix). When fewer than two free blocks remain before a host block is
 //! opened, garbage collection runs: the victim is the closed block with the fewest valid pages
 //! (greedy; ties go to the lowest block number), its valid pages are copied, and it is erased.
+//! Closed blocks sit in one ordered set per valid count, so the victim is found without a scan
+//! of every block.
 //! Free blocks are taken first-in first-out. The spare area carries the logical page and a
 //! sequence number; [`PageFtl::rebuild`] keeps each logical page's newest copy.
 
 use crate::ftl::{MergeKind, MergeStep, Merges};
 use crate::nand::{Media, Nand, Oob, Scan};
 use nvstack_core::error::{Error, Result};
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 const NONE: u32 = u32::MAX;
 
@@ -28,6 +30,8 @@ pub struct PageFtl<M> {
     p2l: Vec<u32>,
     valid: Vec<u32>,
     state: Vec<State>,
+    /// Closed blocks by valid count: `closed[v]` holds the closed blocks with v valid pages.
+    closed: Vec<BTreeSet<u32>>,
     free: VecDeque<u32>,
     host: u32,
     gc: u32,
@@ -45,6 +49,7 @@ impl<M: Media> PageFtl<M> {
             p2l: vec![NONE; geo.pages() as usize],
             valid: vec![0; geo.blocks as usize],
             state: vec![State::Free; geo.blocks as usize],
+            closed: vec![BTreeSet::new(); geo.pages_per_block as usize + 1],
             free: (0..geo.blocks).collect(),
             host: NONE,
             gc: NONE,
@@ -110,13 +115,21 @@ impl<M: Media> PageFtl<M> {
         if old != NONE {
             self.p2l[old as usize] = NONE;
             let block = (old / self.ppb()) as usize;
+            let closed = self.state[block] == State::Closed;
+            if closed {
+                self.closed[self.valid[block] as usize].remove(&(block as u32));
+            }
             self.valid[block] -= 1;
+            if closed {
+                self.closed[self.valid[block] as usize].insert(block as u32);
+            }
         }
     }
 
     fn close(&mut self, block: u32) {
         if block != NONE {
             self.state[block as usize] = State::Closed;
+            self.closed[self.valid[block as usize] as usize].insert(block);
         }
     }
 
@@ -132,10 +145,13 @@ impl<M: Media> PageFtl<M> {
     /// One garbage collection: the closed block with the fewest valid pages is copied out
     /// and erased.
     fn collect(&mut self) -> Result<()> {
-        let victim = (0..self.nand.geo.blocks)
-            .filter(|&b| self.state[b as usize] == State::Closed)
-            .min_by_key(|&b| self.valid[b as usize])
+        let victim = self
+            .closed
+            .iter_mut()
+            .find_map(|set| set.pop_first())
             .ok_or_else(|| Error::finding("flash: garbage collection found no closed block"))?;
+        // Out of the sets while it is copied: its valid count falls to 0 on the way.
+        self.state[victim as usize] = State::Free;
         assert!(
             self.valid[victim as usize] < self.ppb(),
             "greedy GC makes progress: some closed block has an invalid page (the spare \
@@ -199,7 +215,7 @@ impl<M: Media> PageFtl<M> {
             if next == 0 {
                 ftl.free.push_back(b);
             } else {
-                ftl.state[b as usize] = State::Closed;
+                ftl.close(b);
             }
         }
         Ok(ftl)
