@@ -79,8 +79,15 @@ impl GeometryArgs {
             kind: self.ftl,
             log_blocks: self.log_blocks,
         };
-        ftl.validate(&geo)
-            .map_err(|e| Error::bad(e.render(&flag)))?;
+        ftl.validate(&geo).map_err(|e| {
+            let defaulted = e.field == Field::SpareBlocks && self.spare_blocks.is_none();
+            let why = if defaulted {
+                " (--spare-blocks defaults to --log-blocks + 2)"
+            } else {
+                ""
+            };
+            Error::bad(format!("{}{why}", e.render(&flag)))
+        })?;
         Ok(Header {
             geo,
             ftl,

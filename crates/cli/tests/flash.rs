@@ -87,6 +87,12 @@ fn create_and_stat_the_default_device() {
         (64, 256)
     );
     assert_eq!(v["ftl"]["kind"], "page");
+    // Every page size the command accepts has a default geometry that fits.
+    for size in ["1024", "2048", "8192", "16384"] {
+        let f = dir.path().join(format!("p{size}.img"));
+        let r = run(&["flash", "create", s(&f), "--page-size", size]);
+        assert_eq!(r.code, 0, "--page-size {size}: {}", r.stderr);
+    }
 }
 
 #[test]
@@ -257,6 +263,47 @@ fn sim_flash_replays_a_real_trace_and_its_counts_agree() {
             assert!(svg.starts_with("<svg") && svg.contains(ftl), "{fig}");
         }
     }
+}
+
+/// With 4 KiB pages the trace's unaligned 8 KiB requests cover pages in part: each such page
+/// that already holds data is read before it is programmed.
+#[test]
+fn sim_flash_large_pages_read_partly_written_pages_first() {
+    let trace = nvstack_test_support::shared_trace("tpcc-small.trace");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let (mut pages, mut partial) = (0u64, 0u64);
+    for line in text.lines() {
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        if f[4] != 0 {
+            continue;
+        }
+        let (start, end) = (f[2] * 512, (f[2] + f[3]) * 512);
+        for page in start / 4096..=(end - 1) / 4096 {
+            pages += 1;
+            partial += u64::from(start > page * 4096 || end < (page + 1) * 4096);
+        }
+    }
+    let v = json(&[
+        "sim",
+        "flash",
+        "--trace",
+        s(&trace),
+        "--format",
+        "disksim",
+        "--json",
+        "--page-size",
+        "4096",
+    ]);
+    assert_eq!(u(&v, "host_page_writes"), pages);
+    let reads_first = u(&v, "partial_page_reads");
+    assert!(
+        reads_first > 0 && reads_first <= partial,
+        "{reads_first} of {partial} partial pages"
+    );
+    assert_eq!(u(&v["geometry"], "pages_per_block"), 64);
 }
 
 #[test]

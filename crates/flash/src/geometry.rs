@@ -105,16 +105,18 @@ impl Geometry {
         spare_blocks: LOG_BLOCKS_DEFAULT + SPARE_BLOCKS_BEYOND_LOGS,
     };
 
-    /// A large-block part of the same 64 MiB: `page_data_bytes` (2 KiB or 4 KiB) pages with
-    /// 1/32 of it as spare (64 or 128 bytes, as large-block datasheets have), 64 pages a block.
+    /// A large-block part: `page_data_bytes` pages with 1/32 of it as spare (64 bytes for 2 KiB
+    /// pages, 128 for 4 KiB, as large-block datasheets have), 64 pages a block, 64 MiB (512
+    /// blocks of 2 KiB pages, 256 of 4 KiB) but at least [`LARGE_BLOCK_BLOCKS_MIN`] blocks, so
+    /// that 8 and 16 KiB pages still leave room beside the default log blocks (128, 256 MiB).
     pub fn large_block(page_data_bytes: u32) -> Geometry {
         let pages_per_block = 64;
-        let block_bytes = u64::from(page_data_bytes) * pages_per_block;
+        let block_bytes = u64::from(page_data_bytes.max(1)) * pages_per_block;
         Geometry {
             page_data_bytes,
             page_spare_bytes: page_data_bytes / 32,
             pages_per_block: pages_per_block as u32,
-            blocks: ((64u64 << 20) / block_bytes).max(1) as u32,
+            blocks: ((64u64 << 20) / block_bytes).max(u64::from(LARGE_BLOCK_BLOCKS_MIN)) as u32,
             spare_blocks: LOG_BLOCKS_DEFAULT + SPARE_BLOCKS_BEYOND_LOGS,
         }
     }
@@ -180,6 +182,9 @@ impl Geometry {
         Ok(())
     }
 }
+
+/// The fewest blocks a large-block default has (four times the default spare blocks, rounded).
+pub const LARGE_BLOCK_BLOCKS_MIN: u32 = 256;
 
 /// The log blocks of Kim et al.'s FTL unless told otherwise (seed 004 used 64).
 pub const LOG_BLOCKS_DEFAULT: u32 = 64;
@@ -294,6 +299,14 @@ mod tests {
             l.validate().unwrap();
             assert_eq!(l.pages() * u64::from(p), 64 << 20);
             assert_eq!(l.pages_per_block, 64);
+        }
+        for p in [8192, 16384] {
+            let l = Geometry::large_block(p);
+            l.validate().unwrap();
+            assert_eq!(
+                l.blocks, LARGE_BLOCK_BLOCKS_MIN,
+                "room beside the default log blocks"
+            );
         }
     }
 

@@ -190,6 +190,7 @@ fn figures(dir: &Path, r: &Replay) -> Result<Vec<PathBuf>> {
                 .collect(),
         ),
     ];
+    let name = r.report().ftl.kind.name();
     let mut out = Vec::new();
     for (file, title, x, y, points) in charts {
         let path = dir.join(file);
@@ -200,7 +201,7 @@ fn figures(dir: &Path, r: &Replay) -> Result<Vec<PathBuf>> {
             x_scale: Scale::Linear,
             y_scale: Scale::Linear,
             series: vec![Series {
-                name: r.report().ftl.kind.name().into(),
+                name: name.into(),
                 points,
             }],
         }
