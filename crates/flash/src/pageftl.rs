@@ -193,8 +193,9 @@ impl<M: Media> PageFtl<M> {
     }
 
     /// The FTL of a chip that holds data: each logical page's newest valid copy is current;
-    /// blocks with any non-erased page are closed (programs continue in fresh blocks), the
-    /// others free. Torn pages are ignored. The scan's reads are not counted.
+    /// blocks with any non-erased page are closed, the others free, and the two partly written
+    /// blocks with the most room are open again (GC, then host). Torn pages are ignored. The
+    /// scan's reads are not counted.
     pub fn rebuild(nand: Nand<M>, merges: Merges) -> Result<PageFtl<M>> {
         let mut ftl = PageFtl::new(nand);
         ftl.merges = merges;
@@ -218,7 +219,29 @@ impl<M: Media> PageFtl<M> {
                 ftl.close(b);
             }
         }
+        ftl.reopen_partial_blocks();
         Ok(ftl)
+    }
+
+    /// After a crash the free blocks may be exhausted (a collection had just opened its block
+    /// and not yet erased its victim), so the collection that runs first must copy into room
+    /// it already has: the partly written block with the most room becomes the GC block again
+    /// (it has at least the room the cut collection had left), the next the host block.
+    fn reopen_partial_blocks(&mut self) {
+        let ppb = self.ppb();
+        let mut partial: Vec<u32> = (0..self.nand.geo.blocks)
+            .filter(|&b| self.state[b as usize] == State::Closed && self.nand.next_page(b) < ppb)
+            .collect();
+        partial.sort_by_key(|&b| (self.nand.next_page(b), b));
+        for (slot, b) in partial.into_iter().take(2).enumerate() {
+            self.closed[self.valid[b as usize] as usize].remove(&b);
+            self.state[b as usize] = State::Open;
+            if slot == 0 {
+                self.gc = b;
+            } else {
+                self.host = b;
+            }
+        }
     }
 
     fn adopt(&mut self, ppn: u32, o: Oob, newest: &mut [u64]) -> Result<()> {

@@ -1,54 +1,20 @@
 //! A process SIGKILLed in the middle of a merge (switch, partial, full: while copying, before
-//! erasing, between two erases) comes back with every acknowledged write readable. The test
+//! erasing, between two erases) or of a garbage collection comes back with every acknowledged
+//! write readable, and goes on working (every page rewritten and read back). The test
 //! runs itself as the child (an environment variable says so), which writes through the block
 //! device and stops at the chosen merge step until it is killed.
 
+mod common;
+
+use common::{header, page, tag_of};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_flash::device::{self, FlashDevice, Latency};
-use nvstack_flash::file::Header;
-use nvstack_flash::ftl::{FtlConfig, FtlKind, MergeKind, MergeStep};
-use nvstack_flash::geometry::{Geometry, Timing};
+use nvstack_flash::ftl::{FtlKind, MergeKind, MergeStep};
 use nvstack_test_support::Watched;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-const GEO: Geometry = Geometry {
-    page_data_bytes: 512,
-    page_spare_bytes: 16,
-    pages_per_block: 8,
-    blocks: 48,
-    spare_blocks: 6,
-};
-
-fn header() -> Header {
-    Header {
-        geo: GEO,
-        ftl: FtlConfig {
-            kind: FtlKind::LogBlock,
-            log_blocks: 4,
-        },
-        timing: Timing::SMALL_BLOCK,
-    }
-}
-
-fn page(tag: u32) -> Vec<u8> {
-    let mut p: Vec<u8> = (0..512).map(|i| (tag as usize * 7 + i) as u8).collect();
-    p[..4].copy_from_slice(&tag.to_le_bytes());
-    p
-}
-
-fn tag_of(dev: &FlashDevice, lpn: u64) -> Option<u32> {
-    let mut buf = vec![0u8; 512];
-    dev.read(lpn, &mut buf).unwrap();
-    if buf.iter().all(|&b| b == 0) {
-        return None;
-    }
-    let tag = u32::from_le_bytes(buf[..4].try_into().unwrap());
-    assert_eq!(buf, page(tag), "lpn {lpn}: a whole page of one write");
-    Some(tag)
-}
 
 const CHILD: &str = "NVSTACK_FLASH_KILL_CHILD";
 const TEST: &str = "killed_in_the_middle_of_a_merge_every_acknowledged_write_survives";
@@ -56,19 +22,52 @@ const TEST: &str = "killed_in_the_middle_of_a_merge_every_acknowledged_write_sur
 /// The stops: a merge step and which occurrence of it; whether recovery must finish a merge.
 /// (A partial merge's copies make the log read as a second data block, so before its erase
 /// recovery runs when it copied anything: either may happen there.)
-const STOPS: [(MergeStep, u32, Option<bool>); 5] = [
-    (MergeStep::Copied(MergeKind::Full), 5, Some(true)),
-    (MergeStep::Erased(MergeKind::Full), 4, Some(true)),
-    (MergeStep::Copied(MergeKind::Partial), 3, Some(true)),
-    (MergeStep::BeforeErase(MergeKind::Switch), 3, Some(false)),
-    (MergeStep::BeforeErase(MergeKind::Partial), 2, None),
+const STOPS: [(FtlKind, MergeStep, u32, Option<bool>); 7] = [
+    (
+        FtlKind::LogBlock,
+        MergeStep::Copied(MergeKind::Full),
+        5,
+        Some(true),
+    ),
+    (
+        FtlKind::LogBlock,
+        MergeStep::Erased(MergeKind::Full),
+        4,
+        Some(true),
+    ),
+    (
+        FtlKind::LogBlock,
+        MergeStep::Copied(MergeKind::Partial),
+        3,
+        Some(true),
+    ),
+    (
+        FtlKind::LogBlock,
+        MergeStep::BeforeErase(MergeKind::Switch),
+        3,
+        Some(false),
+    ),
+    (
+        FtlKind::LogBlock,
+        MergeStep::BeforeErase(MergeKind::Partial),
+        2,
+        None,
+    ),
+    // The page-mapped FTL's garbage collection: while copying, and with every copy done.
+    (FtlKind::Page, MergeStep::Copied(MergeKind::Full), 40, None),
+    (
+        FtlKind::Page,
+        MergeStep::BeforeErase(MergeKind::Full),
+        12,
+        None,
+    ),
 ];
 
 /// The child: writes a mix of hot, sequential and random pages, saying BEGIN and ACK around
 /// each; at the chosen merge step it says STOP and waits to be killed.
 fn child(path: &Path, stop: usize) {
     let dev = FlashDevice::open(path, Latency::Counted).unwrap();
-    let (step, nth, _) = STOPS[stop];
+    let (_, step, nth, _) = STOPS[stop];
     let mut seen = 0;
     dev.set_hook(Box::new(move |s| {
         if s == step {
@@ -108,9 +107,9 @@ fn killed_in_the_middle_of_a_merge_every_acknowledged_write_survives() {
         return child(Path::new(path), stop.parse().unwrap());
     }
     let dir = tempfile::tempdir().unwrap();
-    for (stop, &(step, nth, must_recover)) in STOPS.iter().enumerate() {
+    for (stop, &(kind, step, nth, must_recover)) in STOPS.iter().enumerate() {
         let path = dir.path().join(format!("kill{stop}"));
-        device::create(&path, header(), false).unwrap();
+        device::create(&path, header(kind), false).unwrap();
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([TEST, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD, format!("{}:{stop}", path.display()))
@@ -137,7 +136,10 @@ fn killed_in_the_middle_of_a_merge_every_acknowledged_write_survives() {
                 _ => {}
             }
         }
-        assert!(stopped, "{step:?} #{nth}: the child never reached it");
+        assert!(
+            stopped,
+            "{kind:?} {step:?} #{nth}: the child never reached it"
+        );
         w.kill();
         let dev = FlashDevice::open(&path, Latency::Counted).unwrap();
         for (lpn, want) in acked.iter().enumerate() {
@@ -145,7 +147,7 @@ fn killed_in_the_middle_of_a_merge_every_acknowledged_write_survives() {
             let flying = in_flight.filter(|&(l, _)| l == lpn).map(|(_, t)| t);
             assert!(
                 got == *want || (flying.is_some() && got == flying),
-                "{step:?} #{nth}: lpn {lpn} reads {got:?}, acknowledged {want:?}"
+                "{kind:?} {step:?} #{nth}: lpn {lpn} reads {got:?}, acknowledged {want:?}"
             );
         }
         let recovered = dev.saved().merges.recovery;
@@ -154,6 +156,16 @@ fn killed_in_the_middle_of_a_merge_every_acknowledged_write_survives() {
                 recovered > 0,
                 must,
                 "{step:?} #{nth}: recovery merges {recovered}"
+            );
+        }
+        for lpn in 0..336u64 {
+            dev.write(lpn, &page(100_000 + lpn as u32)).unwrap();
+        }
+        for lpn in 0..336u64 {
+            assert_eq!(
+                tag_of(&dev, lpn),
+                Some(100_000 + lpn as u32),
+                "{kind:?}: after recovery"
             );
         }
     }
