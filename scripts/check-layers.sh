@@ -39,13 +39,14 @@ only_nvstack() {
 
 members=$(cargo metadata --locked --no-deps --format-version 1 |
   python3 -c 'import json,sys; print("\n".join(p["name"] for p in json.load(sys.stdin)["packages"]))')
-devices="nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-export nvstack-crashtest nvstack-bench nvstack-sqlite"
+devices="nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-export nvstack-crashtest nvstack-bench nvstack-sqlite nvstack-flash"
 
 only_nvstack nvstack-core
 only_nvstack nvstack-pmem nvstack-core
 only_nvstack nvstack-nvramdisk nvstack-core nvstack-pmem
 only_nvstack nvstack-nvcache nvstack-core nvstack-pmem nvstack-policy
 only_nvstack nvstack-policy
+only_nvstack nvstack-flash nvstack-core
 for pkg in nvstack-sim nvstack-policy nvstack-plot; do
   forbid "$pkg" all "the simulator, policies and plots run with no device" $devices
 done

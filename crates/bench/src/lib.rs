@@ -17,6 +17,8 @@
 //! - `nvcache` (issue 19): UBJ's commit of 1 to 4096 dirty blocks (time and fences per commit,
 //!   against the time of writing those blocks), and one 4 KiB write, durable write (write and
 //!   commit) and read hit through UBJ against nvramdisk's fast protocol.
+//! - `flash` (issue 21): page operations replayed per second on one core by NAND under the
+//!   log-block FTL (target: at least 5 million) and the page-mapped FTL (flash.rs).
 //!
 //! Every row: random offsets uniform over the whole span (at least 1 GiB), generated before
 //! timing; every image pre-faulted (and every block written once) before timing; every op
@@ -26,6 +28,7 @@
 
 mod allocation;
 mod devices;
+mod flash;
 mod latency;
 pub mod measure;
 mod multiblock;
@@ -81,9 +84,10 @@ pub enum Suite {
     Allocation,
     Multiblock,
     Nvcache,
+    Flash,
 }
 
-pub const SUITES: [Suite; 7] = [
+pub const SUITES: [Suite; 8] = [
     Suite::Peer,
     Suite::Ordering,
     Suite::Record,
@@ -91,6 +95,7 @@ pub const SUITES: [Suite; 7] = [
     Suite::Allocation,
     Suite::Multiblock,
     Suite::Nvcache,
+    Suite::Flash,
 ];
 
 impl Suite {
@@ -103,6 +108,7 @@ impl Suite {
             Suite::Allocation => "allocation",
             Suite::Multiblock => "multiblock",
             Suite::Nvcache => "nvcache",
+            Suite::Flash => "flash",
         }
     }
 
@@ -120,6 +126,10 @@ impl Suite {
                 "static shadow pool vs a persistent bitmap allocator (seed 000 Fig. 16)"
             }
             Suite::Multiblock => "atomic writes of 2 to 64 blocks",
+            Suite::Flash => {
+                "NAND under the log-block and page-mapped FTLs: page ops replayed per second \
+                 on one core (issue 21)"
+            }
             Suite::Nvcache => {
                 "UBJ: commit of 1 to 4096 dirty blocks (time, fences), 4 KiB write and read hit \
                  against nvramdisk (issue 19)"
@@ -646,6 +656,7 @@ fn run_suite(suite: Suite, ctx: &mut Ctx, peer: Option<&peer::Peer>) -> Result<(
         Suite::Allocation => allocation::run(ctx),
         Suite::Multiblock => multiblock::run(ctx),
         Suite::Nvcache => nvcache::run(ctx),
+        Suite::Flash => flash::run(ctx),
     }
 }
 
@@ -656,6 +667,7 @@ fn suite_targets(suite: Suite, rows: &[BenchResult]) -> Vec<Target> {
         Suite::Record => record::targets(rows),
         Suite::Multiblock => multiblock::targets(rows),
         Suite::Nvcache => nvcache::targets(rows),
+        Suite::Flash => flash::targets(rows),
         Suite::Ordering | Suite::Latency | Suite::Allocation => Vec::new(),
     }
 }

@@ -468,3 +468,28 @@ fn repeated_runs_report_per_row_medians() {
     assert_eq!(m[1].fences_per_op, None);
     assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
 }
+
+#[test]
+fn flash_suite() {
+    let (_dir, r) = quick(vec![Suite::Flash]);
+    let names: Vec<&str> = r.results.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["flash-log-block", "flash-page"]);
+    for row in &r.results {
+        for v in [row.ops_per_sec, row.median_ns, row.p99_ns] {
+            assert!(v.is_finite() && v > 0.0, "{}: {v}", row.name);
+        }
+        assert!(row.p99_ns >= row.median_ns, "{}", row.name);
+        let note = row.note.as_deref().unwrap();
+        assert!(note.contains("10000 host page ops"), "{note}");
+        assert!(note.contains("MQSim not built or measured"), "{note}");
+    }
+    // The target, checked against the log-block row of this run (met or not).
+    let t: Vec<&Target> = r.targets.iter().filter(|t| t.suite == "flash").collect();
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].measured, r.results[0].ops_per_sec);
+    assert_eq!(
+        (t[0].bound, t[0].limit),
+        ("at least", flash::TARGET_OPS_PER_SEC)
+    );
+    assert!(format_table(&r).contains("log-block FTL page ops replayed per second"));
+}

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Suite to run: peer, ordering, record, latency, allocation, multiblock, nvcache, or all
-    /// (may be repeated). Without --suite: the peer suite, --quick.
+    /// Suite to run: peer, ordering, record, latency, allocation, multiblock, nvcache, flash,
+    /// or all (may be repeated). Without --suite: the peer suite, --quick.
     #[arg(long, value_name = "NAME")]
     suite: Vec<String>,
     /// Fewer ops and fewer points: each suite in under 2 minutes.

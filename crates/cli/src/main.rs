@@ -6,6 +6,7 @@ mod blocks;
 mod cache;
 mod crashtest;
 mod demo;
+mod flash;
 mod info;
 mod kind;
 mod output;
@@ -120,6 +121,8 @@ enum Cmd {
     Down(up::DownArgs),
     /// Trace-driven simulation (Baker et al.): client caches with NVRAM, the LFS write buffer.
     Sim(sim::SimArgs),
+    /// NAND flash under an FTL (log-block or page-mapped) in a state file: create, stat.
+    Flash(flash::FlashArgs),
     /// The main job: format an emulated NVRAM region under /dev/shm, write and read blocks,
     /// cut writes mid-protocol, recover, check, and print a short report.
     Demo {
@@ -151,6 +154,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Up(a) => up::up(a),
         Cmd::Down(a) => up::down(a),
         Cmd::Sim(a) => sim::run(a),
+        Cmd::Flash(a) => flash::run(a),
         Cmd::Format {
             image,
             size,

@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod blocks;
+pub mod flash;
 pub mod lfs;
 pub mod stat;
 pub mod values;
@@ -97,6 +98,9 @@ enum SimCmd {
     /// What a trace holds as the simulator reads it: requests, block accesses, distinct
     /// blocks, streams, time span, skipped lines.
     Stat(crate::sim::stat::StatArgs),
+    /// A trace replayed on NAND under an FTL (seed 004): writes per logical and physical
+    /// page, erase counts, merges, time and energy.
+    Flash(crate::sim::flash::FlashSimArgs),
 }
 
 pub fn run(a: SimArgs) -> Result<i32> {
@@ -151,6 +155,7 @@ fn dispatch(a: SimArgs) -> Result<i32> {
         SimCmd::Sweep(a) => crate::sim::analyze::sweep_cmd(a),
         SimCmd::Lfs(a) => crate::sim::lfs::run(a),
         SimCmd::Stat(a) => crate::sim::stat::run(a),
+        SimCmd::Flash(a) => crate::sim::flash::run(a),
     }
 }
 
