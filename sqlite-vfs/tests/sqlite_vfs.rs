@@ -254,6 +254,16 @@ fn commit_cycle(
     });
     let status = match kill_after {
         Some(d) => {
+            // The delay counts from the child's start line (the database open), not from the
+            // spawn: Python's start-up alone can take longer than the delay on a loaded machine,
+            // and a kill before the first commit checks nothing.
+            let t0 = Instant::now();
+            while seen.lock().unwrap().0.is_none()
+                && ch.try_wait().is_none()
+                && t0.elapsed() < Duration::from_secs(30)
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             std::thread::sleep(d);
             ch.kill() // SIGKILL, and reaped: the region's lock is free again
         }
