@@ -58,6 +58,7 @@ struct Core {
     /// in the middle of a cycle, before a shared access).
     retired_at: Option<u64>,
     fetch_left: u32,
+    stores: u64,
 }
 
 /// What a run measured.
@@ -103,7 +104,6 @@ pub struct Sim<'w> {
     mc: Mc,
     ev: Events,
     line_shift: u32,
-    next_version: u64,
     counts: [u64; 3],
 }
 
@@ -142,7 +142,6 @@ impl<'w> Sim<'w> {
             mc: Mc::new(cfg),
             ev,
             line_shift: cfg.line_bytes.trailing_zeros(),
-            next_version: 0,
             counts: [0; 3],
         }
     }
@@ -415,8 +414,10 @@ impl Sim<'_> {
     fn access(&mut self, c: usize, t: u64, op: Op, line: u64) {
         let version = if let Op::Store(_) = op {
             self.counts[1] += 1;
-            self.next_version += 1;
-            self.next_version
+            // A store's data names its core and its place in that core's program, so the
+            // final memory of two runs compares whatever the interleaving of cores.
+            self.cores[c].stores += 1;
+            ((c as u64 + 1) << 40) | self.cores[c].stores
         } else {
             self.counts[0] += 1;
             0
