@@ -10,6 +10,7 @@
 pub mod cache;
 pub mod config;
 mod event;
+pub mod figures;
 pub mod kernels;
 pub mod mc;
 pub mod sim;
