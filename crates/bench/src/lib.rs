@@ -27,6 +27,7 @@
 mod allocation;
 mod devices;
 mod latency;
+mod mcsim;
 pub mod measure;
 mod multiblock;
 mod nvcache;
@@ -81,9 +82,10 @@ pub enum Suite {
     Allocation,
     Multiblock,
     Nvcache,
+    Mcsim,
 }
 
-pub const SUITES: [Suite; 7] = [
+pub const SUITES: [Suite; 8] = [
     Suite::Peer,
     Suite::Ordering,
     Suite::Record,
@@ -91,6 +93,7 @@ pub const SUITES: [Suite; 7] = [
     Suite::Allocation,
     Suite::Multiblock,
     Suite::Nvcache,
+    Suite::Mcsim,
 ];
 
 impl Suite {
@@ -103,6 +106,7 @@ impl Suite {
             Suite::Allocation => "allocation",
             Suite::Multiblock => "multiblock",
             Suite::Nvcache => "nvcache",
+            Suite::Mcsim => "mcsim",
         }
     }
 
@@ -124,6 +128,7 @@ impl Suite {
                 "UBJ: commit of 1 to 4096 dirty blocks (time, fences), 4 KiB write and read hit \
                  against nvramdisk (issue 19)"
             }
+            Suite::Mcsim => "the committing simulator's speed: memory requests per second on one core (issue 24)",
         }
     }
 
@@ -646,6 +651,7 @@ fn run_suite(suite: Suite, ctx: &mut Ctx, peer: Option<&peer::Peer>) -> Result<(
         Suite::Allocation => allocation::run(ctx),
         Suite::Multiblock => multiblock::run(ctx),
         Suite::Nvcache => nvcache::run(ctx),
+        Suite::Mcsim => mcsim::run(ctx),
     }
 }
 
@@ -656,6 +662,7 @@ fn suite_targets(suite: Suite, rows: &[BenchResult]) -> Vec<Target> {
         Suite::Record => record::targets(rows),
         Suite::Multiblock => multiblock::targets(rows),
         Suite::Nvcache => nvcache::targets(rows),
+        Suite::Mcsim => mcsim::targets(rows),
         Suite::Ordering | Suite::Latency | Suite::Allocation => Vec::new(),
     }
 }

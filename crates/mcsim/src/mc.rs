@@ -93,7 +93,8 @@ pub(crate) struct Mc {
     commits: Vec<Commit>,
     waiting_commits: Vec<usize>,
     global_commit: Option<usize>,
-    tick_at: u64,
+    /// Times a scheduling pass is already queued for (one pass per time).
+    ticks: std::collections::BTreeSet<u64>,
     next_write: u64,
     pub memory: FxHashMap<u64, u64>,
     pub stats: McStats,
@@ -128,7 +129,7 @@ impl Mc {
             commits: Vec::new(),
             waiting_commits: Vec::new(),
             global_commit: None,
-            tick_at: u64::MAX,
+            ticks: std::collections::BTreeSet::new(),
             next_write: 0,
             memory: FxHashMap::default(),
             stats: McStats::default(),
@@ -194,10 +195,9 @@ impl Mc {
         mask
     }
 
-    /// Ask for a scheduling pass at `t`, unless one is already due by then.
+    /// Ask for a scheduling pass at `t`, unless one is already queued for then.
     fn tick(&mut self, t: u64, ev: &mut Events) {
-        if t < self.tick_at {
-            self.tick_at = t;
+        if self.ticks.insert(t) {
             ev.push(t, Ev::Tick);
         }
     }
@@ -414,9 +414,7 @@ impl Mc {
     /// Issue what can be issued at `now`, channel by channel: reads first, then the queries
     /// commits and credits need, then writes; ask for the next pass when a resource frees.
     pub fn schedule(&mut self, now: u64, ev: &mut Events) {
-        if self.tick_at <= now {
-            self.tick_at = u64::MAX;
-        }
+        self.ticks.remove(&now);
         for ch in 0..self.bus.len() {
             while self.bus[ch] <= now {
                 if !(self.issue_read(now, ch, ev)
