@@ -14,15 +14,15 @@ pub enum Served {
     Memory,
 }
 
-/// One set-associative cache. `tags` holds line + 1 (0 = empty); `versions` the data of a
-/// dirty line (which store wrote it last), 0 when clean.
+/// One set-associative cache. Each set keeps its ways in recency order, most recent first
+/// (a hit moves to the front, the last way is the victim), so no ages are stored and a set's
+/// tags are one or two host cache lines. `tags` holds line + 1 (0 = empty); `versions` the
+/// data of a dirty line (which store wrote it last), 0 when clean.
 struct Cache {
     set_mask: u64,
     ways: usize,
     tags: Vec<u64>,
     versions: Vec<u64>,
-    stamps: Vec<u64>,
-    clock: u64,
 }
 
 /// A line leaving a cache, with its data if dirty.
@@ -39,8 +39,6 @@ impl Cache {
             ways,
             tags: vec![0; lines],
             versions: vec![0; lines],
-            stamps: vec![0; lines],
-            clock: 0,
         }
     }
 
@@ -49,26 +47,25 @@ impl Cache {
         base..base + self.ways
     }
 
-    /// The slot holding `line`, made most recently used.
+    /// The slot holding `line`, made most recently used (moved to the set's front).
     fn find(&mut self, line: u64) -> Option<usize> {
-        let slot = self.set(line).find(|&i| self.tags[i] == line + 1)?;
-        self.clock += 1;
-        self.stamps[slot] = self.clock;
-        Some(slot)
+        let set = self.set(line);
+        let i = self.tags[set.clone()].iter().position(|&t| t == line + 1)?;
+        self.tags[set.start..=set.start + i].rotate_right(1);
+        self.versions[set.start..=set.start + i].rotate_right(1);
+        Some(set.start)
     }
 
-    /// Put `line` in (it must be absent); returns the dirty victim, if any.
+    /// Put `line` in (it must be absent) at the front; returns the dirty victim, if any.
     fn insert(&mut self, line: u64, version: u64) -> Victim {
-        let slot = self
-            .set(line)
-            .min_by_key(|&i| (self.tags[i] != 0, self.stamps[i]))
-            .expect("ways >= 1");
-        let victim = (self.tags[slot] != 0 && self.versions[slot] != 0)
-            .then(|| (self.tags[slot] - 1, self.versions[slot]));
-        self.clock += 1;
-        self.tags[slot] = line + 1;
-        self.versions[slot] = version;
-        self.stamps[slot] = self.clock;
+        let set = self.set(line);
+        let last = set.end - 1;
+        let victim = (self.tags[last] != 0 && self.versions[last] != 0)
+            .then(|| (self.tags[last] - 1, self.versions[last]));
+        self.tags[set.clone()].rotate_right(1);
+        self.versions[set.clone()].rotate_right(1);
+        self.tags[set.start] = line + 1;
+        self.versions[set.start] = version;
         victim
     }
 
@@ -89,11 +86,8 @@ impl Cache {
 
     /// Whether inserting `line` would push out a dirty line.
     fn would_evict_dirty(&self, line: u64) -> bool {
-        let slot = self
-            .set(line)
-            .min_by_key(|&i| (self.tags[i] != 0, self.stamps[i]))
-            .expect("ways >= 1");
-        self.tags[slot] != 0 && self.versions[slot] != 0
+        let last = self.set(line).end - 1;
+        self.tags[last] != 0 && self.versions[last] != 0
     }
 
     /// Take the dirty data of `line` (it stays, clean).
