@@ -56,6 +56,8 @@ for pkg in $members; do
   [ "$pkg" = nvstack-export ] || forbid "$pkg" direct "only export speaks FUSE" fuser
   [ "$pkg" = nvstack-plot ] || forbid "$pkg" direct "only plot draws figures" plotters
 done
+only_nvstack nvstack-mcsim nvstack-core
+forbid nvstack-mcsim all "the committing simulator runs with no device" $devices
 forbid nvstack direct "only export speaks FUSE" fuser
 forbid nvstack direct "only plot draws figures" plotters
 

@@ -30,6 +30,7 @@ mod allocation;
 mod devices;
 mod flash;
 mod latency;
+mod mcsim;
 pub mod measure;
 mod multiblock;
 mod nvcache;
@@ -85,9 +86,10 @@ pub enum Suite {
     Multiblock,
     Nvcache,
     Flash,
+    Mcsim,
 }
 
-pub const SUITES: [Suite; 8] = [
+pub const SUITES: [Suite; 9] = [
     Suite::Peer,
     Suite::Ordering,
     Suite::Record,
@@ -96,6 +98,7 @@ pub const SUITES: [Suite; 8] = [
     Suite::Multiblock,
     Suite::Nvcache,
     Suite::Flash,
+    Suite::Mcsim,
 ];
 
 impl Suite {
@@ -109,6 +112,7 @@ impl Suite {
             Suite::Multiblock => "multiblock",
             Suite::Nvcache => "nvcache",
             Suite::Flash => "flash",
+            Suite::Mcsim => "mcsim",
         }
     }
 
@@ -134,6 +138,7 @@ impl Suite {
                 "UBJ: commit of 1 to 4096 dirty blocks (time, fences), 4 KiB write and read hit \
                  against nvramdisk (issue 19)"
             }
+            Suite::Mcsim => "the committing simulator's speed: memory requests per second on one core (issue 24)",
         }
     }
 
@@ -657,6 +662,7 @@ fn run_suite(suite: Suite, ctx: &mut Ctx, peer: Option<&peer::Peer>) -> Result<(
         Suite::Multiblock => multiblock::run(ctx),
         Suite::Nvcache => nvcache::run(ctx),
         Suite::Flash => flash::run(ctx),
+        Suite::Mcsim => mcsim::run(ctx),
     }
 }
 
@@ -668,6 +674,7 @@ fn suite_targets(suite: Suite, rows: &[BenchResult]) -> Vec<Target> {
         Suite::Multiblock => multiblock::targets(rows),
         Suite::Nvcache => nvcache::targets(rows),
         Suite::Flash => flash::targets(rows),
+        Suite::Mcsim => mcsim::targets(rows),
         Suite::Ordering | Suite::Latency | Suite::Allocation => Vec::new(),
     }
 }

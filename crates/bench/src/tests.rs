@@ -276,6 +276,29 @@ fn multiblock_suite() {
 }
 
 #[test]
+fn mcsim_suite() {
+    let (_dir, r) = quick(vec![Suite::Mcsim]);
+    let names: Vec<&str> = r.results.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["mcsim-fine", "mcsim-global"]);
+    for row in &r.results {
+        assert!(
+            row.ops_per_sec.is_finite() && row.ops_per_sec > 0.0,
+            "{row:?}"
+        );
+        assert!(
+            row.note.as_deref().is_some_and(|n| n.contains("requests")),
+            "{row:?}"
+        );
+    }
+    assert_eq!(
+        r.targets.len(),
+        1,
+        "the speed target is checked on the fine row"
+    );
+    assert_eq!(r.targets[0].limit, 10e6);
+}
+
+#[test]
 fn nvcache_suite() {
     let (dir, r) = quick(vec![Suite::Nvcache]);
     assert_well_formed(&r, dir.path());

@@ -15,6 +15,7 @@ pub mod latency;
 #[allow(unsafe_code)]
 pub mod mmap;
 pub mod ordering;
+pub mod record;
 pub mod unordered;
 
 pub use cpu::{FlushKind, LINE_BYTES};

@@ -2,6 +2,8 @@
 
 pub mod analyze;
 pub mod blocks;
+pub mod commit;
+pub mod commit_record;
 pub mod flash;
 pub mod lfs;
 pub mod stat;
@@ -101,6 +103,19 @@ enum SimCmd {
     /// A trace replayed on NAND under an FTL (seed 004): writes per logical and physical
     /// page, erase counts, merges, time and energy.
     Flash(crate::sim::flash::FlashSimArgs),
+    /// The committing simulator (seed 003): one run of a kernel or a recorded trace under
+    /// global, fine-grained, ADR or eADR committing (docs/mcsim.md).
+    Commit(crate::sim::commit::CommitArgs),
+    /// IPC of global against fine-grained committing per workload (seed 003 Fig. 8).
+    CommitIpc(crate::sim::commit::FigureArgs),
+    /// Time per commit, global against fine-grained (seed 003 Fig. 9).
+    CommitTime(crate::sim::commit::FigureArgs),
+    /// IPC against commit frequency: every 1, 10, 100 updates (seed 003 Fig. 10).
+    CommitFrequency(crate::sim::commit::FigureArgs),
+    /// Credit synchronisations, global against fine-grained (seed 003 Fig. 11).
+    CommitSyncs(crate::sim::commit::FigureArgs),
+    /// Record nvramdisk's persistent-memory traffic (several lanes) as a trace for `sim commit`.
+    CommitRecord(crate::sim::commit_record::RecordArgs),
 }
 
 pub fn run(a: SimArgs) -> Result<i32> {
@@ -146,6 +161,14 @@ fn dispatch(a: SimArgs) -> Result<i32> {
     match a.cmd {
         SimCmd::Cache(a) => cache(a),
         SimCmd::Blocks(a) => crate::sim::blocks::run(a),
+        SimCmd::Commit(a) => crate::sim::commit::commit(a),
+        SimCmd::CommitIpc(a) => crate::sim::commit::figure(crate::sim::commit::Figure::Ipc, a),
+        SimCmd::CommitTime(a) => crate::sim::commit::figure(crate::sim::commit::Figure::Time, a),
+        SimCmd::CommitFrequency(a) => {
+            crate::sim::commit::figure(crate::sim::commit::Figure::Frequency, a)
+        }
+        SimCmd::CommitSyncs(a) => crate::sim::commit::figure(crate::sim::commit::Figure::Syncs, a),
+        SimCmd::CommitRecord(a) => crate::sim::commit_record::run(a),
         SimCmd::Lifetimes(a) => crate::sim::analyze::lifetimes_cmd(a),
         SimCmd::Fate(a) => crate::sim::analyze::fate_cmd(a),
         SimCmd::NvramSize(a) => crate::sim::analyze::nvram_size_cmd(a),

@@ -1,0 +1,205 @@
+//! The committing simulator's command-line contract, with the real binary: `sim commit` on a
+//! kernel and on traces recorded from nvramdisk in both protocols (`sim commit-record`), its
+//! `--json` fields, the four figure commands as tables, JSON and SVG, and bad input exiting 2
+//! with a message naming what is wrong.
+
+mod common;
+use common::{json, run};
+
+fn num(v: &serde_json::Value, path: &[&str]) -> f64 {
+    let mut x = v;
+    for p in path {
+        x = &x[*p];
+    }
+    x.as_f64()
+        .unwrap_or_else(|| panic!("no number at {path:?} in {v}"))
+}
+
+const SMALL: [&str; 4] = ["--cores", "4", "--updates", "60"];
+
+#[test]
+fn one_run_reports_what_it_counted() {
+    let mut args = vec![
+        "sim", "commit", "--commit", "fine", "--kernel", "btree", "--json",
+    ];
+    args.extend(SMALL);
+    let v = json(&args);
+    assert_eq!(v["mode"], "fine");
+    // 4 threads x 60 updates, a commit after each.
+    assert_eq!(num(&v, &["mc", "commits"]), 240.0);
+    assert!(
+        num(&v, &["ipc"]) > 0.0 && num(&v, &["mc", "syncs"]) >= 240.0,
+        "{v}"
+    );
+    let text = run(&[
+        "sim",
+        "commit",
+        "--commit",
+        "eadr",
+        "--cores",
+        "4",
+        "--updates",
+        "60",
+    ]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(
+        text.stdout.contains("time per commit (ns)") && text.stdout.contains("eadr"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn nvramdisk_traces_in_both_protocols() {
+    let dir = tempfile::tempdir().unwrap();
+    for protocol in ["fast", "paper"] {
+        let trace = dir.path().join(format!("nvramdisk-{protocol}.trace"));
+        let t = trace.to_str().unwrap();
+        let r = run(&[
+            "sim",
+            "commit-record",
+            "--protocol",
+            protocol,
+            "--threads",
+            "4",
+            "--writes",
+            "20",
+            "--output",
+            t,
+        ]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let mut commits = Vec::new();
+        for mode in ["global", "fine"] {
+            let v = json(&[
+                "sim", "commit", "--commit", mode, "--cores", "4", "--trace", t, "--json",
+            ]);
+            assert!(
+                num(&v, &["stores"]) >= 4.0 * 20.0 * 64.0,
+                "every block's 64 lines are stored: {v}"
+            );
+            commits.push(num(&v, &["mc", "commits"]));
+        }
+        assert!(
+            commits[0] >= 80.0 && commits[0] == commits[1],
+            "{protocol}: the same commits in both modes: {commits:?}"
+        );
+        // A trace of 4 threads does not run on 16 cores.
+        let r = run(&["sim", "commit", "--commit", "fine", "--trace", t]);
+        assert_eq!(r.code, 2);
+        assert!(
+            r.stderr.contains("4 threads but the machine 16 cores"),
+            "{}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn figures_as_tables_json_and_svg() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().to_str().unwrap();
+    for (cmd, file, head) in [
+        ("commit-ipc", "mcsim-fig8-ipc.svg", "Fig. 8"),
+        ("commit-time", "mcsim-fig9-commit-time.svg", "Fig. 9"),
+        ("commit-frequency", "mcsim-fig10-frequency.svg", "Fig. 10"),
+        ("commit-syncs", "mcsim-fig11-syncs.svg", "Fig. 11"),
+    ] {
+        let mut args = vec![
+            "sim", cmd, "--seeds", "1", "--kernel", "kv", "--kernel", "tx", "--plot", plots,
+        ];
+        args.extend(SMALL);
+        let r = run(&args);
+        assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
+        assert!(
+            r.stdout.contains(head) && r.stdout.contains("paper"),
+            "{cmd}: {}",
+            r.stdout
+        );
+        let svg = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("fine"), "{file}");
+        args.retain(|a| *a != "--plot" && *a != plots);
+        args.push("--json");
+        let v = json(&args);
+        let points = v["points"].as_array().expect("points");
+        let per_mode = if cmd == "commit-frequency" { 6 } else { 2 };
+        assert_eq!(points.len(), 2 * per_mode, "{cmd}: {v}");
+    }
+}
+
+#[test]
+fn bad_input_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.trace");
+    std::fs::write(&bad, "nvstack-mctrace 1 threads 1\n0 G 5\n0 Q 1\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    let missing = dir.path().join("missing.trace");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["sim", "commit", "--commit", "pcommit"],
+            "expected global, fine, adr or eadr",
+        ),
+        (
+            vec!["sim", "commit", "--commit", "fine", "--kernel", "queue"],
+            "expected hashmap, btree, kv or tx",
+        ),
+        (
+            vec!["sim", "commit", "--commit", "fine", "--credits", "0"],
+            "--credits 0",
+        ),
+        (
+            vec!["sim", "commit", "--commit", "fine", "--cores", "3"],
+            "--cores",
+        ),
+        (
+            vec!["sim", "commit", "--commit", "fine", "--commit-every", "0"],
+            "--commit-every 0",
+        ),
+        (
+            vec![
+                "sim", "commit", "--commit", "fine", "--cores", "1", "--trace", bad,
+            ],
+            "line 3: unknown operation \"Q\"",
+        ),
+        (
+            vec![
+                "sim",
+                "commit",
+                "--commit",
+                "fine",
+                "--trace",
+                missing.to_str().unwrap(),
+            ],
+            "missing.trace",
+        ),
+        (
+            vec!["sim", "commit-frequency", "--trace", bad],
+            "a trace's commits are its own",
+        ),
+        (
+            vec!["sim", "commit-ipc", "--seeds", "0"],
+            "at least one seed",
+        ),
+        (
+            vec![
+                "sim",
+                "commit-record",
+                "--protocol",
+                "slow",
+                "--output",
+                "/nonexistent/x",
+            ],
+            "--protocol",
+        ),
+    ];
+    for (args, want) in cases {
+        let r = run(&args);
+        assert_eq!(r.code, 2, "{}: {}", r.what, r.stderr);
+        assert!(
+            r.stderr.contains(want),
+            "{}: {:?} should contain {want:?}",
+            r.what,
+            r.stderr
+        );
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    }
+}

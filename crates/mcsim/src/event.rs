@@ -1,0 +1,115 @@
+//! The event queue of the discrete-event engine, and the log the tests check properties on.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// Something that happens at a time. At equal times completions come first, then the memory
+/// controller's scheduling, then the cores: a core sees everything that happened by its cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Ev {
+    /// A read's data is back (`core`'s ROB entry `seq`).
+    ReadDone { core: u32, seq: u64 },
+    /// A flush's write entered its sub-queue.
+    Accepted { core: u32, seq: u64 },
+    /// A write finished at the NVM.
+    WriteDone {
+        q: u32,
+        id: u64,
+        line: u64,
+        version: u64,
+    },
+    /// A query read returned the NVM side's credits of sub-queue `q` (`q == u32::MAX`: the
+    /// one synchronisation of a global commit).
+    QueryDone { q: u32, answer: u32 },
+    /// A commit is durable.
+    CommitDone { core: u32, seq: u64 },
+    /// The controller may issue something.
+    Tick,
+    /// A core continues from its local time.
+    CoreRun(u32),
+}
+
+impl Ev {
+    fn class(&self) -> u8 {
+        match self {
+            Ev::Tick => 1,
+            Ev::CoreRun(_) => 2,
+            _ => 0,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Events {
+    heap: BinaryHeap<Reverse<(u64, u8, u64, Ev)>>,
+    seq: u64,
+}
+
+impl Events {
+    pub fn push(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, ev.class(), self.seq, ev)));
+    }
+
+    pub fn pop(&mut self) -> Option<(u64, Ev)> {
+        self.heap.pop().map(|Reverse((t, _, _, ev))| (t, ev))
+    }
+
+    /// Whether something must happen before a core's cycle `t`: an event before `t`, or a
+    /// completion or scheduling pass at `t` (cores at `t` may go in any order).
+    pub fn blocks(&self, t: u64) -> bool {
+        self.heap
+            .peek()
+            .is_some_and(|Reverse((at, class, ..))| *at < t || (*at == t && *class < 2))
+    }
+
+    /// The earliest pending time: nothing can happen before it.
+    pub fn horizon(&self) -> u64 {
+        self.heap.peek().map_or(u64::MAX, |Reverse((t, ..))| *t)
+    }
+}
+
+/// What the memory controller did, in the order it did it (`Config::log_events`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Log {
+    WriteAccepted {
+        id: u64,
+        q: u32,
+        t: u64,
+    },
+    WriteIssued {
+        id: u64,
+        q: u32,
+        t: u64,
+    },
+    WriteDone {
+        id: u64,
+        t: u64,
+    },
+    /// A commit locked its sub-queues (`queues` a bit set).
+    CommitStart {
+        commit: u64,
+        queues: u32,
+        t: u64,
+    },
+    /// Sub-queue `q`'s part of a commit is done: its credits came back full.
+    CommitPart {
+        commit: u64,
+        q: u32,
+        t: u64,
+    },
+    CommitDone {
+        commit: u64,
+        t: u64,
+    },
+    /// A query read sent for sub-queue `q` (`u32::MAX`: a global commit's).
+    Query {
+        q: u32,
+        t: u64,
+    },
+    /// A read issued to memory.
+    ReadIssued {
+        line: u64,
+        t: u64,
+    },
+}

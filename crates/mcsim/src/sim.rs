@@ -1,0 +1,515 @@
+//! The engine: cores with a re-order buffer over the cache hierarchy and the memory
+//! controller, in virtual time (CPU cycles).
+//!
+//! Each core keeps a local clock. It runs ahead of the others as long as what it does is
+//! private (instructions, L1 and L2 hits) and nothing it waits for is outstanding; an access
+//! to shared state (L3, the controller) happens only once every other actor's clock has
+//! reached it, so the shared state sees accesses in time order. That keeps the model exact
+//! while a core in a long private stretch costs one event, not one per cycle.
+
+use crate::cache::{Hierarchy, Served};
+use crate::config::{Config, Mode};
+use crate::event::{Ev, Events, Log};
+use crate::mc::{Mc, McStats};
+use crate::trace::{Op, Workload};
+use nvstack_core::error::{Error, Result};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+/// `ready_at` of an entry waiting for the memory system.
+const PENDING: u64 = u64::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Mem,
+    Fence,
+    /// A commit, sent to the controller when it reaches the ROB head.
+    Commit {
+        addr: u64,
+        len: u64,
+        sent: bool,
+    },
+}
+
+/// A ROB entry that is not a plain instruction (plain ones are only counted).
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    seq: u64,
+    ready_at: u64,
+    kind: Kind,
+}
+
+#[derive(Default)]
+struct Core {
+    /// The next cycle to simulate.
+    t: u64,
+    fetched: u64,
+    retired: u64,
+    entries: VecDeque<Entry>,
+    pending: u32,
+    gap_left: u32,
+    /// A fence or commit in the ROB: nothing after it is fetched until it retires.
+    stalled: bool,
+    next_op: Option<Op>,
+    trace_done: bool,
+    finished_at: Option<u64>,
+    sleeping: bool,
+    /// This cycle's retire step is done and this much fetch width is left (a core can stop
+    /// in the middle of a cycle, before a shared access).
+    retired_at: Option<u64>,
+    fetch_left: u32,
+    stores: u64,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Report {
+    pub mode: Mode,
+    pub cores: u32,
+    /// Cycles until the last core retired its last instruction.
+    pub cycles: u64,
+    pub instructions: u64,
+    /// Instructions per cycle of the whole machine.
+    pub ipc: f64,
+    pub loads: u64,
+    pub stores: u64,
+    pub flushes: u64,
+    /// Accesses served by L1, L2, L3 and memory.
+    pub served: [u64; 4],
+    pub mc: McStats,
+    /// Mean cycles from a commit reaching the ROB head to its completion.
+    pub commit_cycles_mean: f64,
+    pub clock_mhz: u32,
+}
+
+impl Report {
+    pub fn commit_ns_mean(&self) -> f64 {
+        self.commit_cycles_mean * 1000.0 / f64::from(self.clock_mhz)
+    }
+}
+
+/// A finished run: its report, the final memory contents (line -> version of the last store,
+/// after every queued write and every dirty cached line reached memory) and the event log.
+pub struct Outcome {
+    pub report: Report,
+    pub memory: FxHashMap<u64, u64>,
+    pub log: Vec<Log>,
+}
+
+pub struct Sim<'w> {
+    cfg: Config,
+    work: &'w mut dyn Workload,
+    cores: Vec<Core>,
+    caches: Hierarchy,
+    mc: Mc,
+    ev: Events,
+    line_shift: u32,
+    counts: [u64; 3],
+}
+
+/// Run `work` on the machine `cfg`.
+pub fn run(cfg: &Config, work: &mut dyn Workload) -> Result<Outcome> {
+    cfg.validate()?;
+    if work.threads() != cfg.cores as usize {
+        return Err(Error::bad(format!(
+            "the workload has {} threads but the machine {} cores: one thread per core",
+            work.threads(),
+            cfg.cores
+        )));
+    }
+    let mut sim = Sim::new(cfg, work);
+    sim.go()?;
+    Ok(sim.finish())
+}
+
+impl<'w> Sim<'w> {
+    fn new(cfg: &Config, work: &'w mut dyn Workload) -> Sim<'w> {
+        let mut ev = Events::default();
+        let cores = (0..cfg.cores)
+            .map(|_| Core {
+                fetch_left: cfg.fetch_width,
+                ..Core::default()
+            })
+            .collect();
+        for c in 0..cfg.cores {
+            ev.push(0, Ev::CoreRun(c));
+        }
+        Sim {
+            cfg: cfg.clone(),
+            work,
+            cores,
+            caches: Hierarchy::new(cfg),
+            mc: Mc::new(cfg),
+            ev,
+            line_shift: cfg.line_bytes.trailing_zeros(),
+            counts: [0; 3],
+        }
+    }
+
+    fn go(&mut self) -> Result<()> {
+        while let Some((t, e)) = self.ev.pop() {
+            match e {
+                Ev::CoreRun(c) => self.run_core(c as usize)?,
+                Ev::Tick => self.mc.schedule(t, &mut self.ev),
+                Ev::ReadDone { core, seq }
+                | Ev::Accepted { core, seq }
+                | Ev::CommitDone { core, seq } => self.complete(t, core as usize, seq),
+                Ev::WriteDone {
+                    q,
+                    id,
+                    line,
+                    version,
+                } => self.mc.write_done(t, q, id, line, version, &mut self.ev),
+                Ev::QueryDone { q, answer } => self.mc.query_done(t, q, answer, &mut self.ev),
+            }
+        }
+        assert!(
+            self.mc.idle(),
+            "the event queue empties only when the controller is idle"
+        );
+        assert!(
+            self.cores.iter().all(|c| c.finished_at.is_some()),
+            "every core ran its trace to the end"
+        );
+        Ok(())
+    }
+
+    /// A ROB entry's wait is over at `t`; a core asleep on it continues.
+    fn complete(&mut self, t: u64, c: usize, seq: u64) {
+        let core = &mut self.cores[c];
+        let e = core
+            .entries
+            .iter_mut()
+            .find(|e| e.seq == seq)
+            .expect("a completion names a ROB entry");
+        assert_eq!(e.ready_at, PENDING, "an entry completes once");
+        e.ready_at = t;
+        core.pending -= 1;
+        if core.sleeping {
+            // It slept after its cycle t - 1 at the latest: what it did there can complete
+            // at t - 1 (the controller acts after the cores at equal times).
+            assert!(
+                core.t <= t + 1,
+                "a sleeping core's clock never passes what wakes it"
+            );
+            core.sleeping = false;
+            core.t = core.t.max(t);
+            self.ev.push(core.t, Ev::CoreRun(c as u32));
+        }
+    }
+
+    /// Run core `c` from its clock while it can; then it is queued at its clock, asleep
+    /// (waiting on the memory system) or finished.
+    fn run_core(&mut self, c: usize) -> Result<()> {
+        loop {
+            let t = self.cores[c].t;
+            // Past the horizon only a core with nothing outstanding may go on.
+            if self.cores[c].pending > 0 && self.ev.blocks(t) {
+                self.ev.push(t, Ev::CoreRun(c as u32));
+                return Ok(());
+            }
+            if self.cores[c].retired_at != Some(t) {
+                self.retire(c, t);
+                self.cores[c].retired_at = Some(t);
+            }
+            if !self.fetch(c, t)? {
+                self.ev.push(t, Ev::CoreRun(c as u32));
+                return Ok(());
+            }
+            let core = &mut self.cores[c];
+            if core.trace_done && core.fetched == core.retired {
+                core.finished_at = Some(t);
+                return Ok(());
+            }
+            if !self.advance(c) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Move core `c` to the next cycle where something can happen; false if it sleeps.
+    fn advance(&mut self, c: usize) -> bool {
+        let horizon = self.ev.horizon();
+        let (rob, fetch, retire) = (
+            u64::from(self.cfg.rob_entries),
+            self.cfg.fetch_width,
+            self.cfg.retire_width,
+        );
+        let core = &mut self.cores[c];
+        core.t += 1;
+        core.fetch_left = fetch;
+        let can_fetch = !core.stalled && !core.trace_done && core.fetched - core.retired < rob;
+        let head = core
+            .entries
+            .front()
+            .filter(|e| e.seq == core.retired)
+            .copied();
+        match head {
+            // Fetch is blocked and the head waits for memory: sleep until it completes.
+            Some(e)
+                if e.ready_at == PENDING
+                    && !can_fetch
+                    && !matches!(e.kind, Kind::Commit { sent: false, .. }) =>
+            {
+                core.sleeping = true;
+                return false;
+            }
+            // Fetch is blocked and the head is ready later: skip the cycles between.
+            Some(e) if !can_fetch && e.ready_at != PENDING && e.ready_at > core.t => {
+                let until = if core.pending > 0 {
+                    e.ready_at.min(horizon)
+                } else {
+                    e.ready_at
+                };
+                core.t = core.t.max(until);
+            }
+            // A long run of plain instructions through a full ROB: R retire and R enter per
+            // cycle, so k cycles are done at once.
+            None if core.entries.is_empty()
+                && !core.stalled
+                && core.fetched - core.retired == rob =>
+            {
+                let k = u64::from(core.gap_left / retire).saturating_sub(1);
+                core.retired += k * u64::from(retire);
+                core.fetched += k * u64::from(retire);
+                core.gap_left -= (k * u64::from(retire)) as u32;
+                core.t += k;
+            }
+            _ => {}
+        }
+        true
+    }
+}
+
+// One cycle of a core: retire, then fetch.
+impl Sim<'_> {
+    /// Retire up to retire_width instructions in order; a commit at the head is sent to the
+    /// controller (its flushes, retired before it, are all in the write queue).
+    fn retire(&mut self, c: usize, t: u64) {
+        let mut budget = u64::from(self.cfg.retire_width);
+        while budget > 0 {
+            let core = &mut self.cores[c];
+            let head = core.entries.front().map_or(core.fetched, |e| e.seq);
+            let plain = head - core.retired;
+            if plain > 0 {
+                let n = plain.min(budget);
+                core.retired += n;
+                budget -= n;
+                continue;
+            }
+            let Some(e) = core.entries.front_mut() else {
+                break;
+            };
+            if let Kind::Commit {
+                addr,
+                len,
+                sent: false,
+            } = e.kind
+            {
+                e.kind = Kind::Commit {
+                    addr,
+                    len,
+                    sent: true,
+                };
+                let seq = e.seq;
+                if self.mc.commit(t, c as u32, seq, addr, len, &mut self.ev) {
+                    self.cores[c].pending -= 1;
+                    self.cores[c].entries[0].ready_at = t;
+                }
+                continue;
+            }
+            if e.ready_at > t {
+                break;
+            }
+            if e.kind != Kind::Mem {
+                core.stalled = false;
+            }
+            core.entries.pop_front();
+            core.retired += 1;
+            budget -= 1;
+        }
+    }
+
+    /// Fetch up to the width left this cycle. False if the core must stop before a shared
+    /// access: its clock has reached another actor's.
+    fn fetch(&mut self, c: usize, t: u64) -> Result<bool> {
+        let rob = u64::from(self.cfg.rob_entries);
+        loop {
+            let core = &mut self.cores[c];
+            let space = rob - (core.fetched - core.retired);
+            if core.fetch_left == 0 || space == 0 || core.stalled || core.trace_done {
+                return Ok(true);
+            }
+            if core.gap_left > 0 {
+                let n = core.gap_left.min(core.fetch_left).min(space as u32);
+                core.gap_left -= n;
+                core.fetch_left -= n;
+                core.fetched += u64::from(n);
+                continue;
+            }
+            if core.next_op.is_none() {
+                core.next_op = self.work.next(c)?;
+                if core.next_op.is_none() {
+                    self.cores[c].trace_done = true;
+                    return Ok(true);
+                }
+            }
+            let op = self.cores[c].next_op.expect("just read");
+            if self.is_shared(c, op) && self.ev.blocks(t) {
+                return Ok(false);
+            }
+            self.cores[c].next_op = None;
+            self.issue(c, t, op);
+        }
+    }
+
+    /// Whether `op` touches state other cores share (L3, the controller).
+    fn is_shared(&self, c: usize, op: Op) -> bool {
+        match op {
+            Op::Load(a) | Op::Store(a) => !self.caches.is_private(c, a >> self.line_shift),
+            Op::Flush(_) | Op::Bind { .. } => true,
+            Op::Gap(_) | Op::Fence | Op::Commit { .. } => false,
+        }
+    }
+
+    fn push_entry(&mut self, c: usize, ready_at: u64, kind: Kind) -> u64 {
+        let core = &mut self.cores[c];
+        let seq = core.fetched;
+        core.entries.push_back(Entry {
+            seq,
+            ready_at,
+            kind,
+        });
+        core.pending += u32::from(ready_at == PENDING);
+        core.fetched += 1;
+        core.fetch_left -= 1;
+        seq
+    }
+
+    fn issue(&mut self, c: usize, t: u64, op: Op) {
+        match op {
+            Op::Gap(n) => self.cores[c].gap_left = n,
+            Op::Load(a) | Op::Store(a) => self.access(c, t, op, a >> self.line_shift),
+            Op::Flush(a) => self.flush(c, t, a >> self.line_shift),
+            Op::Fence => {
+                self.push_entry(c, t, Kind::Fence);
+                self.cores[c].stalled = true;
+            }
+            Op::Commit { addr, len } => {
+                self.push_entry(
+                    c,
+                    PENDING,
+                    Kind::Commit {
+                        addr,
+                        len,
+                        sent: false,
+                    },
+                );
+                self.cores[c].stalled = true;
+            }
+            Op::Bind { addr, len } => self.mc.bind(addr, len),
+        }
+    }
+
+    fn access(&mut self, c: usize, t: u64, op: Op, line: u64) {
+        let version = if let Op::Store(_) = op {
+            self.counts[1] += 1;
+            // A store's data names its core and its place in that core's program, so the
+            // final memory of two runs compares whatever the interleaving of cores.
+            self.cores[c].stores += 1;
+            ((c as u64 + 1) << 40) | self.cores[c].stores
+        } else {
+            self.counts[0] += 1;
+            0
+        };
+        let served = self.caches.access(c, line, version);
+        let hit_cycles = |l: &crate::config::CacheLevel| u64::from(l.hit_cycles);
+        let ready_at = match served {
+            Served::L1 => t + hit_cycles(&self.cfg.l1),
+            Served::L2 => t + hit_cycles(&self.cfg.l2),
+            Served::L3 => t + hit_cycles(&self.cfg.l3_per_core),
+            Served::Memory => PENDING,
+        };
+        let seq = self.push_entry(c, ready_at, Kind::Mem);
+        if served == Served::Memory {
+            self.mc.read(t, c as u32, seq, line, &mut self.ev);
+        }
+        self.post_writebacks(t);
+    }
+
+    /// Dirty lines leaving L3 go to the write queue; no core waits for them.
+    fn post_writebacks(&mut self, t: u64) {
+        for (line, version) in std::mem::take(&mut self.caches.writebacks) {
+            self.mc.write(t, line, version, None, &mut self.ev);
+        }
+    }
+
+    /// clwb: a dirty line's data goes to the write queue and the flush completes when it is
+    /// accepted (at once under eADR, whose caches are persistent: the write is posted).
+    fn flush(&mut self, c: usize, t: u64, line: u64) {
+        self.counts[2] += 1;
+        let Some(version) = self.caches.flush(c, line) else {
+            self.push_entry(c, t, Kind::Mem);
+            return;
+        };
+        if self.cfg.mode == Mode::Eadr {
+            self.push_entry(c, t, Kind::Mem);
+            self.mc.write(t, line, version, None, &mut self.ev);
+            return;
+        }
+        let seq = self.push_entry(c, PENDING, Kind::Mem);
+        if self
+            .mc
+            .write(t, line, version, Some((c as u32, seq)), &mut self.ev)
+        {
+            let core = &mut self.cores[c];
+            core.entries.back_mut().expect("just pushed").ready_at = t;
+            core.pending -= 1;
+        }
+    }
+}
+
+impl Sim<'_> {
+    fn finish(mut self) -> Outcome {
+        let cycles = self
+            .cores
+            .iter()
+            .filter_map(|c| c.finished_at)
+            .max()
+            .unwrap_or(0);
+        let instructions: u64 = self.cores.iter().map(|c| c.retired).sum();
+        // What is still cached dirty reaches memory at the end (it would by eviction), so
+        // the final contents do not depend on how full the caches were.
+        for (line, version) in self.caches.dirty_lines() {
+            let newer = self.mc.memory.get(&line).is_none_or(|&v| v < version);
+            if newer {
+                self.mc.memory.insert(line, version);
+            }
+        }
+        let stats = self.mc.stats.clone();
+        let committed = stats.commits.max(1) as f64;
+        let report = Report {
+            mode: self.cfg.mode,
+            cores: self.cfg.cores,
+            cycles,
+            instructions,
+            ipc: if cycles == 0 {
+                0.0
+            } else {
+                instructions as f64 / cycles as f64
+            },
+            loads: self.counts[0],
+            stores: self.counts[1],
+            flushes: self.counts[2],
+            served: self.caches.hits,
+            commit_cycles_mean: stats.commit_cycles_total as f64 / committed,
+            mc: stats,
+            clock_mhz: self.cfg.clock_mhz,
+        };
+        Outcome {
+            report,
+            memory: std::mem::take(&mut self.mc.memory),
+            log: self.mc.log.take().unwrap_or_default(),
+        }
+    }
+}
