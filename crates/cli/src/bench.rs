@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Suite to run: peer, ordering, record, latency, allocation, multiblock, nvcache, flash,
+    /// Suite to run: peer, ordering, record, latency, allocation, multiblock, nvcache, flash, mcsim,
     /// or all (may be repeated). Without --suite: the peer suite, --quick.
     #[arg(long, value_name = "NAME")]
     suite: Vec<String>,
