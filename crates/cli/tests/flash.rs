@@ -8,22 +8,10 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 mod common;
-use common::{json, run};
+use common::{f, json, run, u};
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-fn u(v: &Value, field: &str) -> u64 {
-    v[field]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no integer '{field}' in {v}"))
-}
-
-fn f(v: &Value, field: &str) -> f64 {
-    v[field]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no number '{field}' in {v}"))
 }
 
 /// `nvstack ARGS` must exit 2 with `what` in its message.

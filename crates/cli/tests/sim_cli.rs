@@ -9,24 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{bin, json, run};
+use common::{bin, f, json, run, u};
 
 fn tpcc() -> String {
     nvstack_test_support::shared_trace("tpcc-small.trace")
         .to_string_lossy()
         .into_owned()
-}
-
-fn u(v: &Value, field: &str) -> u64 {
-    v[field]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no integer '{field}' in {v}"))
-}
-
-fn f(v: &Value, field: &str) -> f64 {
-    v[field]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no number '{field}' in {v}"))
 }
 
 /// A DiskSim trace (`time_ns device lsa sectors type`, type 0 write, 1 read) in a temp dir.

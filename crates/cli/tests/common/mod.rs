@@ -63,3 +63,19 @@ pub fn json(args: &[&str]) -> Value {
     assert_eq!(r.code, 0, "{}: {}", r.what, r.stderr);
     r.json()
 }
+
+/// Field `field` of a JSON report as an integer; a missing or wrong field fails the test.
+#[allow(dead_code)] // not every test file reads reports
+pub fn u(v: &Value, field: &str) -> u64 {
+    v[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no integer '{field}' in {v}"))
+}
+
+/// Field `field` of a JSON report as a number; a missing or wrong field fails the test.
+#[allow(dead_code)] // not every test file reads reports
+pub fn f(v: &Value, field: &str) -> f64 {
+    v[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number '{field}' in {v}"))
+}
