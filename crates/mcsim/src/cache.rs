@@ -143,10 +143,13 @@ impl Hierarchy {
             return Served::L1;
         }
         // The line's dirty data, if a lower level has it, moves up into L1 with it.
-        let (served, data) = if self.l2[core].find(line).is_some() {
-            (Served::L2, self.l2[core].take(line))
-        } else if self.l3.find(line).is_some() {
-            (Served::L3, self.l3.take(line))
+        let (served, data) = if let Some(slot) = self.l2[core].find(line) {
+            (
+                Served::L2,
+                std::mem::take(&mut self.l2[core].versions[slot]),
+            )
+        } else if let Some(slot) = self.l3.find(line) {
+            (Served::L3, std::mem::take(&mut self.l3.versions[slot]))
         } else {
             self.fill_lower(core, line);
             (Served::Memory, 0)

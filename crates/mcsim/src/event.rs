@@ -39,33 +39,62 @@ impl Ev {
     }
 }
 
+/// Bits of a key below the time: 2 for the class, then the push order, then the slot.
+const SLOT_BITS: u32 = 22;
+const SEQ_BITS: u32 = 64 - 2 - SLOT_BITS;
+
+/// The queue: a binary heap of packed keys (time, class, push order, slot), 16 bytes each,
+/// with the events themselves in a slab whose slots are reused, so a push or pop moves a
+/// key, not an event, and allocates nothing once the slab has grown to the run's need.
 #[derive(Default)]
 pub(crate) struct Events {
-    heap: BinaryHeap<Reverse<(u64, u8, u64, Ev)>>,
+    heap: BinaryHeap<Reverse<u128>>,
+    slab: Vec<Ev>,
+    free: Vec<u32>,
     seq: u64,
 }
 
 impl Events {
     pub fn push(&mut self, t: u64, ev: Ev) {
         self.seq += 1;
-        self.heap.push(Reverse((t, ev.class(), self.seq, ev)));
+        assert!(self.seq < 1 << SEQ_BITS, "fewer than 2^40 events in a run");
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slab[s as usize] = ev;
+                s
+            }
+            None => {
+                self.slab.push(ev);
+                (self.slab.len() - 1) as u32
+            }
+        };
+        assert!(slot < 1 << SLOT_BITS, "fewer than 2^22 events pending");
+        let low = (u64::from(ev.class()) << 62) | (self.seq << SLOT_BITS) | u64::from(slot);
+        self.heap
+            .push(Reverse((u128::from(t) << 64) | u128::from(low)));
     }
 
     pub fn pop(&mut self) -> Option<(u64, Ev)> {
-        self.heap.pop().map(|Reverse((t, _, _, ev))| (t, ev))
+        let Reverse(key) = self.heap.pop()?;
+        let slot = (key as u32) & ((1 << SLOT_BITS) - 1);
+        self.free.push(slot);
+        Some(((key >> 64) as u64, self.slab[slot as usize]))
     }
 
     /// Whether something must happen before a core's cycle `t`: an event before `t`, or a
     /// completion or scheduling pass at `t` (cores at `t` may go in any order).
     pub fn blocks(&self, t: u64) -> bool {
-        self.heap
-            .peek()
-            .is_some_and(|Reverse((at, class, ..))| *at < t || (*at == t && *class < 2))
+        self.heap.peek().is_some_and(|Reverse(key)| {
+            let (at, class) = ((key >> 64) as u64, (*key as u64) >> 62);
+            at < t || (at == t && class < 2)
+        })
     }
 
     /// The earliest pending time: nothing can happen before it.
     pub fn horizon(&self) -> u64 {
-        self.heap.peek().map_or(u64::MAX, |Reverse((t, ..))| *t)
+        self.heap
+            .peek()
+            .map_or(u64::MAX, |Reverse(key)| (key >> 64) as u64)
     }
 }
 

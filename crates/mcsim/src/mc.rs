@@ -14,6 +14,9 @@ use std::collections::VecDeque;
 struct Write {
     id: u64,
     line: u64,
+    /// The line's channel and unit, worked out once on arrival.
+    ch: u32,
+    unit: u32,
     version: u64,
     /// The core waiting for it to enter the queue (a flush), or None (posted).
     waiter: Option<(u32, u64)>,
@@ -48,6 +51,8 @@ struct Commit {
 
 struct Read {
     line: u64,
+    ch: u32,
+    unit: u32,
     core: u32,
     seq: u64,
 }
@@ -87,6 +92,10 @@ pub(crate) struct Mc {
     reads: VecDeque<Read>,
     read_backlog: VecDeque<Read>,
     units: Vec<u64>,
+    /// Per unit, the reads in the read queue and the writes in sub-queues that need it: a
+    /// pass looks at a channel's queues only when one of its free units has something.
+    reads_on: Vec<u32>,
+    writes_on: Vec<u32>,
     bus: Vec<u64>,
     /// Bound ranges in lines, inclusive: (first, last, sub-queue).
     ranges: Vec<(u64, u64, u32)>,
@@ -94,7 +103,7 @@ pub(crate) struct Mc {
     waiting_commits: Vec<usize>,
     global_commit: Option<usize>,
     /// Times a scheduling pass is already queued for (one pass per time).
-    ticks: std::collections::BTreeSet<u64>,
+    ticks: rustc_hash::FxHashSet<u64>,
     next_write: u64,
     pub memory: FxHashMap<u64, u64>,
     pub stats: McStats,
@@ -124,12 +133,14 @@ impl Mc {
             reads: VecDeque::new(),
             read_backlog: VecDeque::new(),
             units: vec![0; units],
+            reads_on: vec![0; units],
+            writes_on: vec![0; units],
             bus: vec![0; cfg.channels as usize],
             ranges: Vec::new(),
             commits: Vec::new(),
             waiting_commits: Vec::new(),
             global_commit: None,
-            ticks: std::collections::BTreeSet::new(),
+            ticks: rustc_hash::FxHashSet::default(),
             next_write: 0,
             memory: FxHashMap::default(),
             stats: McStats::default(),
@@ -144,10 +155,18 @@ impl Mc {
     }
 
     fn channel(&self, line: u64) -> usize {
+        if self.channels.is_power_of_two() {
+            return (line & (self.channels - 1)) as usize;
+        }
         (line % self.channels) as usize
     }
 
     fn unit(&self, line: u64) -> usize {
+        if self.channels.is_power_of_two() && self.units_per_channel.is_power_of_two() {
+            let shift = self.channels.trailing_zeros();
+            let upc = (line >> shift) & (self.units_per_channel - 1);
+            return ((line & (self.channels - 1)) + (upc << shift)) as usize;
+        }
         (line % self.channels + self.channels * ((line / self.channels) % self.units_per_channel))
             as usize
     }
@@ -204,8 +223,15 @@ impl Mc {
 
     pub fn read(&mut self, now: u64, core: u32, seq: u64, line: u64, ev: &mut Events) {
         self.stats.reads += 1;
-        let r = Read { line, core, seq };
+        let r = Read {
+            line,
+            ch: self.channel(line) as u32,
+            unit: self.unit(line) as u32,
+            core,
+            seq,
+        };
         if self.reads.len() < self.reads_max {
+            self.reads_on[r.unit as usize] += 1;
             self.reads.push_back(r);
         } else {
             self.read_backlog.push_back(r);
@@ -228,6 +254,8 @@ impl Mc {
         let w = Write {
             id: self.next_write,
             line,
+            ch: self.channel(line) as u32,
+            unit: self.unit(line) as u32,
             version,
             waiter,
         };
@@ -237,6 +265,7 @@ impl Mc {
             sq.lock.is_none() && sq.waiting.is_empty() && sq.entries.len() < self.entries_max;
         if room {
             sq.entries.push_back(w);
+            self.writes_on[w.unit as usize] += 1;
             self.log(Log::WriteAccepted {
                 id: w.id,
                 q,
@@ -257,6 +286,7 @@ impl Mc {
                 break;
             };
             self.queues[q].entries.push_back(w);
+            self.writes_on[w.unit as usize] += 1;
             self.log(Log::WriteAccepted {
                 id: w.id,
                 q: q as u32,
@@ -432,16 +462,22 @@ impl Mc {
     }
 
     fn issue_read(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
+        if !self.ready_on(&self.reads_on, now, ch) {
+            return false;
+        }
         let units = &self.units;
-        let pick = self.reads.iter().position(|r| {
-            (r.line % self.channels) as usize == ch && units[self.unit_of(r.line)] <= now
-        });
+        let pick = self
+            .reads
+            .iter()
+            .position(|r| r.ch as usize == ch && units[r.unit as usize] <= now);
         let Some(i) = pick else { return false };
         let r = self.reads.remove(i).expect("picked");
+        self.reads_on[r.unit as usize] -= 1;
         if let Some(b) = self.read_backlog.pop_front() {
+            self.reads_on[b.unit as usize] += 1;
             self.reads.push_back(b);
         }
-        let u = self.unit(r.line);
+        let u = r.unit as usize;
         self.units[u] = now + self.read_cycles + self.burst_cycles;
         self.bus[ch] = now + self.burst_cycles;
         self.log(Log::ReadIssued {
@@ -456,10 +492,6 @@ impl Mc {
             },
         );
         true
-    }
-
-    fn unit_of(&self, line: u64) -> usize {
-        self.unit(line)
     }
 
     /// The query a sub-queue needs now on channel `ch` (sub-queue q queries on channel
@@ -479,7 +511,7 @@ impl Mc {
         if self.mode != Mode::Fine {
             return false;
         }
-        for q in (0..self.queues.len()).filter(|q| q % self.bus.len() == ch) {
+        for q in (ch..self.queues.len()).step_by(self.bus.len()) {
             let sq = &self.queues[q];
             let polling = sq
                 .lock
@@ -525,12 +557,15 @@ impl Mc {
     /// skipping a write whose unit is busy or that an older write of its line precedes. In
     /// fine mode a sub-queue without credits issues nothing until a query refills them.
     fn pick_write(&self, now: u64, ch: usize) -> Option<(usize, usize)> {
+        if !self.ready_on(&self.writes_on, now, ch) {
+            return None;
+        }
         for (q, sq) in self.queues.iter().enumerate() {
             if self.mode == Mode::Fine && sq.credits == 0 {
                 continue;
             }
             for (i, w) in sq.entries.iter().enumerate() {
-                if self.channel(w.line) != ch || self.units[self.unit(w.line)] > now {
+                if w.ch as usize != ch || self.units[w.unit as usize] > now {
                     continue;
                 }
                 if sq.entries.iter().take(i).all(|o| o.line != w.line) {
@@ -546,6 +581,7 @@ impl Mc {
             return false;
         };
         let w = self.queues[q].entries.remove(i).expect("picked");
+        self.writes_on[w.unit as usize] -= 1;
         let sq = &mut self.queues[q];
         sq.in_flight += 1;
         assert!(
@@ -556,7 +592,7 @@ impl Mc {
             sq.credits -= 1;
             sq.issued_since_query += 1;
         }
-        let u = self.unit(w.line);
+        let u = w.unit as usize;
         let done = now + self.burst_cycles + self.write_cycles;
         self.units[u] = done;
         self.bus[ch] = now + self.burst_cycles;
@@ -578,26 +614,41 @@ impl Mc {
         true
     }
 
-    /// The earliest later time a queued read or write finds its channel and unit free.
+    /// Whether a free unit of channel `ch` has a queued request (`count` per unit): if not,
+    /// no scan of the queue can find one to issue.
+    fn ready_on(&self, count: &[u32], now: u64, ch: usize) -> bool {
+        let chs = self.bus.len();
+        (ch..count.len())
+            .step_by(chs)
+            .any(|u| count[u] > 0 && self.units[u] <= now)
+    }
+
+    /// The earliest later time a queued read or write finds its channel and unit free: per
+    /// unit with something queued, the later of its unit's and its channel's free times.
     fn next_free(&self, now: u64) -> u64 {
-        let when = |line: u64| self.bus[self.channel(line)].max(self.units[self.unit(line)]);
-        let reads = self.reads.iter().map(|r| when(r.line));
-        let writes = self
-            .queues
-            .iter()
-            .flat_map(|s| s.entries.iter().map(|w| when(w.line)));
-        // A query waits for its channel's bus, too.
+        let chs = self.bus.len();
+        let mut next = u64::MAX;
+        let mut consider = |t: u64| {
+            if t > now && t < next {
+                next = t;
+            }
+        };
+        for u in 0..self.units.len() {
+            if self.reads_on[u] + self.writes_on[u] > 0 {
+                consider(self.bus[u % chs].max(self.units[u]));
+            }
+        }
         let querying = self
             .queues
             .iter()
             .any(|s| s.lock.is_some() || (s.credits == 0 && !s.entries.is_empty()));
-        let buses = self.bus.iter().copied().filter(|_| querying);
-        reads
-            .chain(writes)
-            .chain(buses)
-            .filter(|&t| t > now)
-            .min()
-            .unwrap_or(u64::MAX)
+        // A query waits for its channel's bus, too.
+        if querying {
+            for &b in &self.bus {
+                consider(b);
+            }
+        }
+        next
     }
 
     /// Nothing queued, in flight or committing: the run can end.

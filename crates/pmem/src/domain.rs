@@ -44,6 +44,9 @@ pub struct CommitDomain {
     ranges_count: usize,
     dirty: [Extent; DIRTY_EXTENTS_MAX],
     dirty_count: usize,
+    /// Per range, the span [first byte, end) stored into since the last commit: what the
+    /// next commit makes durable there, reported to the region's `committed` hook.
+    spans: [Option<(u64, u64)>; DOMAIN_RANGES_MAX],
     /// Lines made durable by the next commit (for latency injection).
     pending_lines: u64,
     latency: LatencyInjection,
@@ -76,6 +79,7 @@ impl CommitDomain {
                 kind: FlushKind::Clflush,
             }; DIRTY_EXTENTS_MAX],
             dirty_count: 0,
+            spans: [None; DOMAIN_RANGES_MAX],
             pending_lines: 0,
             latency,
             stats: DomainStats::default(),
@@ -102,15 +106,33 @@ impl CommitDomain {
             .sum()
     }
 
-    fn assert_inside(&self, off: u64, len: u64) {
+    /// Panics unless [off, off+len) lies in one of the domain's ranges; widens that range's
+    /// span of stores to commit.
+    fn assert_inside(&mut self, off: u64, len: u64) {
         let inside = self.ranges[..self.ranges_count]
             .iter()
-            .any(|&(start, rlen)| off >= start && off + len <= start + rlen);
-        assert!(
-            inside,
-            "domain {} store [{off}, +{len}) outside its ranges",
-            self.id
-        );
+            .position(|&(start, rlen)| off >= start && off + len <= start + rlen);
+        let Some(i) = inside else {
+            panic!(
+                "domain {} store [{off}, +{len}) outside its ranges",
+                self.id
+            );
+        };
+        let end = off + len;
+        self.spans[i] = Some(match self.spans[i] {
+            Some((lo, hi)) => (lo.min(off), hi.max(end)),
+            None => (off, end),
+        });
+    }
+
+    /// Tell the region which spans this commit made durable (one per range stored into).
+    fn report_spans<R: Region + ?Sized>(&mut self, r: &R) {
+        for span in &mut self.spans[..self.ranges_count] {
+            if let Some((lo, hi)) = span.take() {
+                debug_assert!(lo < hi, "a span covers a byte");
+                r.committed(lo, hi - lo);
+            }
+        }
     }
 
     fn note_dirty<R: Region + ?Sized>(&mut self, r: &R, off: u64, len: u64, kind: FlushKind) {
@@ -218,6 +240,7 @@ impl CommitDomain {
     pub fn commit<R: Region + ?Sized>(&mut self, r: &R) {
         self.flush_dirty(r);
         r.fence();
+        self.report_spans(r);
         self.stats.fences += 1;
         self.stats.injected_ns += self.latency.delay(self.pending_lines);
         self.pending_lines = 0;
@@ -233,6 +256,9 @@ impl CommitDomain {
             d.pending_lines = 0;
         }
         r.fence();
+        for d in domains.iter_mut() {
+            d.report_spans(r);
+        }
         if let Some(d) = domains.first_mut() {
             d.stats.injected_ns += d.latency.delay(lines);
         }

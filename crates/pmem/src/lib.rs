@@ -59,6 +59,10 @@ pub trait Region: Send + Sync {
     fn has_flush(&self, kind: FlushKind) -> bool {
         cpu::has_flush(kind)
     }
+    /// A commit domain has just made [off, off+len) durable (its flushes and fence are done):
+    /// the hook a recording region logs as a commit of that range (PersistentCommit, seed
+    /// 003). It changes nothing in memory; a region that records nothing ignores it.
+    fn committed(&self, _off: u64, _len: u64) {}
 }
 
 /// Number of 64-byte lines overlapping [off, off+len).

@@ -20,8 +20,9 @@ pub enum Recorded {
     Store(u64),
     Flush(u64),
     Fence,
-    /// A commit of [off, off+len): explicit ([`RecordingRegion::commit`]), or the lines
-    /// flushed since the last fence when a fence ends them (`commit_on_fence`).
+    /// A commit of [off, off+len): a commit domain's, through the region's `committed` hook
+    /// (the span it stored into in one of its ranges), or explicit
+    /// ([`RecordingRegion::commit`]).
     Commit {
         off: u64,
         len: u64,
@@ -36,8 +37,6 @@ pub enum Recorded {
 #[derive(Default)]
 struct ThreadLog {
     events: Vec<Recorded>,
-    /// The first and last line flushed since this thread's last fence.
-    flushed: Option<(u64, u64)>,
 }
 
 #[derive(Default)]
@@ -50,18 +49,15 @@ struct Threads {
 pub struct RecordingRegion<R: Region> {
     inner: R,
     threads: Mutex<Threads>,
-    commit_on_fence: bool,
     call_instructions: u32,
 }
 
 impl<R: Region> RecordingRegion<R> {
-    /// `commit_on_fence`: a fence after flushes is recorded as a commit of the range those
-    /// flushes spanned (what a commit domain's commit is: its dirty lines flushed, one fence).
-    pub fn new(inner: R, commit_on_fence: bool, call_instructions: u32) -> RecordingRegion<R> {
+    /// `call_instructions`: plain instructions charged per call for the code around it.
+    pub fn new(inner: R, call_instructions: u32) -> RecordingRegion<R> {
         RecordingRegion {
             inner,
             threads: Mutex::default(),
-            commit_on_fence,
             call_instructions,
         }
     }
@@ -102,7 +98,6 @@ impl<R: Region> RecordingRegion<R> {
                 });
                 if flush {
                     log.events.push(Recorded::Flush(a));
-                    note_flush(log, line);
                 }
                 if words > 1 {
                     log.events.push(Recorded::Gap(words as u32 - 1));
@@ -136,13 +131,6 @@ impl<R: Region> RecordingRegion<R> {
         t.index.clear();
         logs.into_iter().map(|l| l.events).collect()
     }
-}
-
-fn note_flush(log: &mut ThreadLog, line: u64) {
-    log.flushed = Some(match log.flushed {
-        Some((lo, hi)) => (lo.min(line), hi.max(line)),
-        None => (line, line),
-    });
 }
 
 impl<R: Region> Region for RecordingRegion<R> {
@@ -179,26 +167,22 @@ impl<R: Region> Region for RecordingRegion<R> {
             let (first, last) = (off / LINE_BYTES, (off + len.max(1) - 1) / LINE_BYTES);
             for line in first..=last {
                 log.events.push(Recorded::Flush(line * LINE_BYTES));
-                note_flush(log, line);
             }
         });
         self.inner.flush(off, len, kind)
     }
     fn fence(&self) {
-        let commit_on_fence = self.commit_on_fence;
-        self.with_log(|log| {
-            log.events.push(Recorded::Fence);
-            if let (true, Some((lo, hi))) = (commit_on_fence, log.flushed.take()) {
-                log.events.push(Recorded::Commit {
-                    off: lo * LINE_BYTES,
-                    len: (hi - lo + 1) * LINE_BYTES,
-                });
-            }
-        });
+        self.with_log(|log| log.events.push(Recorded::Fence));
         self.inner.fence()
     }
     fn has_flush(&self, kind: FlushKind) -> bool {
         self.inner.has_flush(kind)
+    }
+    /// A commit domain's commit of a range: recorded as PersistentCommit of it (a plain fence
+    /// is only a fence), and passed on in case the region underneath records too.
+    fn committed(&self, off: u64, len: u64) {
+        self.commit(off, len);
+        self.inner.committed(off, len)
     }
 }
 
@@ -209,10 +193,12 @@ mod tests {
 
     #[test]
     fn records_per_thread_lines_words_and_commits() {
-        let r = RecordingRegion::new(MmapRegion::anonymous(1 << 16).expect("maps"), true, 3);
+        let r = RecordingRegion::new(MmapRegion::anonymous(1 << 16).expect("maps"), 3);
         r.write(60, &[1u8; 16]); // lines 0 and 1: 4 bytes (1 word) and 12 bytes (2 words)
         r.flush(60, 16, FlushKind::Clflush);
         r.fence();
+        r.committed(60, 16);
+        r.fence(); // a fence alone is no commit
         std::thread::scope(|s| {
             s.spawn(|| {
                 assert_eq!(r.load_u64(128), 0, "reads go to the region");
@@ -225,7 +211,7 @@ mod tests {
         let logs = r.take();
         use Recorded::*;
         assert_eq!(
-            logs[0][..8],
+            logs[0][..9],
             [
                 Gap(3),
                 Store(0),
@@ -234,10 +220,52 @@ mod tests {
                 Flush(0),
                 Flush(64),
                 Fence,
-                Commit { off: 0, len: 128 }
+                Commit { off: 60, len: 16 },
+                Fence,
             ]
         );
         assert_eq!(logs[1], vec![Gap(3), Load(128), Bind { off: 0, len: 4096 }]);
         assert!(r.take().is_empty(), "taking starts afresh");
+    }
+
+    #[test]
+    fn a_domain_commit_is_recorded_as_commits_of_the_spans_it_stored() {
+        use crate::domain::CommitDomain;
+        use crate::latency::LatencyInjection;
+        use crate::Method;
+        let r = RecordingRegion::new(MmapRegion::anonymous(1 << 16).expect("maps"), 0);
+        let ranges = [(0, 4096), (8192, 8192)];
+        let mut d = CommitDomain::new(1, &ranges, LatencyInjection::default());
+        let m = Method::Flush(FlushKind::Clflush);
+        d.store(&r, m, 100, &[1u8; 8]);
+        d.store_u64(&r, m, 200, 7);
+        d.store(&r, Method::Nt, 12288, &[2u8; 64]);
+        d.commit(&r);
+        d.commit(&r); // nothing stored since: a fence, no commit
+        let logs = r.take();
+        let commits: Vec<Recorded> = logs[0]
+            .iter()
+            .copied()
+            .filter(|e| matches!(e, Recorded::Commit { .. }))
+            .collect();
+        assert_eq!(
+            commits,
+            vec![
+                Recorded::Commit { off: 100, len: 108 },
+                Recorded::Commit {
+                    off: 12288,
+                    len: 64
+                },
+            ],
+            "one commit per range stored into, of the span stored"
+        );
+        let fences = logs[0].iter().filter(|e| **e == Recorded::Fence).count();
+        assert_eq!(fences, 2, "each domain commit fences once");
+        let tail = &logs[0][logs[0].len() - 4..];
+        assert_eq!(
+            tail[0],
+            Recorded::Fence,
+            "the commits follow the first fence"
+        );
     }
 }

@@ -50,7 +50,6 @@ pub fn run(a: RecordArgs) -> Result<i32> {
     let bytes = Geometry::region_bytes_for(blocks, BLOCK, a.threads)?;
     let region = Arc::new(RecordingRegion::new(
         MmapRegion::anonymous(bytes)?,
-        true,
         a.call_instructions,
     ));
     let fo = FormatOptions {
