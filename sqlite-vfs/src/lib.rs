@@ -22,6 +22,9 @@
 //!   simulated region and, DELAY_MS after the database opens, power is cut: a crash image drawn
 //!   under fault model MODEL (M0, M1, M2) is written over the image file and the process exits
 //!   with code 86 (`nvstack_export::powercut`).
+//! - `record=PATH`: **measurement only**. The region's persistent-memory traffic is recorded
+//!   (pmem's `RecordingRegion`) from the database's open on and written to PATH, which must
+//!   not exist, as a committing-simulator trace when the region closes (`crate::recording`).
 //!
 //! One region serves one database; one process at a time holds it (a second process gets
 //! SQLITE_BUSY). Errors are reported with `sqlite3_log` and by the SQL function
@@ -32,6 +35,7 @@
 #[allow(unsafe_code)]
 mod ffi;
 pub mod params;
+pub mod recording;
 pub mod registry;
 pub mod store;
 

@@ -16,6 +16,10 @@ pub struct Params {
     /// Testing only: run the region on the simulated region and cut power (see
     /// `nvstack_export::powercut`).
     pub powercut: Option<PowerCutSpec>,
+    /// Measurement only: record the region's persistent-memory traffic from the open on and
+    /// write it, when the region closes, as a committing-simulator trace (docs/mcsim.md) to
+    /// this file, which must not exist yet.
+    pub record: Option<PathBuf>,
 }
 
 /// Parse the parameters; `get` returns a URI parameter's value (None when absent).
@@ -54,12 +58,28 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Params, VfsError> {
                 .map_err(|e| VfsError::cantopen(format!("URI parameter powercut={s}: {e}")))?,
         ),
     };
+    let record = match get("record") {
+        None => None,
+        Some(r) if r.is_empty() || r.len() > REGION_PATH_BYTES_MAX => {
+            return Err(VfsError::cantopen(format!(
+                "URI parameter record= must be a PATH of 1 to {REGION_PATH_BYTES_MAX} bytes"
+            )))
+        }
+        Some(_) if powercut.is_some() => {
+            return Err(VfsError::cantopen(
+                "URI parameters record= and powercut= exclude each other (a power-cut run \
+                 uses the simulated region, which is not recorded)",
+            ))
+        }
+        Some(r) => Some(PathBuf::from(r)),
+    };
     debug_assert!(!region.as_os_str().is_empty());
     debug_assert!(region.as_os_str().len() <= REGION_PATH_BYTES_MAX);
     Ok(Params {
         region,
         region_size_bytes,
         powercut,
+        record,
     })
 }
 
@@ -82,6 +102,9 @@ mod tests {
         assert_eq!(ok.region, PathBuf::from("/dev/shm/r.img"));
         assert_eq!(ok.region_size_bytes, Some(32 << 20));
         assert_eq!(ok.powercut, None);
+        assert_eq!(ok.record, None);
+        let rec = p(&[("region", "/r"), ("record", "/tmp/t.trace")]).unwrap();
+        assert_eq!(rec.record, Some(PathBuf::from("/tmp/t.trace")));
         let pc = p(&[("region", "/r"), ("powercut", "M2:7:150")]).unwrap();
         assert_eq!(pc.powercut.unwrap().delay_ms, 150);
         for (bad, needle) in [
@@ -92,6 +115,11 @@ mod tests {
                 "region_size",
             ),
             (vec![("region", "/r"), ("powercut", "M9:1:1")], "powercut"),
+            (vec![("region", "/r"), ("record", "")], "record="),
+            (
+                vec![("region", "/r"), ("record", "/t"), ("powercut", "M2:1:1")],
+                "exclude each other",
+            ),
         ] {
             let e = p(&bad).unwrap_err();
             assert!(e.msg.contains(needle), "{}", e.msg);

@@ -6,6 +6,7 @@
 //! file using it are closed.
 
 use crate::params::Params;
+use crate::recording::{self, Recorder};
 use crate::store::{FileKind, Store};
 use crate::VfsError;
 use libsqlite3_sys as sq;
@@ -29,6 +30,9 @@ pub struct OpenRegion {
     pub store: Store,
     /// Holds the image's lock (and the armed cut) in a power-cut run.
     _powercut: Option<Arc<PowerCut>>,
+    /// Writes the recorded trace when the region closes (declared last: it drops after the
+    /// store, so the store's last traffic is in it).
+    _recorder: Option<Recorder>,
 }
 
 static OPEN: Mutex<Vec<Weak<OpenRegion>>> = Mutex::new(Vec::new());
@@ -170,22 +174,14 @@ fn open_region(db: &str, path: &Path, params: &Params) -> Result<OpenRegion, Vfs
             return Err(busy(path));
         }
     }
-    let (dev, powercut): (Arc<dyn BlockDevice>, _) = match params.powercut {
-        None => {
-            let disk =
-                image::open_image(path, OpenOptions::default()).map_err(|e| open_error(path, e))?;
-            (Arc::new(disk), None)
-        }
-        Some(spec) => {
-            let pc = PowerCut::load(path, spec).map_err(|e| open_error(path, e))?;
-            let disk = NvramDisk::open(pc.region(), OpenOptions::default())
-                .map_err(|e| open_error(path, e))?;
-            (Arc::new(disk), Some(pc))
-        }
-    };
+    let (dev, powercut, recorder) = open_device(path, params)?;
     let store = Store::open(dev).map_err(|e| open_error(path, e))?;
     if let Some(pc) = &powercut {
         pc.arm();
+    }
+    if let Some(r) = &recorder {
+        // Format, recovery and the store's open are setup, not the database's traffic.
+        r.start();
     }
     Ok(OpenRegion {
         path: path.to_path_buf(),
@@ -193,7 +189,30 @@ fn open_region(db: &str, path: &Path, params: &Params) -> Result<OpenRegion, Vfs
         size_bytes,
         store,
         _powercut: powercut,
+        _recorder: recorder,
     })
+}
+
+type Device = (
+    Arc<dyn BlockDevice>,
+    Option<Arc<PowerCut>>,
+    Option<Recorder>,
+);
+
+/// The region's device: the image mapped, recorded (record=), or in a power-cut run.
+fn open_device(path: &Path, params: &Params) -> Result<Device, VfsError> {
+    if let Some(pc) = params.powercut {
+        let pc = PowerCut::load(path, pc).map_err(|e| open_error(path, e))?;
+        let disk = NvramDisk::open(pc.region(), OpenOptions::default())
+            .map_err(|e| open_error(path, e))?;
+        return Ok((Arc::new(disk), Some(pc), None));
+    }
+    if let Some(out) = &params.record {
+        let (dev, rec) = recording::open(path, out)?;
+        return Ok((dev, None, Some(rec)));
+    }
+    let disk = image::open_image(path, OpenOptions::default()).map_err(|e| open_error(path, e))?;
+    Ok((Arc::new(disk), None, None))
 }
 
 /// Which stored file `name` would be, and the region holding it: `name` is an open

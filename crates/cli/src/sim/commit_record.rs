@@ -1,7 +1,8 @@
-//! `nvstack sim commit-record`: nvramdisk's writes on several lanes, recorded per thread by
-//! pmem's recording region, written as a trace for the committing simulator. One thread per
-//! core, each writing random blocks of its own LBA slice; the format and recovery before the
-//! threads start are not recorded.
+//! `nvstack sim commit-record`: persistent code's traffic, recorded per thread by pmem's
+//! recording region, written as a trace for the committing simulator. `--workload nvramdisk`:
+//! nvramdisk's writes on several lanes, one thread per core, each writing random blocks of
+//! its own LBA slice (the format and recovery before the threads start are not recorded).
+//! `--workload sqlite`: the SQLite journal store, one database per core (`commit_sqlite`).
 
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
@@ -16,28 +17,57 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct RecordArgs {
-    /// nvramdisk's write protocol: fast or paper.
+    /// What to record: nvramdisk (block writes on lanes) or sqlite (the journal store).
+    #[arg(long, default_value = "nvramdisk")]
+    workload: String,
+    /// nvramdisk's write protocol: fast or paper (nvramdisk workload).
     #[arg(long, default_value = "fast")]
     protocol: String,
-    /// Threads (lanes), one per simulated core.
+    /// Threads (lanes, or SQLite databases), one per simulated core.
     #[arg(long, default_value_t = 16)]
-    threads: u32,
-    /// 4 KiB writes per thread.
+    pub threads: u32,
+    /// Per thread: 4 KiB writes (nvramdisk) or single-row transactions (sqlite).
     #[arg(long, default_value_t = 200)]
-    writes: u64,
+    pub writes: u64,
     /// Instructions charged per region call (the code around it).
     #[arg(long, default_value_t = 20)]
     call_instructions: u32,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// The trace file to write (replaced).
+    /// The nvstack SQLite extension (sqlite workload; default $NVSTACK_SQLITE_EXT, else
+    /// libnvstack_sqlite.so beside this program).
     #[arg(long)]
-    output: PathBuf,
+    pub sqlite_ext: Option<PathBuf>,
+    /// The trace file to write.
+    #[arg(long)]
+    pub output: PathBuf,
+    /// Replace --output if it exists.
+    #[arg(long)]
+    force: bool,
 }
 
 const BLOCK: u32 = 4096;
 /// Blocks per thread's LBA slice.
 const SLICE_BLOCKS: u64 = 1024;
+
+/// The output file, created; an existing one only with --force.
+pub fn create_output(a: &RecordArgs) -> Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true);
+    if a.force {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    o.open(&a.output).map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            "it exists (add --force to replace it)".to_string()
+        } else {
+            e.to_string()
+        };
+        Error::bad(format!("--output {}: {why}", a.output.display()))
+    })
+}
 
 pub fn run(a: RecordArgs) -> Result<i32> {
     let protocol = Protocol::parse(&a.protocol).map_err(|e| e.context("--protocol"))?;
@@ -46,6 +76,36 @@ pub fn run(a: RecordArgs) -> Result<i32> {
             "--threads must be 1 to 64 and --writes 1 to 1000000",
         ));
     }
+    if a.output.exists() && !a.force {
+        return Err(Error::bad(format!(
+            "--output {}: it exists (add --force to replace it)",
+            a.output.display()
+        )));
+    }
+    match a.workload.as_str() {
+        "nvramdisk" => record_nvramdisk(&a, protocol)?,
+        "sqlite" => crate::sim::commit_sqlite::record(&a)?,
+        other => {
+            return Err(Error::bad(format!(
+                "--workload {other:?}: expected nvramdisk or sqlite"
+            )))
+        }
+    }
+    crate::say!(
+        "recorded {} threads x {} {} into {}",
+        a.threads,
+        a.writes,
+        if a.workload == "sqlite" {
+            "SQLite transactions".to_string()
+        } else {
+            format!("writes ({})", protocol.name())
+        },
+        a.output.display()
+    )?;
+    Ok(0)
+}
+
+fn record_nvramdisk(a: &RecordArgs, protocol: Protocol) -> Result<()> {
     let blocks = SLICE_BLOCKS * u64::from(a.threads);
     let bytes = Geometry::region_bytes_for(blocks, BLOCK, a.threads)?;
     let region = Arc::new(RecordingRegion::new(
@@ -81,15 +141,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         })
     })?;
     let logs = region.take();
-    write_trace(&a, bytes, logs)?;
-    crate::say!(
-        "recorded {} threads x {} writes ({}) into {}",
-        a.threads,
-        a.writes,
-        protocol.name(),
-        a.output.display()
-    )?;
-    Ok(0)
+    write_trace(a, bytes, logs)
 }
 
 fn op(r: Recorded) -> Op {
@@ -108,8 +160,7 @@ fn op(r: Recorded) -> Op {
 /// slices (thread 0 binds them first), so commits of different areas lock different
 /// sub-queues. Threads are interleaved in chunks so the reader's buffers stay small.
 fn write_trace(a: &RecordArgs, bytes: u64, logs: Vec<Vec<Recorded>>) -> Result<()> {
-    let file = std::fs::File::create(&a.output)
-        .map_err(|e| Error::env(format!("--output {}: {e}", a.output.display())))?;
+    let file = create_output(a)?;
     let mut w = TraceWriter::new(std::io::BufWriter::new(file), logs.len())?;
     let slice = bytes.div_ceil(7).next_multiple_of(64);
     for i in 0..7 {

@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod blocks;
 pub mod commit;
 pub mod commit_record;
+pub mod commit_sqlite;
 pub mod flash;
 pub mod lfs;
 pub mod stat;
