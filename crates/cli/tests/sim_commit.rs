@@ -95,6 +95,81 @@ fn nvramdisk_traces_in_both_protocols() {
 }
 
 #[test]
+fn sqlite_journal_store_trace() {
+    // Four real SQLite processes (the sqlite3 tool with the extension of NVSTACK_SQLITE_EXT),
+    // each committing 10 transactions whose WAL is in the journal store, recorded and merged.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("sqlite.trace");
+    let t = trace.to_str().unwrap();
+    let record = [
+        "sim",
+        "commit-record",
+        "--workload",
+        "sqlite",
+        "--threads",
+        "4",
+        "--writes",
+        "10",
+        "--output",
+        t,
+    ];
+    let r = run(&record);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        text.starts_with("nvstack-mctrace 1 threads 4\n"),
+        "{text:.80}"
+    );
+    for thread in 0..4 {
+        assert!(
+            text.contains(&format!("\n{thread} C ")),
+            "thread {thread} committed through its lanes' commit domains"
+        );
+    }
+    let mut commits = Vec::new();
+    for mode in ["global", "fine"] {
+        let v = json(&[
+            "sim", "commit", "--commit", mode, "--cores", "4", "--trace", t, "--json",
+        ]);
+        assert!(num(&v, &["stores"]) > 0.0 && num(&v, &["ipc"]) > 0.0, "{v}");
+        commits.push(num(&v, &["mc", "commits"]));
+    }
+    assert!(
+        commits[0] >= 40.0 && commits[0] == commits[1],
+        "at least a commit per transaction, the same in both modes: {commits:?}"
+    );
+    // Through a figure, beside a kernel.
+    let v = json(&[
+        "sim",
+        "commit-ipc",
+        "--cores",
+        "4",
+        "--updates",
+        "20",
+        "--seeds",
+        "1",
+        "--kernel",
+        "kv",
+        "--trace",
+        t,
+        "--json",
+    ]);
+    assert!(v.to_string().contains("\"sqlite\""), "{v}");
+    // The trace is not overwritten without --force; an unknown workload is refused.
+    let again = run(&record);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(again.stderr.contains("add --force"), "{}", again.stderr);
+    let mut forced = record.to_vec();
+    forced.push("--force");
+    assert_eq!(run(&forced).code, 0);
+    let mut bad = record.to_vec();
+    bad[3] = "postgres";
+    let r = run(&bad);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("--workload \"postgres\""), "{}", r.stderr);
+}
+
+#[test]
 fn figures_as_tables_json_and_svg() {
     let dir = tempfile::tempdir().unwrap();
     let plots = dir.path().to_str().unwrap();

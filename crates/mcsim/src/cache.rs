@@ -14,15 +14,20 @@ pub enum Served {
     Memory,
 }
 
+/// One way of a set: `tag` is line + 1 (0 = empty), `version` the data of a dirty line (which
+/// store wrote it last), 0 when clean. Tag and data side by side: a set is one run of memory.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    tag: u64,
+    version: u64,
+}
+
 /// One set-associative cache. Each set keeps its ways in recency order, most recent first
-/// (a hit moves to the front, the last way is the victim), so no ages are stored and a set's
-/// tags are one or two host cache lines. `tags` holds line + 1 (0 = empty); `versions` the
-/// data of a dirty line (which store wrote it last), 0 when clean.
+/// (a hit moves to the front, the last way is the victim), so no ages are stored.
 struct Cache {
     set_mask: u64,
     ways: usize,
-    tags: Vec<u64>,
-    versions: Vec<u64>,
+    slots: Vec<Slot>,
 }
 
 /// A line leaving a cache, with its data if dirty.
@@ -37,8 +42,7 @@ impl Cache {
         Cache {
             set_mask: sets - 1,
             ways,
-            tags: vec![0; lines],
-            versions: vec![0; lines],
+            slots: vec![Slot::default(); lines],
         }
     }
 
@@ -47,25 +51,32 @@ impl Cache {
         base..base + self.ways
     }
 
+    fn position(&self, line: u64) -> Option<usize> {
+        let set = self.set(line);
+        let i = self.slots[set.clone()]
+            .iter()
+            .position(|s| s.tag == line + 1)?;
+        Some(set.start + i)
+    }
+
     /// The slot holding `line`, made most recently used (moved to the set's front).
     fn find(&mut self, line: u64) -> Option<usize> {
-        let set = self.set(line);
-        let i = self.tags[set.clone()].iter().position(|&t| t == line + 1)?;
-        self.tags[set.start..=set.start + i].rotate_right(1);
-        self.versions[set.start..=set.start + i].rotate_right(1);
-        Some(set.start)
+        let at = self.position(line)?;
+        let start = self.set(line).start;
+        self.slots[start..=at].rotate_right(1);
+        Some(start)
     }
 
     /// Put `line` in (it must be absent) at the front; returns the dirty victim, if any.
     fn insert(&mut self, line: u64, version: u64) -> Victim {
         let set = self.set(line);
-        let last = set.end - 1;
-        let victim = (self.tags[last] != 0 && self.versions[last] != 0)
-            .then(|| (self.tags[last] - 1, self.versions[last]));
-        self.tags[set.clone()].rotate_right(1);
-        self.versions[set.clone()].rotate_right(1);
-        self.tags[set.start] = line + 1;
-        self.versions[set.start] = version;
+        let last = self.slots[set.end - 1];
+        let victim = (last.tag != 0 && last.version != 0).then(|| (last.tag - 1, last.version));
+        self.slots[set.clone()].rotate_right(1);
+        self.slots[set.start] = Slot {
+            tag: line + 1,
+            version,
+        };
         victim
     }
 
@@ -73,7 +84,7 @@ impl Cache {
     fn put_dirty(&mut self, line: u64, version: u64) -> Victim {
         match self.find(line) {
             Some(slot) => {
-                self.versions[slot] = version;
+                self.slots[slot].version = version;
                 None
             }
             None => self.insert(line, version),
@@ -81,29 +92,33 @@ impl Cache {
     }
 
     fn contains(&self, line: u64) -> bool {
-        self.set(line).any(|i| self.tags[i] == line + 1)
+        self.position(line).is_some()
     }
 
     /// Whether inserting `line` would push out a dirty line.
     fn would_evict_dirty(&self, line: u64) -> bool {
-        let last = self.set(line).end - 1;
-        self.tags[last] != 0 && self.versions[last] != 0
+        let last = self.slots[self.set(line).end - 1];
+        last.tag != 0 && last.version != 0
     }
 
     /// Take the dirty data of `line` (it stays, clean).
     fn take(&mut self, line: u64) -> u64 {
-        match self.set(line).find(|&i| self.tags[i] == line + 1) {
-            Some(slot) => std::mem::take(&mut self.versions[slot]),
+        match self.position(line) {
+            Some(slot) => std::mem::take(&mut self.slots[slot].version),
             None => 0,
         }
     }
 
+    /// Take the dirty data of the line in `slot` (it stays, clean).
+    fn take_at(&mut self, slot: usize) -> u64 {
+        std::mem::take(&mut self.slots[slot].version)
+    }
+
     fn dirty_lines(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.tags
+        self.slots
             .iter()
-            .zip(&self.versions)
-            .filter(|(t, v)| **t != 0 && **v != 0)
-            .map(|(t, v)| (t - 1, *v))
+            .filter(|s| s.tag != 0 && s.version != 0)
+            .map(|s| (s.tag - 1, s.version))
     }
 }
 
@@ -137,19 +152,16 @@ impl Hierarchy {
     pub fn access(&mut self, core: usize, line: u64, version: u64) -> Served {
         if let Some(slot) = self.l1[core].find(line) {
             if version != 0 {
-                self.l1[core].versions[slot] = version;
+                self.l1[core].slots[slot].version = version;
             }
             self.hits[0] += 1;
             return Served::L1;
         }
         // The line's dirty data, if a lower level has it, moves up into L1 with it.
         let (served, data) = if let Some(slot) = self.l2[core].find(line) {
-            (
-                Served::L2,
-                std::mem::take(&mut self.l2[core].versions[slot]),
-            )
+            (Served::L2, self.l2[core].take_at(slot))
         } else if let Some(slot) = self.l3.find(line) {
-            (Served::L3, std::mem::take(&mut self.l3.versions[slot]))
+            (Served::L3, self.l3.take_at(slot))
         } else {
             self.fill_lower(core, line);
             (Served::Memory, 0)

@@ -94,8 +94,10 @@ pub(crate) struct Mc {
     units: Vec<u64>,
     /// Per unit, the reads in the read queue and the writes in sub-queues that need it: a
     /// pass looks at a channel's queues only when one of its free units has something.
-    reads_on: Vec<u32>,
-    writes_on: Vec<u32>,
+    reads_on: Counts,
+    writes_on: Counts,
+    /// Each unit's channel.
+    unit_ch: Vec<u32>,
     bus: Vec<u64>,
     /// Bound ranges in lines, inclusive: (first, last, sub-queue).
     ranges: Vec<(u64, u64, u32)>,
@@ -133,8 +135,9 @@ impl Mc {
             reads: VecDeque::new(),
             read_backlog: VecDeque::new(),
             units: vec![0; units],
-            reads_on: vec![0; units],
-            writes_on: vec![0; units],
+            reads_on: Counts::new(units),
+            writes_on: Counts::new(units),
+            unit_ch: (0..units as u32).map(|u| u % cfg.channels).collect(),
             bus: vec![0; cfg.channels as usize],
             ranges: Vec::new(),
             commits: Vec::new(),
@@ -231,7 +234,7 @@ impl Mc {
             seq,
         };
         if self.reads.len() < self.reads_max {
-            self.reads_on[r.unit as usize] += 1;
+            self.reads_on.add(r.unit);
             self.reads.push_back(r);
         } else {
             self.read_backlog.push_back(r);
@@ -265,7 +268,7 @@ impl Mc {
             sq.lock.is_none() && sq.waiting.is_empty() && sq.entries.len() < self.entries_max;
         if room {
             sq.entries.push_back(w);
-            self.writes_on[w.unit as usize] += 1;
+            self.writes_on.add(w.unit);
             self.log(Log::WriteAccepted {
                 id: w.id,
                 q,
@@ -286,7 +289,7 @@ impl Mc {
                 break;
             };
             self.queues[q].entries.push_back(w);
-            self.writes_on[w.unit as usize] += 1;
+            self.writes_on.add(w.unit);
             self.log(Log::WriteAccepted {
                 id: w.id,
                 q: q as u32,
@@ -472,9 +475,9 @@ impl Mc {
             .position(|r| r.ch as usize == ch && units[r.unit as usize] <= now);
         let Some(i) = pick else { return false };
         let r = self.reads.remove(i).expect("picked");
-        self.reads_on[r.unit as usize] -= 1;
+        self.reads_on.remove(r.unit);
         if let Some(b) = self.read_backlog.pop_front() {
-            self.reads_on[b.unit as usize] += 1;
+            self.reads_on.add(b.unit);
             self.reads.push_back(b);
         }
         let u = r.unit as usize;
@@ -581,7 +584,7 @@ impl Mc {
             return false;
         };
         let w = self.queues[q].entries.remove(i).expect("picked");
-        self.writes_on[w.unit as usize] -= 1;
+        self.writes_on.remove(w.unit);
         let sq = &mut self.queues[q];
         sq.in_flight += 1;
         assert!(
@@ -616,27 +619,23 @@ impl Mc {
 
     /// Whether a free unit of channel `ch` has a queued request (`count` per unit): if not,
     /// no scan of the queue can find one to issue.
-    fn ready_on(&self, count: &[u32], now: u64, ch: usize) -> bool {
-        let chs = self.bus.len();
-        (ch..count.len())
-            .step_by(chs)
-            .any(|u| count[u] > 0 && self.units[u] <= now)
+    fn ready_on(&self, count: &Counts, now: u64, ch: usize) -> bool {
+        count
+            .units()
+            .any(|u| self.unit_ch[u] as usize == ch && self.units[u] <= now)
     }
 
     /// The earliest later time a queued read or write finds its channel and unit free: per
     /// unit with something queued, the later of its unit's and its channel's free times.
     fn next_free(&self, now: u64) -> u64 {
-        let chs = self.bus.len();
         let mut next = u64::MAX;
         let mut consider = |t: u64| {
             if t > now && t < next {
                 next = t;
             }
         };
-        for u in 0..self.units.len() {
-            if self.reads_on[u] + self.writes_on[u] > 0 {
-                consider(self.bus[u % chs].max(self.units[u]));
-            }
+        for u in self.reads_on.units().chain(self.writes_on.units()) {
+            consider(self.bus[self.unit_ch[u] as usize].max(self.units[u]));
         }
         let querying = self
             .queues
@@ -659,5 +658,54 @@ impl Mc {
                 .iter()
                 .all(|s| s.entries.is_empty() && s.waiting.is_empty() && s.in_flight == 0)
             && self.waiting_commits.is_empty()
+    }
+}
+
+/// Requests queued per unit, with a bit per unit that has any, so the units with work are
+/// found a word (64 units) at a time.
+struct Counts {
+    count: Vec<u32>,
+    bits: Vec<u64>,
+}
+
+impl Counts {
+    fn new(units: usize) -> Counts {
+        Counts {
+            count: vec![0; units],
+            bits: vec![0; units.div_ceil(64)],
+        }
+    }
+
+    fn add(&mut self, unit: u32) {
+        let u = unit as usize;
+        self.count[u] += 1;
+        self.bits[u / 64] |= 1 << (u % 64);
+    }
+
+    fn remove(&mut self, unit: u32) {
+        let u = unit as usize;
+        assert!(
+            self.count[u] > 0,
+            "a request leaves a unit it was queued on"
+        );
+        self.count[u] -= 1;
+        if self.count[u] == 0 {
+            self.bits[u / 64] &= !(1 << (u % 64));
+        }
+    }
+
+    /// The units with something queued, in increasing order.
+    fn units(&self) -> impl Iterator<Item = usize> + '_ {
+        self.bits.iter().enumerate().flat_map(|(w, &word)| {
+            let mut rest = word;
+            std::iter::from_fn(move || {
+                if rest == 0 {
+                    return None;
+                }
+                let b = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                Some(w * 64 + b)
+            })
+        })
     }
 }

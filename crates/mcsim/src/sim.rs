@@ -355,7 +355,8 @@ impl Sim<'_> {
                 }
             }
             let op = self.cores[c].next_op.expect("just read");
-            if self.is_shared(c, op) && self.ev.blocks(t) {
+            // The heap peek first: it is cheaper than the tag scans, and both only read.
+            if self.ev.blocks(t) && self.is_shared(c, op) {
                 return Ok(false);
             }
             self.cores[c].next_op = None;

@@ -76,20 +76,22 @@ pub fn run(a: RecordArgs) -> Result<i32> {
             "--threads must be 1 to 64 and --writes 1 to 1000000",
         ));
     }
+    if !["nvramdisk", "sqlite"].contains(&a.workload.as_str()) {
+        return Err(Error::bad(format!(
+            "--workload {:?}: expected nvramdisk or sqlite",
+            a.workload
+        )));
+    }
     if a.output.exists() && !a.force {
         return Err(Error::bad(format!(
             "--output {}: it exists (add --force to replace it)",
             a.output.display()
         )));
     }
-    match a.workload.as_str() {
-        "nvramdisk" => record_nvramdisk(&a, protocol)?,
-        "sqlite" => crate::sim::commit_sqlite::record(&a)?,
-        other => {
-            return Err(Error::bad(format!(
-                "--workload {other:?}: expected nvramdisk or sqlite"
-            )))
-        }
+    if a.workload == "sqlite" {
+        crate::sim::commit_sqlite::record(&a)?;
+    } else {
+        record_nvramdisk(&a, protocol)?;
     }
     crate::say!(
         "recorded {} threads x {} {} into {}",
