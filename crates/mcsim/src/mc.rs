@@ -105,7 +105,8 @@ pub(crate) struct Mc {
     waiting_commits: Vec<usize>,
     global_commit: Option<usize>,
     /// Times a scheduling pass is already queued for (one pass per time).
-    ticks: rustc_hash::FxHashSet<u64>,
+    /// (A few times, sorted: a search and a short shift beat hashing here.)
+    ticks: Vec<u64>,
     next_write: u64,
     pub memory: FxHashMap<u64, u64>,
     pub stats: McStats,
@@ -143,7 +144,7 @@ impl Mc {
             commits: Vec::new(),
             waiting_commits: Vec::new(),
             global_commit: None,
-            ticks: rustc_hash::FxHashSet::default(),
+            ticks: Vec::new(),
             next_write: 0,
             memory: FxHashMap::default(),
             stats: McStats::default(),
@@ -219,7 +220,8 @@ impl Mc {
 
     /// Ask for a scheduling pass at `t`, unless one is already queued for then.
     fn tick(&mut self, t: u64, ev: &mut Events) {
-        if self.ticks.insert(t) {
+        if let Err(i) = self.ticks.binary_search(&t) {
+            self.ticks.insert(i, t);
             ev.push(t, Ev::Tick);
         }
     }
@@ -447,7 +449,9 @@ impl Mc {
     /// Issue what can be issued at `now`, channel by channel: reads first, then the queries
     /// commits and credits need, then writes; ask for the next pass when a resource frees.
     pub fn schedule(&mut self, now: u64, ev: &mut Events) {
-        self.ticks.remove(&now);
+        if let Ok(i) = self.ticks.binary_search(&now) {
+            self.ticks.remove(i);
+        }
         for ch in 0..self.bus.len() {
             while self.bus[ch] <= now {
                 if !(self.issue_read(now, ch, ev)
