@@ -115,7 +115,8 @@ enum SimCmd {
     CommitFrequency(crate::sim::commit::FigureArgs),
     /// Credit synchronisations, global against fine-grained (seed 003 Fig. 11).
     CommitSyncs(crate::sim::commit::FigureArgs),
-    /// Record nvramdisk's persistent-memory traffic (several lanes) as a trace for `sim commit`.
+    /// Record persistent-memory traffic as a trace for `sim commit`: nvramdisk's writes on
+    /// several lanes, or the SQLite journal store (one database per core).
     CommitRecord(crate::sim::commit_record::RecordArgs),
 }
 
