@@ -105,7 +105,7 @@ impl TraceFormat {
             TraceFormat::Blkparse => "blkparse default text output: D (issue) events only",
             TraceFormat::Fio => "fio iolog version 2 or 3 (`fio --write_iolog`)",
             TraceFormat::Nvstack => {
-                "nvstack's device trace (`nvstack serve --record-trace`, docs/format.md section 12)"
+                "nvstack's device trace (`nvstack serve --record-trace`, docs/format.md section 13)"
             }
         }
     }

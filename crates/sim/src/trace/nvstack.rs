@@ -1,6 +1,6 @@
 //! nvstack's own device trace: every request a served device saw, in the order the device
 //! finished them, with the time the device spent on each (`nvstack serve --record-trace FILE`
-//! writes it; docs/format.md section 12 is the reference). Text, one request per line, so a
+//! writes it; docs/format.md section 13 is the reference). Text, one request per line, so a
 //! person can read it and `grep` it; versioned, counted and checksummed, so a trace cut short (a
 //! killed daemon) or edited is refused rather than replayed as if whole.
 //!
