@@ -438,7 +438,8 @@ fn parse_trace_arg(s: &str, block_size: u32) -> Result<TraceSpec> {
     })?;
     let format = TraceFormat::parse(fmt).ok_or_else(|| {
         Error::bad(format!(
-            "--trace '{s}': unknown format '{fmt}' (cloudphysics, disksim, msr, blkparse, fio)"
+            "--trace '{s}': unknown format '{fmt}' ({})",
+            TraceFormat::ALL.map(|f| f.name()).join(", ")
         ))
     })?;
     Ok(TraceSpec {

@@ -34,6 +34,7 @@ mod fio;
 pub mod libcachesim;
 mod lines;
 mod msr;
+pub mod nvstack;
 mod stat;
 
 pub use lines::LINE_BYTES_MAX;
@@ -68,16 +69,20 @@ pub enum TraceFormat {
     Blkparse,
     /// fio iolog version 2 or 3 (`fio --write_iolog`).
     Fio,
+    /// nvstack's own device trace (`nvstack serve --record-trace`): reads and writes, with
+    /// flushes and discards checked and counted.
+    Nvstack,
 }
 
 impl TraceFormat {
     /// Every format, in the order the program lists them.
-    pub const ALL: [TraceFormat; 5] = [
+    pub const ALL: [TraceFormat; 6] = [
         TraceFormat::Cloudphysics,
         TraceFormat::Disksim,
         TraceFormat::Msr,
         TraceFormat::Blkparse,
         TraceFormat::Fio,
+        TraceFormat::Nvstack,
     ];
 
     /// The format named `name` (as [`TraceFormat::name`] spells it), if any.
@@ -99,6 +104,9 @@ impl TraceFormat {
             }
             TraceFormat::Blkparse => "blkparse default text output: D (issue) events only",
             TraceFormat::Fio => "fio iolog version 2 or 3 (`fio --write_iolog`)",
+            TraceFormat::Nvstack => {
+                "nvstack's device trace (`nvstack serve --record-trace`, docs/format.md section 13)"
+            }
         }
     }
 
@@ -110,6 +118,7 @@ impl TraceFormat {
             TraceFormat::Msr => "msr",
             TraceFormat::Blkparse => "blkparse",
             TraceFormat::Fio => "fio",
+            TraceFormat::Nvstack => "nvstack",
         }
     }
 }
@@ -202,6 +211,7 @@ pub fn from_reader(
         TraceFormat::Msr => Reader::boxed(path, input, opts, msr::Parser::new()),
         TraceFormat::Blkparse => Reader::boxed(path, input, opts, blkparse::Parser::new()),
         TraceFormat::Fio => Reader::boxed(path, input, opts, fio::Parser::new(opts)),
+        TraceFormat::Nvstack => Reader::boxed(path, input, opts, nvstack::Parser::new()),
     })
 }
 
