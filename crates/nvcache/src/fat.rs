@@ -64,8 +64,16 @@ impl Bpb {
                  parameter block out of range)"
             }));
         }
-        let fat_sectors = if u16_at(22) != 0 { u16_at(22) } else { u32_at(36) };
-        let total = if u16_at(19) != 0 { u16_at(19) } else { u32_at(32) };
+        let fat_sectors = if u16_at(22) != 0 {
+            u16_at(22)
+        } else {
+            u32_at(36)
+        };
+        let total = if u16_at(19) != 0 {
+            u16_at(19)
+        } else {
+            u32_at(32)
+        };
         let root_dir_sectors = (u16_at(17) * 32).div_ceil(bps);
         let data_start = u16_at(14) + u64::from(b[16]) * fat_sectors + root_dir_sectors;
         if fat_sectors == 0 || total <= data_start {
@@ -88,7 +96,11 @@ impl Bpb {
             fat_sectors,
             root_dir_sectors,
             total_sectors: total,
-            root_cluster: if kind == FatType::Fat32 { u32_at(44) } else { 0 },
+            root_cluster: if kind == FatType::Fat32 {
+                u32_at(44)
+            } else {
+                0
+            },
             kind,
             clusters,
         })
@@ -120,8 +132,9 @@ impl Bpb {
             }
             FatType::Fat16 => u64::from(u16::from_le_bytes([fat[2 * c], fat[2 * c + 1]])),
             FatType::Fat32 => {
-                u64::from(u32::from_le_bytes(fat[4 * c..4 * c + 4].try_into().unwrap()))
-                    & 0x0FFF_FFFF
+                u64::from(u32::from_le_bytes(
+                    fat[4 * c..4 * c + 4].try_into().unwrap(),
+                )) & 0x0FFF_FFFF
             }
         }
     }

@@ -23,6 +23,7 @@ pub mod ubj;
 pub mod wbugs;
 mod wdestage;
 pub mod wformat;
+pub mod wimage;
 mod wrecover;
 pub mod writecache;
 

@@ -217,7 +217,8 @@ impl<R: Region> WriteCache<R> {
             blocks: self.sb.backing_blocks,
             detached: true,
         };
-        self.backing.write(self.sb.backing_blocks, &label.encode())?;
+        self.backing
+            .write(self.sb.backing_blocks, &label.encode())?;
         self.backing.flush()?;
         Ok(n)
     }

@@ -49,7 +49,10 @@ pub(crate) fn recover<R: Region + ?Sized>(
         region.store_u64_nt(layout.entry_off(slot) + 8, 0);
     }
     region.fence();
-    Ok((state(layout, settings, found.epoch, best, region), clears.len()))
+    Ok((
+        state(layout, settings, found.epoch, best, region),
+        clears.len(),
+    ))
 }
 
 fn state<R: Region + ?Sized>(

@@ -251,17 +251,21 @@ impl<R: Region> WriteCache<R> {
         self.recovered
     }
 
+    /// The admission stored at create (the FAT classification in force: `admission`).
+    pub fn admit_record(&self) -> Result<Admit> {
+        read_admit(&*self.region)
+    }
+
     pub fn settings(&self) -> WcSettings {
         self.lock().settings
     }
 
-    /// dm-writecache's `cleaner` message: take no new blocks and destage everything.
+    /// dm-writecache's `cleaner` message: take no new blocks, and destage everything at the
+    /// next write or timer tick.
     pub fn set_cleaner(&self, on: bool) -> Result<()> {
         let mut st = self.lock();
+        self.writable(&st)?;
         st.settings.cleaner = on;
-        if on {
-            self.destage_all(&mut st, crate::wdestage::Trigger::Cleaner)?;
-        }
         Ok(())
     }
 
@@ -280,7 +284,10 @@ impl<R: Region> WriteCache<R> {
     /// whether the stored ones were readable.
     pub fn lifetime(&self) -> (WcCounters, bool) {
         let st = self.lock();
-        (st.stored.unwrap_or_default().plus(&st.stats), st.stored.is_some())
+        (
+            st.stored.unwrap_or_default().plus(&st.stats),
+            st.stored.is_some(),
+        )
     }
 
     /// Store the lifetime counters (a clean close): one record and one fence.
@@ -443,8 +450,7 @@ impl<R: Region> WriteCache<R> {
 
     /// Clear a slot's entry (word 1: one atomic store); reusable after the next fence.
     pub(crate) fn clear_slot(&self, st: &mut WState, slot: u32) {
-        self.region
-            .store_u64_nt(self.layout.entry_off(slot) + 8, 0);
+        self.region.store_u64_nt(self.layout.entry_off(slot) + 8, 0);
         let c = st.slots[slot as usize].take().expect("a used slot");
         let removed = st.index.remove(&c.lba);
         debug_assert_eq!(removed, Some(slot));
