@@ -324,10 +324,7 @@ impl<R: Region> WriteCache<R> {
     }
 
     pub(crate) fn takes_locked(&self, st: &WState, lba: u64) -> bool {
-        if st.index.contains_key(&lba) {
-            return self.bug != Some(WcBug::BypassKeepsCachedCopy);
-        }
-        !st.settings.cleaner && st.admit.admits(lba)
+        st.index.contains_key(&lba) || (!st.settings.cleaner && st.admit.admits(lba))
     }
 
     pub fn error(&self) -> Option<String> {
@@ -542,7 +539,11 @@ impl<R: Region> WriteCache<R> {
         for (i, &b) in blocks.iter().enumerate() {
             let l = lba + i as u64;
             st.stats.write_blocks += 1;
-            if self.takes_locked(&st, l) {
+            // Seeded bug bypass-keeps-cached-copy: a cached block the filter would pass by
+            // goes to the backing device, its cached copy left in place.
+            let buggy = self.bug == Some(WcBug::BypassKeepsCachedCopy)
+                && !(!st.settings.cleaner && st.admit.admits(l));
+            if self.takes_locked(&st, l) && !buggy {
                 cached.push((l, b));
             } else {
                 st.stats.write_bypass += 1;
