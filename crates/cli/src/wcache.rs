@@ -333,7 +333,7 @@ fn print_status(s: &Status) -> Result<()> {
         ("discarded_blocks", s.discarded_blocks),
     ];
     for (i, (name, v)) in fields.iter().enumerate() {
-        say!("{:>2}. {name:<24}{v}", i + 1)?;
+        say!("{:>2}. {name:<27}{v}", i + 1)?;
     }
     let d = &s.destaged;
     say!(

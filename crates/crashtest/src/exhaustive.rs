@@ -71,14 +71,13 @@ pub fn run<T: CrashTarget>(target: &T, job: &Job<T>, counters: &Counters) -> Res
         counters.violation(violation(target, job, 0, 1, None, what, String::new()));
         return Ok(false);
     }
-    let rec = recorded
-        .map_err(|e| {
-            let l = target.labels(job.config);
-            Error::env(format!(
-                "{} ({} {}): the workload itself failed: {e}",
-                job.name, l.protocol, l.ordering
-            ))
-        })?;
+    let rec = recorded.map_err(|e| {
+        let l = target.labels(job.config);
+        Error::env(format!(
+            "{} ({} {}): the workload itself failed: {e}",
+            job.name, l.protocol, l.ordering
+        ))
+    })?;
     assert!(
         rec.start <= rec.events.len(),
         "{}: the workload starts inside the log",
