@@ -42,7 +42,7 @@ impl Admission {
     /// The admitted ranges (`status` shows them).
     pub fn ranges(&self) -> Vec<Range<u64>> {
         match self {
-            Admission::All => vec![0..u64::MAX],
+            Admission::All => std::iter::once(0..u64::MAX).collect(),
             Admission::Ranges(rs) => rs.clone(),
             Admission::Fat(m) => m.ranges(),
         }

@@ -124,7 +124,7 @@ impl Bpb {
             FatType::Fat12 => {
                 let o = c + c / 2;
                 let v = u64::from(u16::from_le_bytes([fat[o], fat[o + 1]]));
-                if c % 2 == 0 {
+                if c.is_multiple_of(2) {
                     v & 0xFFF
                 } else {
                     v >> 4
@@ -210,7 +210,7 @@ fn walk(bpb: &Bpb, fat: &[u8], read: &mut ReadAt<'_>, out: &mut Vec<Range<u64>>)
         chain.iter().map(|&c| bpb.cluster_bytes(c)).collect()
     } else {
         let start = (bpb.reserved + bpb.fats * bpb.fat_sectors) * bps;
-        vec![start..start + bpb.root_dir_sectors * bps]
+        std::iter::once(start..start + bpb.root_dir_sectors * bps).collect()
     };
     out.extend(root.iter().cloned());
     let mut pending = vec![root];

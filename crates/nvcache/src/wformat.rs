@@ -168,6 +168,11 @@ impl Admit {
         Ok(Admit::Ranges(merged))
     }
 
+    /// One block range (unchecked: `create` checks it against the device).
+    pub fn one_range(r: Range<u64>) -> Admit {
+        Admit::Ranges(std::iter::once(r).collect())
+    }
+
     pub fn name(&self) -> String {
         match self {
             Admit::All => "all".into(),
@@ -539,8 +544,8 @@ mod tests {
         assert_eq!(Admit::decode(&b).unwrap(), a);
         b[20] ^= 1;
         assert!(Admit::decode(&b).is_err());
-        assert!(Admit::ranges(vec![5..5], 100).is_err(), "empty");
-        assert!(Admit::ranges(vec![90..101], 100).is_err(), "past the end");
+        assert!(Admit::ranges(vec![5..5, 7..8], 100).is_err(), "empty");
+        assert!(Admit::ranges(vec![1..2, 90..101], 100).is_err(), "past the end");
         let c = WcCounters {
             read_hits: 3,
             destaged_room: u64::MAX,

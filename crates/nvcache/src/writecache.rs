@@ -541,8 +541,8 @@ impl<R: Region> WriteCache<R> {
             st.stats.write_blocks += 1;
             // Seeded bug bypass-keeps-cached-copy: a cached block the filter would pass by
             // goes to the backing device, its cached copy left in place.
-            let buggy = self.bug == Some(WcBug::BypassKeepsCachedCopy)
-                && !(!st.settings.cleaner && st.admit.admits(l));
+            let passed_by = st.settings.cleaner || !st.admit.admits(l);
+            let buggy = self.bug == Some(WcBug::BypassKeepsCachedCopy) && passed_by;
             if self.takes_locked(&st, l) && !buggy {
                 cached.push((l, b));
             } else {

@@ -61,7 +61,7 @@ pub fn random_setup() -> (WcSettings, Admit) {
         writeback_jobs: 2,
         ..WcSettings::default()
     };
-    (s, Admit::Ranges(vec![0..192]))
+    (s, Admit::one_range(0..192))
 }
 
 /// Format a simulated region: `slots` slots of NVRAM, then `sectors` sectors of disk (whole

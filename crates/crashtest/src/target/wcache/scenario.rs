@@ -163,7 +163,7 @@ fn shape(name: &str) -> (u32, WcSettings, Admit) {
     match name {
         "destage-room" => (16, WcSettings::default(), Admit::All),
         "watermark" => (16, dm, Admit::All),
-        "bypass" | "cleaner" => (16, WcSettings::default(), Admit::Ranges(vec![0..64])),
+        "bypass" | "cleaner" => (16, WcSettings::default(), Admit::one_range(0..64)),
         _ => (32, WcSettings::default(), Admit::All),
     }
 }
