@@ -545,7 +545,10 @@ mod tests {
         b[20] ^= 1;
         assert!(Admit::decode(&b).is_err());
         assert!(Admit::ranges(vec![5..5, 7..8], 100).is_err(), "empty");
-        assert!(Admit::ranges(vec![1..2, 90..101], 100).is_err(), "past the end");
+        assert!(
+            Admit::ranges(vec![1..2, 90..101], 100).is_err(),
+            "past the end"
+        );
         let c = WcCounters {
             read_hits: 3,
             destaged_room: u64::MAX,

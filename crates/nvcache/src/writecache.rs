@@ -553,7 +553,11 @@ impl<R: Region> WriteCache<R> {
         }
         let metadata = (lba..lba + blocks.len() as u64).any(|l| st.admit.admits(l));
         if !cached.is_empty() {
-            self.make_room(&mut st, cached.len())?;
+            let new = cached
+                .iter()
+                .filter(|b| !st.index.contains_key(&b.0))
+                .count();
+            self.make_room(&mut st, new, cached.len())?;
             self.commit_write(&mut st, &cached);
         }
         if metadata && matches!(st.admit, crate::admit::Admission::Fat(_)) {
@@ -630,18 +634,31 @@ impl<R: Region> WriteCache<R> {
         self.assert_invariants(st);
     }
 
-    /// Make `n` slots free: reuse cleared slots after a fence, else destage (the seed's
-    /// trigger: one block, with its neighbours when dm-writecache's triggers are on).
-    fn make_room(&self, st: &mut WState, n: usize) -> Result<()> {
-        assert!(n <= self.layout.slots as usize / 2, "a unit fits the cache");
+    /// Make room for a unit of `total` blocks of which `new` are not cached. Blocks are held
+    /// in at most `slots - 1` slots: the spare one lets an overwrite land (copy-on-write)
+    /// without a destage. A new block that finds no room destages one block (the seed's
+    /// trigger; with dm-writecache's triggers on, with its neighbours); cleared slots are
+    /// reused after a fence.
+    fn make_room(&self, st: &mut WState, new: usize, total: usize) -> Result<()> {
+        assert!(
+            total <= self.layout.slots as usize / 2,
+            "a unit fits the cache"
+        );
+        let capacity = self.layout.slots as usize - 1;
         let mut blocked = false;
-        while st.free.len() < n {
-            if !st.cleared.is_empty() {
+        loop {
+            let full = st.index.len() + new > capacity;
+            if !full && st.free.len() >= total {
+                break;
+            }
+            if !st.cleared.is_empty() && !full {
                 self.fence(st);
                 continue;
             }
             blocked = true;
+            let before = st.index.len();
             self.destage_victims(st, 1, crate::wdestage::Trigger::Room)?;
+            assert!(st.index.len() < before, "a destage frees a block");
         }
         if blocked {
             st.stats.writes_blocked_on_freelist += 1;
