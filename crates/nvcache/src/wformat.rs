@@ -74,7 +74,7 @@ impl WcLayout {
     }
 
     /// UBJ's layout of the same table (recovery's scan reads only the table).
-    pub(crate) fn table(&self) -> crate::format::Layout {
+    pub fn table(&self) -> crate::format::Layout {
         crate::format::Layout::new(self.slots)
     }
 }

@@ -13,12 +13,11 @@ pub mod scenario;
 use super::nvcache::{parts, SimNvram};
 use super::{BugSpec, CrashTarget, Labels, OracleRules, Recorded, Shape};
 use nvstack_core::error::{Error, Result};
-use nvstack_nvcache::wformat::{Admit, WcLayout, WcSettings, WcSuperblock, WC_COMMIT_OFF};
+use nvstack_nvcache::wformat::{Admit, WcLayout, WcSettings, WcSuperblock};
 use nvstack_nvcache::{WcBug, WriteCache};
 use nvstack_pmem::crash::{FaultModel, SimRegion};
 use nvstack_pmem::Region;
 use rand::rngs::SmallRng;
-use rand::Rng;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -219,7 +218,8 @@ impl CrashTarget for WcTarget {
         pending: &BTreeSet<u64>,
         rng: &mut SmallRng,
     ) -> String {
-        media_fault(image, &layout.layout, touched, pending, rng)
+        // The table and commit words are laid out as UBJ's: its media fault applies as is.
+        super::nvcache::media_fault(image, &layout.layout.table(), touched, pending, rng)
     }
 
     fn bugs(&self) -> &[BugSpec<WcBug>] {
@@ -247,44 +247,4 @@ impl CrashTarget for WcTarget {
     fn eager_images_max(&self) -> u128 {
         1 << 12
     }
-}
-
-/// Flip one bit of a durable entry word of a slot holding a touched block, or of a commit
-/// word: the cache must refuse the image or read as if nothing happened.
-fn media_fault(
-    img: &SimRegion,
-    layout: &WcLayout,
-    touched: &[u64],
-    pending: &BTreeSet<u64>,
-    rng: &mut SmallRng,
-) -> String {
-    let in_use: Vec<u32> = (0..layout.slots)
-        .filter(|&s| {
-            let w1 = img.peek(layout.entry_off(s) / 8 + 1);
-            let lba = img.peek(layout.entry_off(s) / 8) & nvstack_nvcache::format::LBA_MAX;
-            w1 != 0 && touched.contains(&lba)
-        })
-        .collect();
-    for _ in 0..64 {
-        let (word, what) = if !in_use.is_empty() && rng.gen_range(0..4) > 0 {
-            let s = in_use[rng.gen_range(0..in_use.len())];
-            let half = rng.gen_range(0..2u64);
-            (
-                layout.entry_off(s) / 8 + half,
-                format!("bit flip in word {half} of slot {s}'s entry"),
-            )
-        } else {
-            let c = rng.gen_range(0..2);
-            (
-                WC_COMMIT_OFF[c] / 8,
-                format!("bit flip in commit word {}", c + 1),
-            )
-        };
-        if pending.contains(&word) {
-            continue;
-        }
-        img.poke(word, img.peek(word) ^ 1u64 << rng.gen_range(0..64));
-        return what;
-    }
-    "none (no durable target)".into()
 }
