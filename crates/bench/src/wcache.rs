@@ -22,7 +22,6 @@ use nvstack_nvcache::wformat::{Admit, DestagePolicy, WcLayout, WcSettings};
 use nvstack_nvcache::{create_wc, WriteCache};
 use nvstack_nvramdisk::layout::LANES_DEFAULT;
 use nvstack_nvramdisk::{format_region, FormatOptions, Geometry, NvramDisk, OpenOptions};
-use nvstack_pmem::crash::SimRegion;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -151,12 +150,18 @@ fn latency_rows(ctx: &mut Ctx) -> Result<()> {
     };
     format_region(&*nregion, &fo)?;
     let d = NvramDisk::open(nregion, OpenOptions::default())?;
+    let before = d.stats();
     let t = time_each(&ctx.bar("nvramdisk write 512"), warm, ops, |i| {
         d.write_atomic(&[lbas[i]], &buf)
     })?;
+    let after = d.stats();
+    let fences = (after.persist.fences - before.persist.fences) as f64
+        / (after.writes - before.writes).max(1) as f64;
     let row = Row::new(SUITE, "nvramdisk-fast-512", "write", S, 1)
         .protocol("fast")
+        .ordering(d.ordering().name)
         .method("nvramdisk fast protocol, one block")
+        .fences(fences)
         .note("durable on return")
         .timed(&t, mapped_page_bytes(nimage.path()).unwrap_or(0));
     ctx.push(row);
@@ -220,7 +225,8 @@ fn replay(
     let end = trace.iter().map(|r| r.1 + r.2).max().unwrap_or(1);
     let disk = null_disk(end);
     let layout = WcLayout::fitting(TRACE_CACHE_BYTES, 512).expect("128 KiB holds 16 slots");
-    let region = Arc::new(SimRegion::zeroed(layout.region_bytes));
+    let image = ctx.image("wc-trace");
+    let region = create_region(image.path(), layout.region_bytes)?;
     let s = WcSettings {
         policy,
         ..WcSettings::default()
