@@ -265,22 +265,27 @@ fn replay(
     let share = k.destaged_room as f64 / k.write_blocks.max(1) as f64;
     let timed_s = lat.iter().sum::<u64>() as f64 / 1e9;
     let t = timing(lat, timed_s);
-    Ok(
-        Row::new(SUITE, &format!("wc-trace-{}", policy.name()), "write", S, 1)
-            .protocol("write-cache")
-            .method(format!("{name}, {} slots of 512 B", layout.slots))
-            .baseline("wc-trace-lrw")
-            .note(format!(
-                "{name} ({} requests): {} sectors written, {} destaged ({:.1} %) by the seed's \
-             trigger, policy {}",
-                trace.len(),
-                k.write_blocks,
-                k.destaged_room,
-                100.0 * share,
-                policy.name()
-            ))
-            .timed(&t, 0),
+    let stem = name.split(['.', '-']).next().unwrap_or(name).to_lowercase();
+    let row = Row::new(
+        SUITE,
+        &format!("wc-{stem}-{}", policy.name()),
+        "write",
+        S,
+        1,
     )
+    .protocol("write-cache")
+    .method(format!("{name}, {} slots of 512 B", layout.slots))
+    .baseline(&format!("wc-{stem}-lrw"))
+    .note(format!(
+        "{name} ({} requests): {} sectors written, {} destaged ({:.1} %) by the seed's \
+             trigger, policy {}",
+        trace.len(),
+        k.write_blocks,
+        k.destaged_room,
+        100.0 * share,
+        policy.name()
+    ));
+    Ok(row.timed(&t, mapped_page_bytes(image.path()).unwrap_or(0)))
 }
 
 /// The synchronous metadata write: at most 1.2x nvramdisk's single-block write.
