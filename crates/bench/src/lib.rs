@@ -44,6 +44,7 @@ pub mod pmemblk;
 mod record;
 #[cfg(test)]
 mod tests;
+mod wcache;
 
 use nvstack_core::error::{Error, Result};
 use nvstack_core::report::{fmt_count, render};

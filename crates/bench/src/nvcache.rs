@@ -64,7 +64,8 @@ const BACKING_UNTIMED: &str = "no timed call touches the backing device";
 pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     commit_rows(ctx)?;
     ubj_block_rows(ctx)?;
-    nvramdisk_rows(ctx)
+    nvramdisk_rows(ctx)?;
+    super::wcache::run(ctx)
 }
 
 /// A directory on a disk for the backing file: the temporary directory unless it is a memory
@@ -438,7 +439,7 @@ fn nvramdisk_rows(ctx: &mut Ctx) -> Result<()> {
 
 /// Fences per commit, from this run's `ubj-commit` rows: constant in n, and the protocol's two.
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
-    let mut out = Vec::new();
+    let mut out = super::wcache::targets(rows);
     for page in super::page_sizes(rows) {
         let commits: Vec<&BenchResult> = rows
             .iter()

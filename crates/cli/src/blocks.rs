@@ -76,6 +76,8 @@ struct Shape {
     /// a cache).
     unit_blocks: u64,
     cache: bool,
+    /// A write cache (seed 004): its admitted writes are durable on return.
+    wcache: bool,
 }
 
 fn shape(path: &Path) -> Result<Shape> {
@@ -86,6 +88,17 @@ fn shape(path: &Path) -> Result<Shape> {
             block_bytes: nvstack_nvcache::format::BLOCK_BYTES as usize,
             unit_blocks: sb.unit_blocks().into(),
             cache: true,
+            wcache: false,
+        });
+    }
+    if kind(path)? == Kind::WriteCache {
+        let sb = nvstack_nvcache::wimage::peek_wc(path)?;
+        return Ok(Shape {
+            blocks: sb.blocks,
+            block_bytes: sb.sector_bytes as usize,
+            unit_blocks: sb.unit_blocks().into(),
+            cache: false,
+            wcache: true,
         });
     }
     let sb = image::peek(path)?;
@@ -94,6 +107,7 @@ fn shape(path: &Path) -> Result<Shape> {
         block_bytes: sb.geometry.block_bytes as usize,
         unit_blocks: ATOMIC_BLOCKS_MAX as u64,
         cache: false,
+        wcache: false,
     })
 }
 
@@ -102,9 +116,20 @@ fn shape(path: &Path) -> Result<Shape> {
 enum Opened {
     Disk(Box<image::Disk>),
     Cache(nvstack_nvcache::image::Opened),
+    /// A write cache, whose close flushes (bypassed writes) and stores its counters.
+    Write(nvstack_nvcache::wimage::WcOpened),
 }
 
 impl Opened {
+    fn open_shape(path: &Path, s: &Shape, write: bool) -> Result<Opened> {
+        use nvstack_nvcache::wimage as wc;
+        match (s.wcache, write) {
+            (true, true) => Ok(Opened::Write(wc::open_wc_image(path, None, None)?)),
+            (true, false) => Ok(Opened::Write(wc::open_wc_readonly(path, None)?)),
+            (false, _) => Opened::open(path, s.cache, write),
+        }
+    }
+
     fn open(path: &Path, cache: bool, write: bool) -> Result<Opened> {
         use nvstack_nvcache::image as nvc;
         Ok(match (cache, write) {
@@ -121,6 +146,7 @@ impl Opened {
         match self {
             Opened::Disk(d) => &**d,
             Opened::Cache(c) => &*c.cache,
+            Opened::Write(c) => &*c.cache,
         }
     }
 
@@ -129,6 +155,11 @@ impl Opened {
     fn close_written(self) -> Result<Option<u64>> {
         match self {
             Opened::Disk(_) => Ok(None),
+            Opened::Write(c) => {
+                c.cache.flush()?;
+                c.cache.save_counters();
+                Ok(None)
+            }
             Opened::Cache(c) => {
                 c.cache.flush()?;
                 c.cache.save_counters();
@@ -179,7 +210,7 @@ pub fn write(path: &Path, lba: u64, input: Option<&Path>, chunked: bool) -> Resu
         )));
     }
     check_range(lba, n, s.blocks, "write")?;
-    let dev = Opened::open(path, s.cache, true)?;
+    let dev = Opened::open_shape(path, &s, true)?;
     write_chunked(dev.dev(), lba, &data)?;
     let how = match (n > unit, s.cache) {
         (true, false) => format!(" (atomic chunks of {unit})"),
@@ -205,7 +236,7 @@ pub fn read(path: &Path, lba: u64, count: u64, output: Option<&Path>) -> Result<
                 "read of {count} blocks is more than 4 GiB: read it in parts"
             ))
         })?;
-    let dev = Opened::open(path, s.cache, false)?;
+    let dev = Opened::open_shape(path, &s, false)?;
     let mut buf = vec![0u8; bytes as usize];
     dev.dev().read(lba, &mut buf)?;
     match output {
@@ -219,7 +250,7 @@ pub fn read(path: &Path, lba: u64, count: u64, output: Option<&Path>) -> Result<
 pub fn discard(path: &Path, lba: u64, count: u64) -> Result<i32> {
     let s = shape(path)?;
     check_range(lba, count, s.blocks, "discard")?;
-    let dev = Opened::open(path, s.cache, true)?;
+    let dev = Opened::open_shape(path, &s, true)?;
     dev.dev().discard(lba, count)?;
     match dev.close_written()? {
         Some(epoch) => eprintln!("discarded {count} blocks at LBA {lba}; committed: epoch {epoch}"),

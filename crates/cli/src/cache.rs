@@ -16,11 +16,13 @@ pub struct CacheArgs {
     cmd: CacheCmd,
 }
 
-/// The cache modes (`--cache`); the write cache is its own issue and not built yet.
+/// The cache modes (`--cache`).
 #[derive(Clone, Copy, ValueEnum)]
 pub enum CacheMode {
     /// UBJ: the buffer cache is the journal (seed 001).
     Ubj,
+    /// The write cache: NVFAT's NVRAM write cache (seed 004) with dm-writecache's controls.
+    Write,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -34,6 +36,8 @@ pub enum PolicyArg {
     Lru,
     Clock,
     Random,
+    /// Least recently written: the write cache's destage order (its default).
+    Lrw,
 }
 
 /// The stored settings, as flags (create stores them; serving may override them).
@@ -64,6 +68,23 @@ pub struct SettingsArgs {
 }
 
 impl SettingsArgs {
+    /// The flags the write cache shares (policy, watermarks); UBJ's commit and checkpoint
+    /// flags are refused, naming the first.
+    pub(crate) fn write_cache_view(&self) -> Result<(Option<PolicyArg>, Option<u8>, Option<u8>)> {
+        let ubj_only = [
+            ("--autocommit", self.autocommit.is_some()),
+            ("--autocommit-blocks", self.autocommit_blocks.is_some()),
+            ("--autocommit-ms", self.autocommit_ms.is_some()),
+            ("--checkpoint-ms", self.checkpoint_ms.is_some()),
+        ];
+        if let Some((flag, _)) = ubj_only.iter().find(|f| f.1) {
+            return Err(Error::bad(format!(
+                "{flag} is UBJ's (--cache ubj); the write cache commits every write on return"
+            )));
+        }
+        Ok((self.policy, self.high_watermark, self.low_watermark))
+    }
+
     /// `base` with these flags applied; contradictions are refused, naming both flags.
     pub fn apply(&self, base: Settings) -> Result<Settings> {
         let mut s = base;
@@ -89,6 +110,12 @@ impl SettingsArgs {
                 PolicyArg::Lru => PolicyName::Lru,
                 PolicyArg::Clock => PolicyName::Clock,
                 PolicyArg::Random => PolicyName::Random,
+                PolicyArg::Lrw => {
+                    return Err(Error::bad(
+                        "--policy lrw is the write cache's destage order (--cache write); UBJ \
+                         replaces clean blocks by lru, clock or random",
+                    ))
+                }
             };
         }
         s.validate()?;
@@ -115,6 +142,8 @@ enum CacheCmd {
         backing_size: Option<u64>,
         #[command(flatten)]
         settings: SettingsArgs,
+        #[command(flatten)]
+        write: crate::wcache::WriteArgs,
         /// Replace an existing image; overwrite a backing file's last block that holds data
         /// or a live cache's label.
         #[arg(long)]
@@ -142,6 +171,12 @@ enum CacheCmd {
         #[arg(long)]
         backing: Option<PathBuf>,
     },
+    /// Zero a write cache's counters (dm-writecache's clear_stats message).
+    ClearStats {
+        image: PathBuf,
+        #[arg(long)]
+        backing: Option<PathBuf>,
+    },
     /// Verify a cache image and its backing label offline (exit 1 on damage; never writes).
     Check {
         image: PathBuf,
@@ -153,7 +188,21 @@ enum CacheCmd {
 }
 
 pub fn run(a: CacheArgs) -> Result<i32> {
+    if let Some(code) = crate::wcache::route(&a.cmd_view())? {
+        return Ok(code);
+    }
     match a.cmd {
+        CacheCmd::Create {
+            cache: CacheMode::Write,
+            ..
+        } => unreachable!("the write cache's create is routed above"),
+        CacheCmd::ClearStats { image, .. } => {
+            crate::kind::expect_cache(&image)?;
+            Err(Error::bad(format!(
+                "{}: a UBJ cache; clear-stats is the write cache's (--cache write)",
+                image.display()
+            )))
+        }
         CacheCmd::Create {
             image,
             size,
@@ -161,8 +210,10 @@ pub fn run(a: CacheArgs) -> Result<i32> {
             backing,
             backing_size,
             settings,
+            write,
             force,
         } => {
+            write.refuse_for_ubj()?;
             let o = CreateOptions {
                 size,
                 backing: &backing,
@@ -184,6 +235,79 @@ pub fn run(a: CacheArgs) -> Result<i32> {
             backing,
             json,
         } => check(&image, backing.as_deref(), json),
+    }
+}
+
+/// What the write cache's routing needs to see of a command.
+pub(crate) enum CmdView<'a> {
+    Create {
+        image: &'a Path,
+        size: u64,
+        backing: &'a Path,
+        backing_size: Option<u64>,
+        settings: &'a SettingsArgs,
+        write: &'a crate::wcache::WriteArgs,
+        force: bool,
+    },
+    /// status, writeback, detach, clear-stats or check of an image.
+    Other {
+        verb: &'static str,
+        image: &'a Path,
+        backing: Option<&'a Path>,
+        json: bool,
+    },
+}
+
+fn other<'a>(
+    verb: &'static str,
+    image: &'a Path,
+    backing: &'a Option<PathBuf>,
+    json: bool,
+) -> CmdView<'a> {
+    CmdView::Other {
+        verb,
+        image,
+        backing: backing.as_deref(),
+        json,
+    }
+}
+
+impl CacheArgs {
+    fn cmd_view(&self) -> Option<CmdView<'_>> {
+        Some(match &self.cmd {
+            CacheCmd::Create {
+                image,
+                size,
+                cache: CacheMode::Write,
+                backing,
+                backing_size,
+                settings,
+                write,
+                force,
+            } => CmdView::Create {
+                image,
+                size: *size,
+                backing,
+                backing_size: *backing_size,
+                settings,
+                write,
+                force: *force,
+            },
+            CacheCmd::Create { .. } => return None,
+            CacheCmd::Status {
+                image,
+                backing,
+                json,
+            } => other("status", image, backing, *json),
+            CacheCmd::Writeback { image, backing } => other("writeback", image, backing, false),
+            CacheCmd::Detach { image, backing } => other("detach", image, backing, false),
+            CacheCmd::ClearStats { image, backing } => other("clear-stats", image, backing, false),
+            CacheCmd::Check {
+                image,
+                backing,
+                json,
+            } => other("check", image, backing, *json),
+        })
     }
 }
 

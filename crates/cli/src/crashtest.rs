@@ -7,7 +7,7 @@ use clap::Args;
 use nvstack_core::error::{Error, Result};
 use nvstack_crashtest::{
     CrashTarget, Layer, NvramTarget, Orderings, Plan, PlanError, Replay, ReplayPlan, Report,
-    UbjTarget,
+    UbjTarget, WcTarget,
 };
 use nvstack_nvramdisk::Protocol;
 use nvstack_pmem::crash::FaultModel;
@@ -77,6 +77,7 @@ fn plan(a: &CrashArgs) -> Result<Plan> {
     Ok(Plan {
         layer: match a.cache {
             Some(crate::cache::CacheMode::Ubj) => Layer::Ubj,
+            Some(crate::cache::CacheMode::Write) => Layer::Write,
             None => Layer::Nvramdisk,
         },
         protocol,
@@ -105,7 +106,7 @@ fn flag_error(e: PlanError) -> Error {
         }
         PlanError::Scenario(n) => format!("unknown scenario '{n}'"),
         PlanError::NotForUbj(f) => {
-            format!("--{f} names an nvramdisk configuration; --cache ubj has one")
+            format!("--{f} names an nvramdisk configuration; a cache (--cache) has one")
         }
         PlanError::M3NeedsRandomOnly => {
             "fault model M3 is for random runs only: add --random-cycles N".to_string()
@@ -116,6 +117,7 @@ fn flag_error(e: PlanError) -> Error {
 pub fn run(a: CrashArgs) -> Result<i32> {
     if a.seeded_bug.as_deref() == Some("list") {
         return match a.cache {
+            Some(crate::cache::CacheMode::Write) => list_bugs(&WcTarget::new(), a.json),
             Some(_) => list_bugs(&UbjTarget::new(), a.json),
             None => list_bugs(&NvramTarget::new(), a.json),
         };

@@ -9,6 +9,8 @@ use std::path::Path;
 pub enum Kind {
     Nvramdisk,
     Cache,
+    /// A write cache image (nvcache's write cache, seed 004).
+    WriteCache,
     /// Anything else (the format's own open names what is wrong).
     Other,
 }
@@ -29,6 +31,8 @@ pub fn kind(path: &Path) -> Result<Kind> {
         Kind::Nvramdisk
     } else if u64::from_le_bytes(magic) == nvstack_nvcache::format::MAGIC {
         Kind::Cache
+    } else if u64::from_le_bytes(magic) == nvstack_nvcache::wformat::WC_MAGIC {
+        Kind::WriteCache
     } else {
         Kind::Other
     })
@@ -48,7 +52,7 @@ pub fn expect_cache(path: &Path) -> Result<()> {
 /// Refuse a cache image where an nvramdisk is expected, naming the command that reads it.
 pub fn expect_nvramdisk(path: &Path, instead: &str) -> Result<()> {
     match kind(path)? {
-        Kind::Cache => Err(Error::bad(format!(
+        Kind::Cache | Kind::WriteCache => Err(Error::bad(format!(
             "{}: an nvcache image, not an nvramdisk; {instead}",
             path.display()
         ))),

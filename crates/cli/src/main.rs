@@ -14,6 +14,7 @@ mod progress;
 mod serve;
 mod sim;
 mod up;
+mod wcache;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use nvstack_core::error::{Error, Result};

@@ -283,7 +283,9 @@ fn bad_create_arguments_are_refused_and_change_nothing() {
             s(&backing),
         ],
     );
-    assert!(out.contains("invalid value 'write'"), "{out}");
+    // The write cache (tests/wcache.rs) refuses a missing backing file the same way.
+    assert!(out.contains("no such backing file"), "{out}");
+    assert!(!img.exists() && !backing.exists());
 
     // A backing file whose last block holds data, another cache's backing file, a wrong size.
     std::fs::write(&backing, vec![7u8; 64 * 4096]).unwrap();

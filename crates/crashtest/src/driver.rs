@@ -8,6 +8,7 @@ use crate::exhaustive;
 use crate::random::{self, RandomJob, CHAIN_CYCLES};
 use crate::target::nvcache::{UbjConfig, UbjTarget};
 use crate::target::nvramdisk::{NvramConfig, NvramTarget};
+use crate::target::wcache::{WcConfig, WcTarget};
 use crate::target::{BugSpec, CrashTarget};
 use crate::{lock, Counters, Violation};
 use nvstack_core::error::{Error, Result};
@@ -41,6 +42,8 @@ pub enum Layer {
     Nvramdisk,
     /// nvcache's UBJ cache, its NVRAM and its backing device together.
     Ubj,
+    /// nvcache's write cache (seed 004), its NVRAM and its backing device together.
+    Write,
 }
 
 /// What to check: a layer (nvramdisk's protocols and ordering policies, or UBJ), the tiers and
@@ -131,15 +134,20 @@ impl Plan {
                 let t = NvramTarget::new();
                 (t.bugs().iter().map(|b| b.name).collect(), t.scenarios())
             }
-            Layer::Ubj => {
+            Layer::Ubj | Layer::Write => {
                 if self.protocol.is_some() {
                     return Err(PlanError::NotForUbj("protocol"));
                 }
                 if self.ordering != Orderings::Default {
                     return Err(PlanError::NotForUbj("ordering"));
                 }
-                let t = UbjTarget::new();
-                (t.bugs().iter().map(|b| b.name).collect(), t.scenarios())
+                if self.layer == Layer::Write {
+                    let t = WcTarget::new();
+                    (t.bugs().iter().map(|b| b.name).collect(), t.scenarios())
+                } else {
+                    let t = UbjTarget::new();
+                    (t.bugs().iter().map(|b| b.name).collect(), t.scenarios())
+                }
             }
         };
         if let Some(n) = &self.seeded_bug {
@@ -213,6 +221,15 @@ fn setup_ubj(target: &UbjTarget, plan: &Plan) -> Result<Setup<UbjTarget>> {
         Some(n) => target.bugs().iter().find(|b| b.name == n).copied(),
     };
     Ok(setup_models(plan, vec![UbjConfig], bug))
+}
+
+fn setup_wc(target: &WcTarget, plan: &Plan) -> Result<Setup<WcTarget>> {
+    plan.check()?;
+    let bug = match &plan.seeded_bug {
+        None => None,
+        Some(n) => target.bugs().iter().find(|b| b.name == n).copied(),
+    };
+    Ok(setup_models(plan, vec![WcConfig], bug))
 }
 
 /// The tiers and models of `plan` over `configs`: a checked plan in a target's terms.
@@ -324,6 +341,11 @@ pub fn run(plan: &Plan, progress: &dyn Progress) -> Result<Report> {
         Layer::Ubj => {
             let target = UbjTarget::new();
             let s = setup_ubj(&target, plan)?;
+            pool(s.threads)?.install(|| run_in_pool(&target, &s, progress))
+        }
+        Layer::Write => {
+            let target = WcTarget::new();
+            let s = setup_wc(&target, plan)?;
             pool(s.threads)?.install(|| run_in_pool(&target, &s, progress))
         }
     }
@@ -722,6 +744,11 @@ pub fn replay(rp: &ReplayPlan) -> Result<Replay> {
         Layer::Ubj => {
             let target = UbjTarget::new();
             let s = setup_ubj(&target, &rp.plan)?;
+            Ok(replay_on(&target, &s, rp))
+        }
+        Layer::Write => {
+            let target = WcTarget::new();
+            let s = setup_wc(&target, &rp.plan)?;
             Ok(replay_on(&target, &s, rp))
         }
     }

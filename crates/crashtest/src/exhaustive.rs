@@ -62,17 +62,22 @@ pub fn check_image<T: CrashTarget>(
 /// recording holds no cached store and no flush: every store was non-temporal, so M0, M1 and
 /// M2 allow exactly the same images (M0's line order and M2's disturbance only concern
 /// cached lines), and the job's result stands for all three. Err (environment): the
-/// scenario's workload itself failed.
+/// scenario's workload itself failed. A workload whose own reads found a wrong block (an
+/// `Error::Finding` while running, no crash involved) is a violation at its step 0.
 pub fn run<T: CrashTarget>(target: &T, job: &Job<T>, counters: &Counters) -> Result<bool> {
-    let rec = target
-        .record(job.scenario, job.config, job.bug)
-        .map_err(|e| {
-            let l = target.labels(job.config);
-            Error::env(format!(
-                "{} ({} {}): the workload itself failed: {e}",
-                job.name, l.protocol, l.ordering
-            ))
-        })?;
+    let recorded = target.record(job.scenario, job.config, job.bug);
+    if let Err(Error::Finding(what)) = &recorded {
+        let what = format!("while running (no crash): {what}");
+        counters.violation(violation(target, job, 0, 1, None, what, String::new()));
+        return Ok(false);
+    }
+    let rec = recorded.map_err(|e| {
+        let l = target.labels(job.config);
+        Error::env(format!(
+            "{} ({} {}): the workload itself failed: {e}",
+            job.name, l.protocol, l.ordering
+        ))
+    })?;
     assert!(
         rec.start <= rec.events.len(),
         "{}: the workload starts inside the log",

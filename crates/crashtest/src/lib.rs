@@ -11,6 +11,7 @@
 pub mod driver;
 pub mod exhaustive;
 pub mod oracle;
+mod ordered;
 pub mod random;
 pub mod target;
 
@@ -20,6 +21,7 @@ pub use driver::{
 };
 pub use target::nvcache::UbjTarget;
 pub use target::nvramdisk::NvramTarget;
+pub use target::wcache::WcTarget;
 pub use target::CrashTarget;
 
 use nvstack_pmem::crash::FaultModel;

@@ -131,6 +131,10 @@ pub struct Expect {
     /// A layer durable at flushes only (nvcache UBJ) is judged by its epochs instead of the
     /// per-operation rules; `ops` then only names the blocks touched.
     pub epochs: Option<Epochs>,
+    /// A layer whose writes are acknowledged at different times (the write cache: admitted
+    /// writes on return, bypassed ones at the next flush) is judged per block in program order
+    /// instead (`ordered.rs`): a block reads its last acknowledged value or a later one.
+    pub ordered: bool,
 }
 
 /// The epoch promise (nvcache UBJ): after a crash the device reads exactly as it stood after
@@ -239,6 +243,9 @@ impl Expect {
         );
         if let Some(epochs) = &self.epochs {
             return epochs.judge(got, crash);
+        }
+        if self.ordered {
+            return crate::ordered::judge(self, got, crash);
         }
         let at = self.at(crash);
         at.judge_blocks(got)?;
@@ -355,7 +362,7 @@ impl AtCrash<'_> {
     }
 }
 
-fn show(v: Option<u64>) -> String {
+pub(crate) fn show(v: Option<u64>) -> String {
     match v {
         None => "zeros".into(),
         Some(v) => format!("version {v}"),

@@ -95,7 +95,7 @@ fn check_region_size(size: u64) -> Result<()> {
 
 /// Refuse an existing image without `force`; with it, lock the old one (never replace an
 /// image another process has open).
-fn claim_existing(path: &Path, force: bool) -> Result<Option<File>> {
+pub(crate) fn claim_existing(path: &Path, force: bool) -> Result<Option<File>> {
     if !path.exists() {
         return Ok(None);
     }
@@ -112,7 +112,7 @@ fn claim_existing(path: &Path, force: bool) -> Result<Option<File>> {
 
 /// Open (or create) the backing file for a new cache, refusing to overwrite what its last
 /// block holds unless it is zeros or a detached cache's label.
-fn prepare_backing(o: &CreateOptions) -> Result<(FileDevice, bool)> {
+pub(crate) fn prepare_backing(o: &CreateOptions) -> Result<(FileDevice, bool)> {
     let p = o.backing;
     if !p.exists() {
         let size = o.backing_size.ok_or_else(|| {

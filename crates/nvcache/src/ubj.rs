@@ -116,7 +116,7 @@ pub struct Ubj<R: Region> {
     dropped_at_open: usize,
 }
 
-fn random_identity() -> u128 {
+pub(crate) fn random_identity() -> u128 {
     use std::hash::{BuildHasher, Hasher};
     let word = || {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();

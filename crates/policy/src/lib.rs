@@ -15,7 +15,13 @@
 //!   insertion order, an access sets a slot's reference bit, and the hand evicts the first slot
 //!   without one, clearing (and passing over) those it finds set. One full turn at most.
 //!
+//! - `lrw` (lrw.rs): least recently written, a write cache's destage order (NVFAT, seed 004):
+//!   only writes reorder; not a `PolicyKind` (it orders dirty data, not a replacement set).
+//!
 //! Every method is O(1) except omniscient's, which are O(log n) (an ordered set).
+
+mod lrw;
+pub use lrw::Lrw;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

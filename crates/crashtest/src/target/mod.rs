@@ -9,6 +9,7 @@
 
 pub mod nvcache;
 pub mod nvramdisk;
+pub mod wcache;
 
 use crate::oracle::Expect;
 use nvstack_core::blockdev::BlockDevice;

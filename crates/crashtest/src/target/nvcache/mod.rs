@@ -364,8 +364,9 @@ impl CrashTarget for UbjTarget {
 
 /// Flip one bit of a durable metadata word: an entry word of a slot holding a touched block,
 /// or a commit word. UBJ must refuse the image (entries and commit words check themselves), or
-/// read as if nothing happened (the other commit word covers a damaged one).
-fn media_fault(
+/// read as if nothing happened (the other commit word covers a damaged one). The write cache
+/// (target/wcache) shares it: its table and commit words are laid out as UBJ's.
+pub(crate) fn media_fault(
     img: &SimRegion,
     layout: &Layout,
     touched: &[u64],

@@ -81,6 +81,7 @@ impl<'a> Recorder<'a> {
                     states: vec![initial],
                     commits: Vec::new(),
                 }),
+                ordered: false,
             },
             version,
             marks: Vec::new(),

@@ -1,0 +1,296 @@
+//! FAT-aware admission (`--admit fat-metadata`): the metadata of a FAT12/16/32 volume that
+//! starts at block 0, found from its boot sector (reserved sectors, every FAT copy, the
+//! FAT12/16 root directory) plus the clusters of every directory, found by walking the tree
+//! from the root. NVFAT (seed 004) caches exactly these: "the FAT and the MSDOS DIR ENTRY".
+//!
+//! The walk reads through a closure (the write cache passes its own read path, so cached
+//! sectors count), and is redone whenever a write touches the metadata, so that a directory
+//! made since the last walk is admitted from then on. A misclassified block costs speed only:
+//! writes to cached blocks always go to the cache.
+
+use nvstack_core::error::{Error, Result};
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+/// Reads `buf.len()` bytes of the volume at byte offset `off`.
+pub type ReadAt<'a> = dyn FnMut(u64, &mut [u8]) -> Result<()> + 'a;
+
+/// The FAT type, by cluster count (Microsoft's rule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum FatType {
+    Fat12,
+    Fat16,
+    Fat32,
+}
+
+/// The boot sector's geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bpb {
+    pub bytes_per_sector: u64,
+    pub sectors_per_cluster: u64,
+    pub reserved: u64,
+    pub fats: u64,
+    pub fat_sectors: u64,
+    pub root_dir_sectors: u64,
+    pub total_sectors: u64,
+    pub root_cluster: u64,
+    pub kind: FatType,
+    pub clusters: u64,
+}
+
+impl Bpb {
+    /// Parse the first 512 bytes of block 0, refusing a partition table and anything that is
+    /// not a FAT boot sector, naming why.
+    pub fn parse(b: &[u8]) -> Result<Bpb> {
+        let u16_at = |o: usize| u64::from(u16::from_le_bytes([b[o], b[o + 1]]));
+        let u32_at = |o: usize| u64::from(u32::from_le_bytes(b[o..o + 4].try_into().unwrap()));
+        let signed = b[510] == 0x55 && b[511] == 0xAA;
+        let jump = b[0] == 0xEB || b[0] == 0xE9;
+        let bps = u16_at(11);
+        let spc = u64::from(b[13]);
+        let bpb_ok = jump
+            && [512, 1024, 2048, 4096].contains(&bps)
+            && spc.is_power_of_two()
+            && u16_at(14) >= 1
+            && b[16] >= 1;
+        if !bpb_ok {
+            let partitioned = signed && (0..4).any(|i| b[446 + 16 * i + 4] != 0);
+            return Err(Error::bad(if partitioned {
+                "--admit fat-metadata: block 0 holds a partition table, not a FAT boot sector; \
+                 the volume must start at block 0 (make it with mkfs.fat on the whole device), \
+                 or give --admit LBA..LBA ranges"
+            } else {
+                "--admit fat-metadata: block 0 is not a FAT boot sector (no jump, or a BIOS \
+                 parameter block out of range)"
+            }));
+        }
+        let fat_sectors = if u16_at(22) != 0 {
+            u16_at(22)
+        } else {
+            u32_at(36)
+        };
+        let total = if u16_at(19) != 0 {
+            u16_at(19)
+        } else {
+            u32_at(32)
+        };
+        let root_dir_sectors = (u16_at(17) * 32).div_ceil(bps);
+        let data_start = u16_at(14) + u64::from(b[16]) * fat_sectors + root_dir_sectors;
+        if fat_sectors == 0 || total <= data_start {
+            return Err(Error::bad(format!(
+                "--admit fat-metadata: a FAT of {fat_sectors} sectors and {total} sectors in \
+                 all leave no data region"
+            )));
+        }
+        let clusters = (total - data_start) / spc;
+        let kind = match clusters {
+            0..4085 => FatType::Fat12,
+            4085..65525 => FatType::Fat16,
+            _ => FatType::Fat32,
+        };
+        Ok(Bpb {
+            bytes_per_sector: bps,
+            sectors_per_cluster: spc,
+            reserved: u16_at(14),
+            fats: u64::from(b[16]),
+            fat_sectors,
+            root_dir_sectors,
+            total_sectors: total,
+            root_cluster: if kind == FatType::Fat32 {
+                u32_at(44)
+            } else {
+                0
+            },
+            kind,
+            clusters,
+        })
+    }
+
+    fn data_start(&self) -> u64 {
+        self.reserved + self.fats * self.fat_sectors + self.root_dir_sectors
+    }
+
+    /// Byte range of cluster `c` (2 and up).
+    fn cluster_bytes(&self, c: u64) -> Range<u64> {
+        let bps = self.bytes_per_sector;
+        let start = (self.data_start() + (c - 2) * self.sectors_per_cluster) * bps;
+        start..start + self.sectors_per_cluster * bps
+    }
+
+    /// The FAT entry of cluster `c` in the FAT's bytes.
+    fn entry(&self, fat: &[u8], c: u64) -> u64 {
+        let c = c as usize;
+        match self.kind {
+            FatType::Fat12 => {
+                let o = c + c / 2;
+                let v = u64::from(u16::from_le_bytes([fat[o], fat[o + 1]]));
+                if c.is_multiple_of(2) {
+                    v & 0xFFF
+                } else {
+                    v >> 4
+                }
+            }
+            FatType::Fat16 => u64::from(u16::from_le_bytes([fat[2 * c], fat[2 * c + 1]])),
+            FatType::Fat32 => {
+                u64::from(u32::from_le_bytes(
+                    fat[4 * c..4 * c + 4].try_into().unwrap(),
+                )) & 0x0FFF_FFFF
+            }
+        }
+    }
+
+    /// The clusters of the chain from `first` (stops at its end, a free or out-of-range entry,
+    /// or a loop).
+    fn chain(&self, fat: &[u8], first: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut c = first;
+        while (2..self.clusters + 2).contains(&c) && out.len() as u64 <= self.clusters {
+            out.push(c);
+            c = self.entry(fat, c);
+        }
+        out
+    }
+}
+
+/// The blocks a FAT volume's metadata occupies, as last walked.
+#[derive(Clone, Debug)]
+pub struct FatMap {
+    pub bpb: Bpb,
+    /// Sorted, disjoint block ranges (in the cache's blocks).
+    ranges: Vec<Range<u64>>,
+    /// Directories found by the last walk (the root counts).
+    pub directories: u64,
+}
+
+impl FatMap {
+    /// Walk the volume through `read` and map its metadata to blocks of `block_bytes`.
+    pub fn build(read: &mut ReadAt<'_>, block_bytes: u64, blocks: u64) -> Result<FatMap> {
+        let mut boot = vec![0u8; 512];
+        read(0, &mut boot)?;
+        let bpb = Bpb::parse(&boot)?;
+        let bps = bpb.bytes_per_sector;
+        if bpb.total_sectors * bps > blocks * block_bytes {
+            return Err(Error::bad(format!(
+                "--admit fat-metadata: the volume's {} sectors of {bps} B are longer than the \
+                 device",
+                bpb.total_sectors
+            )));
+        }
+        let fixed = 0..bpb.data_start() * bps;
+        let mut fat = vec![0u8; (bpb.fat_sectors * bps) as usize];
+        read(bpb.reserved * bps, &mut fat)?;
+        let mut bytes = vec![fixed];
+        let directories = walk(&bpb, &fat, read, &mut bytes)?;
+        Ok(FatMap {
+            bpb,
+            ranges: to_blocks(&bytes, block_bytes),
+            directories,
+        })
+    }
+
+    pub fn admits(&self, lba: u64) -> bool {
+        crate::admit::in_ranges(&self.ranges, lba)
+    }
+
+    pub fn ranges(&self) -> Vec<Range<u64>> {
+        self.ranges.clone()
+    }
+}
+
+/// Walk every directory from the root, adding each directory cluster's bytes to `out`;
+/// returns the number of directories.
+fn walk(bpb: &Bpb, fat: &[u8], read: &mut ReadAt<'_>, out: &mut Vec<Range<u64>>) -> Result<u64> {
+    let bps = bpb.bytes_per_sector;
+    let mut todo: Vec<Vec<u64>> = Vec::new();
+    let mut seen: BTreeSet<u64> = BTreeSet::new();
+    let mut dirs = 1;
+    let root: Vec<Range<u64>> = if bpb.kind == FatType::Fat32 {
+        let chain = bpb.chain(fat, bpb.root_cluster);
+        seen.extend(&chain);
+        chain.iter().map(|&c| bpb.cluster_bytes(c)).collect()
+    } else {
+        let start = (bpb.reserved + bpb.fats * bpb.fat_sectors) * bps;
+        std::iter::once(start..start + bpb.root_dir_sectors * bps).collect()
+    };
+    out.extend(root.iter().cloned());
+    let mut pending = vec![root];
+    while let Some(parts) = pending.pop() {
+        for r in parts {
+            let mut buf = vec![0u8; (r.end - r.start) as usize];
+            read(r.start, &mut buf)?;
+            subdirectories(&buf, &mut todo);
+        }
+        for first in todo.drain(..).flatten() {
+            if !seen.insert(first) {
+                continue;
+            }
+            let chain = bpb.chain(fat, first);
+            seen.extend(&chain);
+            dirs += 1;
+            let parts: Vec<Range<u64>> = chain.iter().map(|&c| bpb.cluster_bytes(c)).collect();
+            out.extend(parts.iter().cloned());
+            pending.push(parts);
+        }
+    }
+    Ok(dirs)
+}
+
+/// The first clusters of the subdirectories a directory's bytes list (not "." or "..").
+fn subdirectories(buf: &[u8], out: &mut Vec<Vec<u64>>) {
+    for e in buf.chunks_exact(32) {
+        match e[0] {
+            0x00 => return, // the end of the directory
+            0xE5 | b'.' => continue,
+            _ => {}
+        }
+        let attr = e[11];
+        if attr == 0x0F || attr & 0x08 != 0 || attr & 0x10 == 0 {
+            continue; // a long-name part, a volume label, or a file
+        }
+        let hi = u64::from(u16::from_le_bytes([e[20], e[21]]));
+        let lo = u64::from(u16::from_le_bytes([e[26], e[27]]));
+        out.push(vec![hi << 16 | lo]);
+    }
+}
+
+/// Byte ranges to sorted, merged block ranges of `block_bytes`.
+fn to_blocks(bytes: &[Range<u64>], block_bytes: u64) -> Vec<Range<u64>> {
+    let mut rs: Vec<Range<u64>> = bytes
+        .iter()
+        .filter(|r| r.start < r.end)
+        .map(|r| r.start / block_bytes..r.end.div_ceil(block_bytes))
+        .collect();
+    rs.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<u64>> = Vec::new();
+    for r in rs {
+        match merged.last_mut() {
+            Some(m) if r.start <= m.end => m.end = m.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_table_is_refused_with_a_message() {
+        let mut b = vec![0u8; 512];
+        b[510] = 0x55;
+        b[511] = 0xAA;
+        b[446 + 4] = 0x0C; // a FAT32 LBA partition entry
+        let e = Bpb::parse(&b).unwrap_err().to_string();
+        assert!(e.contains("partition table"), "{e}");
+        b[446 + 4] = 0;
+        let e = Bpb::parse(&b).unwrap_err().to_string();
+        assert!(e.contains("not a FAT boot sector"), "{e}");
+    }
+
+    #[test]
+    fn byte_ranges_become_merged_block_ranges() {
+        let r = to_blocks(&[0..1024, 1000..1500, 4096..4097], 512);
+        assert_eq!(r, vec![0..3, 8..9]);
+    }
+}

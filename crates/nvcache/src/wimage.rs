@@ -1,0 +1,216 @@
+//! Write cache images: the region kept in a file (as UBJ's, image.rs), with the backing file's
+//! absolute path recorded inside it (docs/format.md 12.2). Everything plain reads can validate
+//! is validated before anything is mapped; a refused open or create changes nothing. Every
+//! open locks the image and the backing file (exclusive for writers, shared for readers).
+
+use crate::backing::FileDevice;
+use crate::format::{decode_path, encode_path, Settings, SLOTS_MIN};
+use crate::image::{claim_existing, prepare_backing, CreateOptions};
+use crate::wformat::{Admit, WcLayout, WcSettings, WcSuperblock, WC_PATH_BYTES, WC_PATH_OFF};
+use crate::writecache::{create_wc, WriteCache};
+use nvstack_core::error::{Error, Result};
+use nvstack_core::lock::{lock_file, open_file};
+use nvstack_pmem::mmap::allocate_file;
+use nvstack_pmem::{Access, MmapRegion, Region};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A write cache on a mapped image file.
+pub type WcImage = WriteCache<MmapRegion>;
+
+/// What `create_wc_image` makes.
+pub struct WcCreateOptions<'a> {
+    /// Bytes of NVRAM: the image file's length.
+    pub size: u64,
+    pub sector_bytes: u32,
+    pub backing: &'a Path,
+    /// Create the backing file exporting this many bytes (plus one 4 KiB label block).
+    pub backing_size: Option<u64>,
+    pub settings: WcSettings,
+    pub admit: Admit,
+    pub force: bool,
+}
+
+/// An opened write cache and the backing file it opened over.
+pub struct WcOpened {
+    pub cache: Arc<WcImage>,
+    pub backing: PathBuf,
+}
+
+/// Create a write cache image and label its backing file (created when absent).
+pub fn create_wc_image(path: &Path, o: &WcCreateOptions) -> Result<(WcSuperblock, PathBuf, bool)> {
+    o.settings.validate()?;
+    if !crate::wformat::valid_sector(o.sector_bytes) {
+        return Err(Error::bad(format!(
+            "--sector {}: 512 (the seed's) or 4096 (the backing device's block)",
+            o.sector_bytes
+        )));
+    }
+    if !o.size.is_multiple_of(4096) || WcLayout::fitting(o.size, o.sector_bytes).is_none() {
+        return Err(Error::bad(format!(
+            "cache size {} bytes: must be a multiple of 4096 holding at least {SLOTS_MIN} slots \
+             of {} bytes and their table (at least {} bytes)",
+            o.size,
+            o.sector_bytes,
+            WcLayout::new(SLOTS_MIN, o.sector_bytes)
+                .region_bytes
+                .div_ceil(4096)
+                * 4096
+        )));
+    }
+    let _old = claim_existing(path, o.force)?;
+    let ubj_view = CreateOptions {
+        size: o.size,
+        backing: o.backing,
+        backing_size: o.backing_size,
+        settings: Settings::default(),
+        force: o.force,
+    };
+    let (backing, created) = prepare_backing(&ubj_view)?;
+    let abs = std::fs::canonicalize(o.backing)
+        .map_err(|e| Error::env(format!("{}: {e}", o.backing.display())))?;
+    let made = build(path, o, &backing, &abs);
+    if made.is_err() && created {
+        drop(backing);
+        let _ = std::fs::remove_file(o.backing);
+    }
+    Ok((made?, abs, created))
+}
+
+fn build(
+    path: &Path,
+    o: &WcCreateOptions,
+    backing: &FileDevice,
+    abs: &Path,
+) -> Result<WcSuperblock> {
+    let record = encode_path(&abs.to_string_lossy())?;
+    if record.len() > WC_PATH_BYTES {
+        return Err(Error::bad(format!(
+            "backing path {}: longer than the {} bytes a write cache image records",
+            abs.display(),
+            WC_PATH_BYTES - 8
+        )));
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::bad(format!("{}: not a file name", path.display())))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.nvstack-create-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| Error::env(format!("{}: cannot create: {e}", tmp.display())))?;
+    let made = (|| {
+        lock_file(&file, &tmp, "image", true)?;
+        allocate_file(&file, path, o.size)?;
+        let region = MmapRegion::map_file(file, path, Access::Shared)?;
+        region.write_nt(WC_PATH_OFF, &record);
+        let sb = create_wc(&region, backing, o.sector_bytes, o.settings, &o.admit)?;
+        drop(region);
+        std::fs::rename(&tmp, path).map_err(|e| {
+            Error::env(format!(
+                "{}: cannot move the new image into place: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(sb)
+    })();
+    if made.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    made
+}
+
+/// An image validated with plain reads: its superblock and recorded backing path.
+struct Validated {
+    file: File,
+    sb: WcSuperblock,
+    path_record: Result<PathBuf>,
+}
+
+fn validate(path: &Path, write: bool) -> Result<Validated> {
+    let file = open_file(path, write, "image")?;
+    lock_file(&file, path, "image", write)?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
+        .len();
+    let named = |e: Error| Error::bad(format!("{}: {e}", path.display()));
+    if len < 4096 {
+        return Err(named(Error::bad(format!(
+            "{len} bytes: not a write cache image"
+        ))));
+    }
+    let mut block = vec![0u8; 4096];
+    file.read_exact_at(&mut block, 0)
+        .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
+    let sb = WcSuperblock::decode(&block).map_err(named)?;
+    let need = sb.layout().region_bytes;
+    if len < need {
+        return Err(named(Error::bad(format!(
+            "{len} bytes, but its superblock's {} slots need {need} (a truncated copy?)",
+            sb.slots
+        ))));
+    }
+    let path_record = decode_path(&block[WC_PATH_OFF as usize..]).map(PathBuf::from);
+    Ok(Validated {
+        file,
+        sb,
+        path_record,
+    })
+}
+
+fn backing_path(v: &Validated, over: Option<&Path>) -> Result<PathBuf> {
+    match (over, &v.path_record) {
+        (Some(p), _) => Ok(p.to_path_buf()),
+        (None, Ok(p)) => Ok(p.clone()),
+        (None, Err(e)) => Err(Error::bad(format!(
+            "{e}; name the backing file with --backing"
+        ))),
+    }
+}
+
+/// Open a write cache for writing (exclusive locks, the region mapped shared, recovery run).
+pub fn open_wc_image(
+    path: &Path,
+    backing: Option<&Path>,
+    settings: Option<WcSettings>,
+) -> Result<WcOpened> {
+    let v = validate(path, true)?;
+    let bpath = backing_path(&v, backing)?;
+    let dev = FileDevice::open(&bpath)?;
+    let region = MmapRegion::map_file(v.file, path, Access::Shared)?;
+    let cache = WriteCache::open(Arc::new(region), Arc::new(dev), settings)
+        .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
+    Ok(WcOpened {
+        cache: Arc::new(cache),
+        backing: bpath,
+    })
+}
+
+/// Open a write cache for reading: shared locks, a private copy of the region (recovery stays
+/// in memory), the backing file read-only.
+pub fn open_wc_readonly(path: &Path, backing: Option<&Path>) -> Result<WcOpened> {
+    let v = validate(path, false)?;
+    let bpath = backing_path(&v, backing)?;
+    let dev = FileDevice::open_readonly(&bpath)?;
+    let region = MmapRegion::map_file(v.file, path, Access::PrivateCopy)?;
+    let cache = WriteCache::open(Arc::new(region), Arc::new(dev), None)
+        .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
+    Ok(WcOpened {
+        cache: Arc::new(cache),
+        backing: bpath,
+    })
+}
+
+/// Validate an image with plain reads (shared lock) and return its superblock.
+pub fn peek_wc(path: &Path) -> Result<WcSuperblock> {
+    Ok(validate(path, false)?.sb)
+}

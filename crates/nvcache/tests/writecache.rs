@@ -1,0 +1,211 @@
+//! The write cache (seed 004) at library level: writes durable in NVRAM on return, the hash
+//! index rebuilt at open, the seed's destage trigger and each policy's victim, dm-writecache's
+//! triggers, admission by ranges (bypass, write-through of cached blocks), tombstones, and the
+//! error state after a backing-device failure. Crashes are the crash checker's
+//! (crates/crashtest/src/target/wcache, `nvstack crashtest --cache write`).
+
+mod common;
+
+use common::MemDisk;
+use nvstack_core::blockdev::{BlockDevice, Durability};
+use nvstack_nvcache::wformat::{Admit, DestagePolicy, WcLayout, WcSettings};
+use nvstack_nvcache::{create_wc, WriteCache};
+use nvstack_pmem::crash::SimRegion;
+use std::sync::Arc;
+
+const S: usize = 512;
+
+fn sector(tag: u8) -> Vec<u8> {
+    (0..S).map(|i| (i as u8).wrapping_mul(7) ^ tag).collect()
+}
+
+/// A cache of `slots` 512-byte slots over a 16-block (128-sector) disk.
+fn fresh(
+    slots: u32,
+    settings: WcSettings,
+    admit: Admit,
+) -> (Arc<SimRegion>, Arc<MemDisk>, WriteCache<SimRegion>) {
+    let region = Arc::new(SimRegion::zeroed(WcLayout::new(slots, 512).region_bytes));
+    let disk = Arc::new(MemDisk::new(17));
+    create_wc(&*region, &*disk, 512, settings, &admit).unwrap();
+    let wc = WriteCache::open(region.clone(), disk.clone(), None).unwrap();
+    (region, disk, wc)
+}
+
+fn read(wc: &WriteCache<SimRegion>, lba: u64) -> Vec<u8> {
+    let mut b = vec![0u8; S];
+    wc.read_blocks(lba, &mut b).unwrap();
+    b
+}
+
+fn on_disk(disk: &MemDisk, lba: u64) -> Vec<u8> {
+    let b = disk.block(lba / 8);
+    let at = (lba % 8) as usize * S;
+    b[at..at + S].to_vec()
+}
+
+#[test]
+fn writes_are_cached_and_the_index_is_rebuilt_at_open() {
+    let (region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    assert_eq!(wc.caps().durability, Durability::OnReturn);
+    wc.write_blocks(3, &[sector(1), sector(2)].concat())
+        .unwrap();
+    wc.write_blocks(3, &sector(9)).unwrap();
+    assert_eq!(read(&wc, 3), sector(9));
+    assert_eq!(read(&wc, 4), sector(2));
+    assert_eq!(on_disk(&disk, 3), vec![0u8; S], "not destaged");
+    let k = wc.stats();
+    assert_eq!(
+        (k.write_blocks, k.write_allocated, k.write_hits_committed),
+        (3, 2, 1)
+    );
+    assert_eq!((k.read_blocks, k.read_hits), (2, 2));
+    drop(wc);
+    // No close, no flush: the NVRAM alone holds the blocks, and open finds them.
+    let wc = WriteCache::open(region, disk.clone(), None).unwrap();
+    assert_eq!(wc.cached_blocks(), 2);
+    assert_eq!(read(&wc, 3), sector(9));
+    wc.discard_blocks(4, 1).unwrap();
+    assert_eq!(read(&wc, 4), vec![0u8; S], "a tombstone reads zeros");
+    assert_eq!(wc.writeback().unwrap(), 2);
+    assert_eq!(on_disk(&disk, 3), sector(9));
+    assert_eq!(on_disk(&disk, 4), vec![0u8; S]);
+    assert_eq!(wc.cached_blocks(), 0);
+    assert_eq!(wc.stats().destaged_writeback, 2);
+}
+
+#[test]
+fn the_seeds_trigger_destages_the_least_recently_written_block_only() {
+    let (_, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    // 15 blocks fill the cache (the 16th slot is the spare an overwrite lands in).
+    for lba in 0..15 {
+        wc.write_blocks(lba, &sector(lba as u8)).unwrap();
+    }
+    wc.write_blocks(0, &sector(100)).unwrap(); // block 0 is now the most recently written
+    assert_eq!(wc.stats().destaged_room, 0, "an overwrite needs no room");
+    for lba in 0..8 {
+        let _ = read(&wc, 14 - lba); // reads do not reorder LRW
+    }
+    wc.write_blocks(40, &sector(40)).unwrap();
+    wc.write_blocks(41, &sector(41)).unwrap();
+    let k = wc.stats();
+    assert_eq!(k.destaged_room, 2, "one block per new block");
+    assert_eq!(k.writes_blocked_on_freelist, 2);
+    assert!(
+        !wc.is_cached(1) && !wc.is_cached(2),
+        "the least recently written"
+    );
+    assert!(wc.is_cached(0) && wc.is_cached(3));
+    assert_eq!(on_disk(&disk, 1), sector(1));
+    assert_eq!(read(&wc, 1), sector(1), "read from the backing device");
+}
+
+#[test]
+fn each_policy_picks_its_own_victim() {
+    let victim = |policy| {
+        let s = WcSettings {
+            policy,
+            ..WcSettings::default()
+        };
+        let (_, _, wc) = fresh(16, s, Admit::All);
+        for lba in 0..15 {
+            wc.write_blocks(lba, &sector(1)).unwrap();
+        }
+        let _ = read(&wc, 0); // a use for LRU and CLOCK, not a write for LRW
+        wc.write_blocks(50, &sector(2)).unwrap();
+        (0..15).find(|&l| !wc.is_cached(l))
+    };
+    assert_eq!(
+        victim(DestagePolicy::Lrw),
+        Some(0),
+        "written least recently"
+    );
+    assert_eq!(
+        victim(DestagePolicy::Lru),
+        Some(1),
+        "block 0 was read since"
+    );
+    assert_eq!(
+        victim(DestagePolicy::Clock),
+        Some(1),
+        "block 0's second chance"
+    );
+    assert!(victim(DestagePolicy::Random).is_some());
+}
+
+#[test]
+fn watermarks_destage_neighbours_together_and_max_age_and_the_cleaner_empty_the_cache() {
+    let s = WcSettings {
+        high_watermark_pct: 50,
+        low_watermark_pct: 25,
+        writeback_jobs: 2,
+        ..WcSettings::default()
+    };
+    let (_, disk, wc) = fresh(16, s, Admit::All);
+    wc.write_blocks(10, &[sector(1), sector(2), sector(3)].concat())
+        .unwrap();
+    wc.write_blocks(30, &sector(4).repeat(6)).unwrap();
+    // 9 of 16 used: above 50 %. The victim (block 10) takes its neighbours 11 and 12 along.
+    let k = wc.stats();
+    assert!(k.destaged_watermark >= 5, "{k:?}");
+    assert!(wc.cached_blocks() <= 4);
+    assert!(!wc.is_cached(10) && !wc.is_cached(11) && !wc.is_cached(12));
+    assert_eq!(on_disk(&disk, 12), sector(3));
+    let s = WcSettings {
+        max_age_ms: 1,
+        ..WcSettings::default()
+    };
+    let (_, _, wc) = fresh(16, s, Admit::All);
+    wc.write_blocks(1, &sector(1)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    wc.tick(std::time::Instant::now()).unwrap();
+    assert_eq!((wc.cached_blocks(), wc.stats().destaged_max_age), (0, 1));
+    let (_, _, wc) = fresh(16, WcSettings::default(), Admit::All);
+    wc.write_blocks(1, &sector(1)).unwrap();
+    wc.set_cleaner(true).unwrap();
+    wc.write_blocks(2, &sector(2)).unwrap(); // not cached: bypasses the cache
+    assert_eq!(wc.cached_blocks(), 0, "the cleaner destaged block 1");
+    assert_eq!(
+        (wc.stats().write_bypass, wc.stats().destaged_cleaner),
+        (1, 1)
+    );
+}
+
+#[test]
+fn ranges_admit_their_blocks_and_a_cached_block_is_never_left_stale() {
+    let (_, disk, wc) = fresh(16, WcSettings::default(), Admit::one_range(0..8));
+    assert_eq!(wc.caps().durability, Durability::OnFlush);
+    wc.write_blocks(6, &[sector(1), sector(2), sector(3)].concat())
+        .unwrap();
+    assert!(wc.is_cached(6) && wc.is_cached(7) && !wc.is_cached(8));
+    assert_eq!(
+        on_disk(&disk, 8),
+        sector(3),
+        "bypassed to the backing device"
+    );
+    assert_eq!(wc.stats().write_bypass, 1);
+    wc.set_cleaner(true).unwrap();
+    wc.write_blocks(30, &sector(9)).unwrap(); // the cleaner empties the cache after it
+    assert_eq!(read(&wc, 6), sector(1));
+    assert_eq!(on_disk(&disk, 6), sector(1));
+    wc.write_blocks(31, &sector(8)).unwrap(); // bypassed after the cleaner's last flush
+    let log = disk.log.lock().unwrap().len();
+    wc.flush_blocks().unwrap();
+    assert!(
+        disk.log.lock().unwrap().len() > log,
+        "a flush reaches the backing device"
+    );
+}
+
+#[test]
+fn a_backing_error_puts_the_cache_in_its_error_state_and_keeps_the_data() {
+    let (_, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    wc.write_blocks(1, &sector(5)).unwrap();
+    *disk.failing.lock().unwrap() = true;
+    let e = wc.writeback().unwrap_err().to_string();
+    assert!(e.contains("injected backing-device I/O error"), "{e}");
+    assert!(wc.error().is_some());
+    let e = wc.write_blocks(2, &sector(6)).unwrap_err().to_string();
+    assert!(e.contains("error state"), "{e}");
+    assert_eq!(read(&wc, 1), sector(5), "data kept");
+}
