@@ -68,7 +68,7 @@ const CLEAN: u64 = u64::MAX;
 const NV_BIT: u32 = 1 << 31;
 
 /// A client-cache model of section 2.1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Model {
     Volatile,
@@ -166,7 +166,7 @@ impl CacheConfig {
 }
 
 /// What a run counted. Every count is in blocks.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CacheStats {
     pub block_accesses: u64,
     pub reads: u64,

@@ -229,7 +229,7 @@ pub fn parse_timeout(text: &str) -> std::result::Result<Option<u64>, Invalid> {
 }
 
 /// What a segment holds, derived once from a valid config.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Geometry {
     pub block_bytes: u64,
     pub metadata_bytes: u64,
@@ -299,7 +299,7 @@ pub enum Cause {
 }
 
 /// What one run (one NVRAM size) counted. Byte counts are bytes; "data" is file data only.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LfsStats {
     pub nvram_bytes: u64,
     /// Segment writes of any kind: one disk write access each.
@@ -577,7 +577,7 @@ impl LfsWriter {
 }
 
 /// The trace-wide counts every run shares.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TraceCounts {
     pub block_accesses: u64,
     pub block_reads: u64,
@@ -665,7 +665,7 @@ impl Lfs {
 }
 
 /// Both runs of the comparison, from one pass over the trace.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LfsRun {
     pub geometry: Geometry,
     #[serde(flatten)]

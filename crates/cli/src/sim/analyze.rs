@@ -7,6 +7,7 @@ use clap::Args;
 use nvstack_core::error::{Error, Result};
 use nvstack_core::size::{format_size, parse_size};
 use nvstack_policy::PolicyKind;
+use nvstack_sim::analysis::grid::Grid;
 use nvstack_sim::analysis::tables::{
     bus_table, fate_rows, fate_table, lifetimes_table, models_table, points_table, policies_table,
     FateRow,
@@ -408,6 +409,10 @@ pub fn bus_cmd(a: BusArgs) -> Result<i32> {
 
 #[derive(Args)]
 pub struct SweepArgs {
+    /// A grid file (TOML: traces, formats, NVRAM sizes, seeds; docs/sim.md section 3) instead
+    /// of the flags below, which are the default grid.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["traces", "nvram", "seeds", "block_size"])]
+    grid: Option<PathBuf>,
     /// Traces as FILE:FORMAT, repeated (default: the two shared traces in --shared).
     #[arg(long = "trace", value_name = "FILE:FORMAT")]
     traces: Vec<String>,
@@ -450,6 +455,10 @@ fn parse_trace_arg(s: &str, block_size: u32) -> Result<TraceSpec> {
 }
 
 pub fn sweep_cmd(a: SweepArgs) -> Result<i32> {
+    if let Some(file) = &a.grid {
+        let grid = Grid::read(file)?;
+        return sweep_plan(&a, grid.plan(a.output.clone()), |e| grid.refused(&e));
+    }
     if !a.block_size.is_power_of_two() || !(512..=1 << 20).contains(&a.block_size) {
         return Err(Error::bad(format!(
             "--block-size {}: must be a power of two from 512 to 1048576",
@@ -468,13 +477,22 @@ pub fn sweep_cmd(a: SweepArgs) -> Result<i32> {
         seeds: a.seeds,
         output: a.output.clone(),
     };
+    sweep_plan(&a, plan, flags)
+}
+
+/// Run `plan` (from the flags or a grid file); `refused` words a setting the plan refuses.
+fn sweep_plan(
+    a: &SweepArgs,
+    plan: SweepPlan,
+    refused: impl Fn(nvstack_sim::field::Invalid) -> Error,
+) -> Result<i32> {
     std::fs::create_dir_all(&plan.output).map_err(|e| {
         Error::env(format!(
             "--output {}: cannot create: {e}",
             plan.output.display()
         ))
     })?;
-    plan.jobs().map_err(flags)?;
+    plan.jobs().map_err(refused)?;
     let report = sweep(&plan, &Bars::new(Look::Sim, true))?;
     if a.json {
         crate::print_json(&report)?;
