@@ -664,6 +664,46 @@ impl Lfs {
     }
 }
 
+/// One comparison as `nvstack sim lfs --json` prints it and the Python package's
+/// `nvstack.sim.lfs` returns it: the settings, the trace's counts and both runs.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LfsReport {
+    pub trace: String,
+    pub format: crate::trace::TraceFormat,
+    #[serde(flatten)]
+    pub config: LfsConfig,
+    pub cleaner_period_s: u64,
+    pub requests: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub skipped_lines: u64,
+    #[serde(flatten)]
+    pub run: LfsRun,
+}
+
+impl LfsReport {
+    /// The report of `run`, read from `src` (its counts are taken after the run).
+    pub fn new(
+        trace: &std::path::Path,
+        format: crate::trace::TraceFormat,
+        config: LfsConfig,
+        src: &crate::trace::BlockAccesses,
+        run: LfsRun,
+    ) -> LfsReport {
+        LfsReport {
+            trace: trace.display().to_string(),
+            format,
+            config,
+            cleaner_period_s: CLEANER_PERIOD_S,
+            requests: src.requests,
+            read_bytes: src.read_bytes,
+            write_bytes: src.write_bytes,
+            skipped_lines: src.skipped_lines(),
+            run,
+        }
+    }
+}
+
 /// Both runs of the comparison, from one pass over the trace.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LfsRun {
