@@ -10,8 +10,8 @@ use nvstack_core::Progress;
 use nvstack_policy::PolicyKind;
 use nvstack_sim::analysis::grid::Grid;
 use nvstack_sim::analysis::{
-    self, csv_table, lifetimes, model_points, nvram_grid_default, nvram_size_points,
-    policy_points, run_points, sweep_records, write_results, PointSpec, TaskResult, TraceSpec,
+    self, csv_table, lifetimes, model_points, nvram_grid_default, nvram_size_points, policy_points,
+    run_points, sweep_records, write_results, PointSpec, TaskResult, TraceSpec,
 };
 use nvstack_sim::cache::{CacheConfig, CacheReport, Model, DELAYED_WRITEBACK_DEFAULT_S};
 use nvstack_sim::field::Invalid;
@@ -23,9 +23,24 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::{Path, PathBuf};
 
-create_exception!(_native, BadInput, PyValueError, "Bad input: an argument, a trace line, a grid file (the CLI's exit 2).");
-create_exception!(_native, EnvironmentFault, PyOSError, "The environment failed: a file could not be read or written (the CLI's exit 3).");
-create_exception!(_native, Finding, PyRuntimeError, "A finding (the CLI's exit 1).");
+create_exception!(
+    _native,
+    BadInput,
+    PyValueError,
+    "Bad input: an argument, a trace line, a grid file (the CLI's exit 2)."
+);
+create_exception!(
+    _native,
+    EnvironmentFault,
+    PyOSError,
+    "The environment failed: a file could not be read or written (the CLI's exit 3)."
+);
+create_exception!(
+    _native,
+    Finding,
+    PyRuntimeError,
+    "A finding (the CLI's exit 1)."
+);
 
 /// A workspace error as the Python exception of its exit code.
 fn py_err(e: Error) -> PyErr {
@@ -363,7 +378,9 @@ fn analysis_points(
     let one_volatile = || -> PyResult<u64> {
         match volatile {
             [v] => Ok(*v),
-            _ => Err(BadInput::new_err(format!("{which}: give one volatile size"))),
+            _ => Err(BadInput::new_err(format!(
+                "{which}: give one volatile size"
+            ))),
         }
     };
     let r = match which {
@@ -430,10 +447,18 @@ fn grid(text: &str, file: &str, dir: &str) -> PyResult<Grid> {
 #[pyfunction]
 fn grid_tasks(text: &str, file: &str, dir: &str) -> PyResult<Vec<Vec<(String, String)>>> {
     let g = grid(text, file, dir)?;
-    let tasks = g.plan(PathBuf::new()).tasks().map_err(|e| py_err(g.refused(&e)))?;
+    let tasks = g
+        .plan(PathBuf::new())
+        .tasks()
+        .map_err(|e| py_err(g.refused(&e)))?;
     Ok(tasks
         .iter()
-        .map(|t| t.params().into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+        .map(|t| {
+            t.params()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect()
+        })
         .collect())
 }
 
@@ -441,7 +466,10 @@ fn grid_tasks(text: &str, file: &str, dir: &str) -> PyResult<Vec<Vec<(String, St
 #[pyfunction]
 fn run_task(py: Python<'_>, text: &str, file: &str, dir: &str, index: usize) -> PyResult<String> {
     let g = grid(text, file, dir)?;
-    let tasks = g.plan(PathBuf::new()).tasks().map_err(|e| py_err(g.refused(&e)))?;
+    let tasks = g
+        .plan(PathBuf::new())
+        .tasks()
+        .map_err(|e| py_err(g.refused(&e)))?;
     let t = tasks.get(index).ok_or_else(|| {
         BadInput::new_err(format!("task {index}: the grid has {} tasks", tasks.len()))
     })?;
@@ -463,8 +491,8 @@ fn results(list: &[String]) -> PyResult<Vec<TaskResult>> {
 #[pyfunction]
 fn sweep_csv(text: &str, file: &str, dir: &str, task_results: Vec<String>) -> PyResult<String> {
     let g = grid(text, file, dir)?;
-    let (l, p, f) =
-        analysis::split_results(&g.plan(PathBuf::new()), results(&task_results)?).map_err(py_err)?;
+    let (l, p, f) = analysis::split_results(&g.plan(PathBuf::new()), results(&task_results)?)
+        .map_err(py_err)?;
     Ok(csv_table(&sweep_records(&l, &p, &f)))
 }
 
@@ -504,7 +532,11 @@ fn write_sweep(
     let report = py
         .detach(|| write_results(&plan, r, seconds))
         .map_err(py_err)?;
-    let mut files: Vec<String> = report.files.iter().map(|f| f.display().to_string()).collect();
+    let mut files: Vec<String> = report
+        .files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect();
     files.push(output.join("sweep.json").display().to_string());
     Ok(files)
 }

@@ -184,7 +184,8 @@ pub enum Task {
 pub enum TaskResult {
     Cache(Point),
     Lifetimes(Lifetimes),
-    Lfs(LfsRow),
+    /// Boxed: an LFS comparison is several times the size of a cache run.
+    Lfs(Box<LfsRow>),
 }
 
 impl SweepPlan {
@@ -211,7 +212,7 @@ impl Task {
         Ok(match self {
             Task::Cache(s, p) => TaskResult::Cache(super::run_point(s, p)?),
             Task::Lifetimes(s) => TaskResult::Lifetimes(lifetimes(s, &delays_default_ns())?),
-            Task::Lfs(s, fsync_every) => TaskResult::Lfs(lfs_row(s, *fsync_every)?),
+            Task::Lfs(s, fsync_every) => TaskResult::Lfs(Box::new(lfs_row(s, *fsync_every)?)),
         })
     }
 
@@ -266,7 +267,7 @@ pub fn split_results(
         match (t, r) {
             (Task::Cache(..), TaskResult::Cache(x)) => p.push(x),
             (Task::Lifetimes(_), TaskResult::Lifetimes(x)) => l.push(x),
-            (Task::Lfs(..), TaskResult::Lfs(x)) => f.push(x),
+            (Task::Lfs(..), TaskResult::Lfs(x)) => f.push(*x),
             (t, _) => {
                 return Err(Error::bad(format!(
                     "result {i}: not the result of task {:?}",
