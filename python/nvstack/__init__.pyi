@@ -3,6 +3,7 @@ from typing import Tuple
 from . import sim as sim
 from ._common import Lifetimes as Lifetimes, Points as Points, Result as Result
 from ._trace import Trace as Trace
+from ._device import Device as Device
 from .sweep import sweep as sweep
 
 class BadInput(ValueError):

@@ -1,9 +1,12 @@
 //! `nvstack._native`: the Python extension module under the `nvstack` package (python/). It
-//! binds the simulator's library (nvstack-sim) and nothing else: every function takes plain
+//! binds the simulator's library (nvstack-sim) and the nvramdisk device (`device.rs`): every
+//! function takes plain
 //! values, runs with the GIL released (`Python::detach`), and returns the JSON object the
 //! program's `--json` prints (the package parses it), so Python and the CLI share one
 //! serializer. Errors become `BadInput` (a ValueError: exit 2 in the CLI), `EnvironmentFault`
 //! (an OSError: exit 3) or `Finding` (a RuntimeError: exit 1).
+
+mod device;
 
 use nvstack_core::error::Error;
 use nvstack_core::Progress;
@@ -548,6 +551,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EnvironmentFault", py.get_type::<EnvironmentFault>())?;
     m.add("Finding", py.get_type::<Finding>())?;
     m.add_class::<Reader>()?;
+    m.add_class::<device::Device>()?;
     for f in [
         wrap_pyfunction!(stat, m)?,
         wrap_pyfunction!(cache_run, m)?,
