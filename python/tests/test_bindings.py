@@ -128,3 +128,25 @@ def test_bad_input_raises_clear_exceptions(tmp_path, tpcc):
         nvstack.sim.cache(t, model="volatile", volatile="8MiB")
     skipped = nvstack.Trace(bad, format="disksim", skip_bad_lines=True).stat()
     assert skipped.skipped_lines == 1
+
+
+def test_progress_reaches_python_through_the_workspace_callback(tpcc, capsys):
+    calls = []
+
+    class Recorder:
+        def start(self, label, total):
+            calls.append(("start", label, total))
+
+        def advance(self, n):
+            calls.append(("advance", n))
+
+        def finish(self):
+            calls.append(("finish",))
+
+    nvstack._native.analysis_run(tpcc.path, "disksim", 4096, False, None, "nvram-size", "unified", [], [0, 65536], 1, Recorder())
+    assert calls[0] == ("start", "nvram-size", 2) and calls[-1] == ("finish",)
+    assert sum(c[1] for c in calls if c[0] == "advance") == 2
+    # The package draws it as a tqdm bar on stderr.
+    nvstack.sim.nvram_size(tpcc, nvram=[0, "64KiB"], progress=True)
+    err = capsys.readouterr().err
+    assert "nvram-size" in err and "2/2" in err, err
