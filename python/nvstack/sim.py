@@ -125,3 +125,29 @@ def bus(
     return _points(
         trace, "bus", volatile=[size(volatile, "volatile")], grid=sizes(nvram, "nvram"), progress=progress
     )
+
+
+def fate(
+    trace: Trace,
+    volatile: Size = "8MiB",
+    nvram: Sequence[Size] = ("128KiB", "1MiB", "8MiB"),
+    policy: str = "lru",
+    progress: bool = True,
+) -> Result:
+    """The fate of written blocks (Table 2): ``nvstack sim fate --json``; ``to_pandas()``
+    gives a row per cache (the infinite NVRAM first)."""
+    r = Result.from_json(
+        _native.fate_run(
+            *_trace(trace), size(volatile, "volatile"), sizes(nvram, "nvram"), policy, Bar(progress)
+        )
+    )
+    return _Fate(r.to_dict())
+
+
+class _Fate(Result):
+    def to_pandas(self):
+        import pandas as pd
+
+        df = pd.DataFrame(self._data["rows"])
+        df.insert(0, "trace", self._data["trace"])
+        return df

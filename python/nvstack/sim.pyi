@@ -58,3 +58,12 @@ def bus(
     progress: bool = True,
 ) -> Points:
     """Section 2.6: ``nvstack sim bus --json``."""
+
+def fate(
+    trace: Trace,
+    volatile: Size = "8MiB",
+    nvram: Sequence[Size] = ("128KiB", "1MiB", "8MiB"),
+    policy: str = "lru",
+    progress: bool = True,
+) -> Result:
+    """Table 2: ``nvstack sim fate --json``; ``to_pandas()`` gives a row per cache."""

@@ -96,6 +96,9 @@ def test_analyses_equal_the_cli(nvstack_bin, tpcc):
         (nvstack.sim.models(t, added=nv, progress=False), ["models", "--added", "0,64KiB,1MiB"]),
         (nvstack.sim.bus(t, progress=False), ["bus"]),
     ]
+    fate = nvstack.sim.fate(t, nvram=["128KiB", "1MiB"], policy="omniscient", progress=False)
+    want = cli(nvstack_bin, "sim", "fate", *targs(t), "--nvram", "128KiB,1MiB", "--policy", "omniscient")
+    assert fate.to_dict() == want and len(fate.to_pandas()) == 3
     for points, args in pairs:
         want = cli(nvstack_bin, "sim", args[0], *targs(t), *args[1:])
         assert [p.to_dict() for p in points] == want, args[0]

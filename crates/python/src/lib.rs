@@ -367,6 +367,37 @@ fn lifetimes_run(
     json(&l)
 }
 
+/// `nvstack sim fate --json` (Table 2): the infinite NVRAM, then the unified model over
+/// `volatile` with each NVRAM size under `policy_name`.
+#[pyfunction]
+#[pyo3(signature = (path, format, block_size, skip_bad_lines, interarrival_us, volatile, nvram, policy_name, progress=None))]
+#[allow(clippy::too_many_arguments)]
+fn fate_run(
+    py: Python<'_>,
+    path: PathBuf,
+    format: &str,
+    block_size: u32,
+    skip_bad_lines: bool,
+    interarrival_us: Option<u64>,
+    volatile: u64,
+    nvram: Vec<u64>,
+    policy_name: &str,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<String> {
+    use nvstack_sim::analysis::tables::{fate_jobs, fate_rows, FateReport};
+    let s = spec(path, format, block_size, skip_bad_lines, interarrival_us)?;
+    let jobs = fate_jobs(&s, volatile, &nvram, policy(policy_name)?).map_err(py_invalid)?;
+    let bar = PyProgress(progress);
+    let report = py
+        .detach(|| -> nvstack_core::error::Result<FateReport> {
+            let l = lifetimes(&s, &[u64::MAX])?;
+            let points = run_points(&jobs, "fate", &bar)?;
+            Ok(FateReport::new(&s, fate_rows(&s, &l, &points)))
+        })
+        .map_err(py_err)?;
+    json(&report)
+}
+
 /// The grid of one analysis, by the CLI subcommand's name, with its settings.
 #[allow(clippy::too_many_arguments)]
 fn analysis_points(
@@ -558,6 +589,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(lfs_run, m)?,
         wrap_pyfunction!(lifetimes_run, m)?,
         wrap_pyfunction!(analysis_run, m)?,
+        wrap_pyfunction!(fate_run, m)?,
         wrap_pyfunction!(grid_tasks, m)?,
         wrap_pyfunction!(run_task, m)?,
         wrap_pyfunction!(sweep_csv, m)?,

@@ -9,13 +9,13 @@ use nvstack_core::size::{format_size, parse_size};
 use nvstack_policy::PolicyKind;
 use nvstack_sim::analysis::grid::Grid;
 use nvstack_sim::analysis::tables::{
-    bus_table, fate_rows, fate_table, lifetimes_table, models_table, points_table, policies_table,
-    FateRow,
+    bus_table, fate_jobs, fate_rows, fate_table, lifetimes_table, models_table, points_table,
+    policies_table, FateReport,
 };
 use nvstack_sim::analysis::{
     check_delays, delays_default_ns, lifetimes, model_points, nvram_grid_default,
-    nvram_size_points, policy_points, run_points, sweep, Figure, Point, PointSpec, SweepPlan,
-    TraceSpec, RANDOM_SEEDS_DEFAULT, SEEDS_MAX,
+    nvram_size_points, policy_points, run_points, sweep, Point, PointSpec, SweepPlan, TraceSpec,
+    RANDOM_SEEDS_DEFAULT, SEEDS_MAX,
 };
 use nvstack_sim::cache::Model;
 use nvstack_sim::figures;
@@ -159,32 +159,10 @@ pub struct FateArgs {
     plot: Option<PathBuf>,
 }
 
-#[derive(serde::Serialize)]
-struct FateReport {
-    trace: String,
-    write_bytes_note: &'static str,
-    rows: Vec<FateRow>,
-}
-
 pub fn fate_cmd(a: FateArgs) -> Result<i32> {
     let s = spec(&a.trace)?;
     let l = lifetimes(&s, &[u64::MAX])?;
-    let jobs = a
-        .nvram
-        .0
-        .iter()
-        .map(|&n| {
-            let mut ps = policy_points(&s, Model::Unified, a.volatile, &[n], 1).map_err(flags)?;
-            ps.retain(|p| p.config.policy == a.policy);
-            Ok(ps.into_iter().map(|mut p| {
-                p.figure = Figure::Fate;
-                (s.clone(), p)
-            }))
-        })
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .flatten()
-        .collect();
+    let jobs = fate_jobs(&s, a.volatile, &a.nvram.0, a.policy).map_err(flags)?;
     let points = run_grid(jobs, "fate")?;
     let rows = fate_rows(&s, &l, &points);
     if let Some(d) = &a.plot {
@@ -195,11 +173,7 @@ pub fn fate_cmd(a: FateArgs) -> Result<i32> {
         say_plots(&[path])?;
     }
     if a.json {
-        crate::print_json(&FateReport {
-            trace: s.name(),
-            write_bytes_note: "counts are block writes; a partial-block write counts a whole block",
-            rows,
-        })?;
+        crate::print_json(&FateReport::new(&s, rows))?;
     } else {
         crate::output::out(fate_table(&s.name(), &rows).as_bytes())?;
     }
