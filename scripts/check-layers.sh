@@ -60,6 +60,12 @@ only_nvstack nvstack-mcsim nvstack-core
 forbid nvstack-mcsim all "the committing simulator runs with no device" $devices
 forbid nvstack direct "only export speaks FUSE" fuser
 forbid nvstack direct "only plot draws figures" plotters
+# The Python extension binds the simulator and the nvramdisk device (nothing that exports,
+# caches or checks), and it alone speaks Python.
+only_nvstack nvstack-python nvstack-core nvstack-policy nvstack-sim nvstack-plot nvstack-nvramdisk nvstack-pmem
+for pkg in $members; do
+  [ "$pkg" = nvstack-python ] || forbid "$pkg" direct "only nvstack-python speaks Python" pyo3
+done
 
 if [ "$fail" -ne 0 ]; then
   echo "layering: the crate graph breaks the architecture invariants (ARCHITECTURE.md)" >&2

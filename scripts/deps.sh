@@ -54,3 +54,17 @@ if ! "$lcs_venv/bin/python" -c 'import libcachesim' >/dev/null 2>&1; then
     rm -rf "$lcs_venv"
   fi
 fi
+# The Python package (python/, crates/python): a venv of Debian's python3 under target/ with
+# maturin (builds the wheel), NumPy, pandas, tqdm, Dask's distributed scheduler and pytest,
+# made once; scripts/test.sh installs nvstack into it with pip and runs python/tests. If it
+# cannot be made, warn: scripts/test.sh then fails the Python tests, naming the venv.
+py_venv="$PWD/target/venv-python"
+py_pkgs=('maturin==1.16.0' 'numpy==2.4.6' 'pandas==3.1.1' 'tqdm==4.70.1' 'dask[distributed]==2026.8.0' 'pytest==9.2.0')
+if ! "$py_venv/bin/python" -c 'import maturin, numpy, pandas, tqdm, distributed, pytest' >/dev/null 2>&1; then
+  rm -rf "$py_venv"
+  if ! { /usr/bin/python3 -m venv "$py_venv" &&
+    "$py_venv/bin/pip" install -q --disable-pip-version-check "${py_pkgs[@]}"; }; then
+    echo "warning: could not make $py_venv: the Python package's tests will fail" >&2
+    rm -rf "$py_venv"
+  fi
+fi

@@ -25,10 +25,30 @@ fi
 NVSTACK_BIN="$PWD/target/release/nvstack" NVSTACK_SQLITE_EXT="$PWD/target/release/libnvstack_sqlite.so" \
   cargo test --locked --workspace --all-targets --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
-set -e
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$log" | awk '{s+=$6} END {print s+0}')
 skipped=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed; [0-9]+ ignored' "$log" | awk '{s+=$8} END {print s+0}')
+# The Python package: built into the venv of scripts/deps.sh by one pip command from the
+# repository (maturin builds the abi3 wheel), then pytest (python/tests). Its counts join the
+# closing line; a package that does not build or install is one failure.
+pylog=$(mktemp)
+trap 'rm -f "$log" "$pylog"' EXIT
+if PATH="$PWD/target/venv-python/bin:$PATH" target/venv-python/bin/pip install -q --disable-pip-version-check \
+  --no-build-isolation --force-reinstall --no-deps . &&
+  (cd python/tests && NVSTACK_BIN="$PWD/../../target/release/nvstack" \
+    NVSTACK_SHARED_TRACES="$PWD/../../../shared/traces" \
+    ../../target/venv-python/bin/python -m pytest -q -p no:cacheprovider . 2>&1) | tee "$pylog"; then
+  :
+else
+  status=1
+fi
+py_line=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped)' "$pylog" | tail -1)
+py_count() { grep -Eo "[0-9]+ $1" <<<"$py_line" | awk '{s+=$1} END {print s+0}'; }
+passed=$((passed + $(py_count passed)))
+failed=$((failed + $(py_count failed) + $(py_count error)))
+skipped=$((skipped + $(py_count skipped)))
+[ -n "$py_line" ] || { echo "python tests: no pytest summary" >&2; failed=$((failed + 1)); status=1; }
+set -e
 echo
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 if [ "$passed" -eq 0 ]; then

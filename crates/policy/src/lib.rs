@@ -32,7 +32,7 @@ pub const NIL: u32 = u32::MAX;
 /// The next-write index of a block that is never written again.
 pub const NEVER: u64 = u64::MAX;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyKind {
     Lru,

@@ -68,7 +68,7 @@ const CLEAN: u64 = u64::MAX;
 const NV_BIT: u32 = 1 << 31;
 
 /// A client-cache model of section 2.1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Model {
     Volatile,
@@ -166,7 +166,7 @@ impl CacheConfig {
 }
 
 /// What a run counted. Every count is in blocks.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CacheStats {
     pub block_accesses: u64,
     pub reads: u64,
@@ -954,4 +954,54 @@ pub fn simulate_with(
         skipped_lines: src.skipped_lines(),
         stats: cache.finish(),
     })
+}
+
+/// One cache run as `nvstack sim cache --json` prints it and the Python package's
+/// `nvstack.sim.cache` returns it: the settings, the trace's counts and the statistics.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CacheReport {
+    pub trace: String,
+    pub format: crate::trace::TraceFormat,
+    pub block_bytes: u32,
+    pub model: Model,
+    pub policy: PolicyKind,
+    pub volatile_bytes: u64,
+    pub nvram_bytes: u64,
+    pub delayed_writeback_s: Option<u64>,
+    pub seed: u64,
+    pub requests: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub skipped_lines: u64,
+    #[serde(flatten)]
+    pub stats: CacheStats,
+}
+
+impl CacheReport {
+    /// The report of `run` over `trace` (read as `format` in blocks of `block_bytes`).
+    pub fn new(
+        trace: &std::path::Path,
+        format: crate::trace::TraceFormat,
+        block_bytes: u32,
+        run: CacheRun,
+    ) -> CacheReport {
+        let c = &run.config;
+        let b = u64::from(block_bytes);
+        CacheReport {
+            trace: trace.display().to_string(),
+            format,
+            block_bytes,
+            model: c.model,
+            policy: c.policy,
+            volatile_bytes: c.volatile_blocks * b,
+            nvram_bytes: c.nvram_blocks * b,
+            delayed_writeback_s: c.delayed_writeback_ns.map(|ns| ns / 1_000_000_000),
+            seed: c.seed,
+            requests: run.requests,
+            read_bytes: run.read_bytes,
+            write_bytes: run.write_bytes,
+            skipped_lines: run.skipped_lines,
+            stats: run.stats,
+        }
+    }
 }

@@ -229,7 +229,7 @@ pub fn parse_timeout(text: &str) -> std::result::Result<Option<u64>, Invalid> {
 }
 
 /// What a segment holds, derived once from a valid config.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Geometry {
     pub block_bytes: u64,
     pub metadata_bytes: u64,
@@ -299,7 +299,7 @@ pub enum Cause {
 }
 
 /// What one run (one NVRAM size) counted. Byte counts are bytes; "data" is file data only.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LfsStats {
     pub nvram_bytes: u64,
     /// Segment writes of any kind: one disk write access each.
@@ -577,7 +577,7 @@ impl LfsWriter {
 }
 
 /// The trace-wide counts every run shares.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TraceCounts {
     pub block_accesses: u64,
     pub block_reads: u64,
@@ -664,8 +664,48 @@ impl Lfs {
     }
 }
 
+/// One comparison as `nvstack sim lfs --json` prints it and the Python package's
+/// `nvstack.sim.lfs` returns it: the settings, the trace's counts and both runs.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LfsReport {
+    pub trace: String,
+    pub format: crate::trace::TraceFormat,
+    #[serde(flatten)]
+    pub config: LfsConfig,
+    pub cleaner_period_s: u64,
+    pub requests: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub skipped_lines: u64,
+    #[serde(flatten)]
+    pub run: LfsRun,
+}
+
+impl LfsReport {
+    /// The report of `run`, read from `src` (its counts are taken after the run).
+    pub fn new(
+        trace: &std::path::Path,
+        format: crate::trace::TraceFormat,
+        config: LfsConfig,
+        src: &crate::trace::BlockAccesses,
+        run: LfsRun,
+    ) -> LfsReport {
+        LfsReport {
+            trace: trace.display().to_string(),
+            format,
+            config,
+            cleaner_period_s: CLEANER_PERIOD_S,
+            requests: src.requests,
+            read_bytes: src.read_bytes,
+            write_bytes: src.write_bytes,
+            skipped_lines: src.skipped_lines(),
+            run,
+        }
+    }
+}
+
 /// Both runs of the comparison, from one pass over the trace.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LfsRun {
     pub geometry: Geometry,
     #[serde(flatten)]

@@ -7,14 +7,15 @@ use clap::Args;
 use nvstack_core::error::{Error, Result};
 use nvstack_core::size::{format_size, parse_size};
 use nvstack_policy::PolicyKind;
+use nvstack_sim::analysis::grid::Grid;
 use nvstack_sim::analysis::tables::{
-    bus_table, fate_rows, fate_table, lifetimes_table, models_table, points_table, policies_table,
-    FateRow,
+    bus_table, fate_jobs, fate_rows, fate_table, lifetimes_table, models_table, points_table,
+    policies_table, FateReport,
 };
 use nvstack_sim::analysis::{
     check_delays, delays_default_ns, lifetimes, model_points, nvram_grid_default,
-    nvram_size_points, policy_points, run_points, sweep, Figure, Point, PointSpec, SweepPlan,
-    TraceSpec, RANDOM_SEEDS_DEFAULT, SEEDS_MAX,
+    nvram_size_points, policy_points, run_points, sweep, Point, PointSpec, SweepPlan, TraceSpec,
+    RANDOM_SEEDS_DEFAULT, SEEDS_MAX,
 };
 use nvstack_sim::cache::Model;
 use nvstack_sim::figures;
@@ -158,32 +159,10 @@ pub struct FateArgs {
     plot: Option<PathBuf>,
 }
 
-#[derive(serde::Serialize)]
-struct FateReport {
-    trace: String,
-    write_bytes_note: &'static str,
-    rows: Vec<FateRow>,
-}
-
 pub fn fate_cmd(a: FateArgs) -> Result<i32> {
     let s = spec(&a.trace)?;
     let l = lifetimes(&s, &[u64::MAX])?;
-    let jobs = a
-        .nvram
-        .0
-        .iter()
-        .map(|&n| {
-            let mut ps = policy_points(&s, Model::Unified, a.volatile, &[n], 1).map_err(flags)?;
-            ps.retain(|p| p.config.policy == a.policy);
-            Ok(ps.into_iter().map(|mut p| {
-                p.figure = Figure::Fate;
-                (s.clone(), p)
-            }))
-        })
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .flatten()
-        .collect();
+    let jobs = fate_jobs(&s, a.volatile, &a.nvram.0, a.policy).map_err(flags)?;
     let points = run_grid(jobs, "fate")?;
     let rows = fate_rows(&s, &l, &points);
     if let Some(d) = &a.plot {
@@ -194,11 +173,7 @@ pub fn fate_cmd(a: FateArgs) -> Result<i32> {
         say_plots(&[path])?;
     }
     if a.json {
-        crate::print_json(&FateReport {
-            trace: s.name(),
-            write_bytes_note: "counts are block writes; a partial-block write counts a whole block",
-            rows,
-        })?;
+        crate::print_json(&FateReport::new(&s, rows))?;
     } else {
         crate::output::out(fate_table(&s.name(), &rows).as_bytes())?;
     }
@@ -408,6 +383,10 @@ pub fn bus_cmd(a: BusArgs) -> Result<i32> {
 
 #[derive(Args)]
 pub struct SweepArgs {
+    /// A grid file (TOML: traces, formats, NVRAM sizes, seeds; docs/sim.md section 3) instead
+    /// of the flags below, which are the default grid.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["traces", "nvram", "seeds", "block_size"])]
+    grid: Option<PathBuf>,
     /// Traces as FILE:FORMAT, repeated (default: the two shared traces in --shared).
     #[arg(long = "trace", value_name = "FILE:FORMAT")]
     traces: Vec<String>,
@@ -451,6 +430,10 @@ fn parse_trace_arg(s: &str, block_size: u32) -> Result<TraceSpec> {
 }
 
 pub fn sweep_cmd(a: SweepArgs) -> Result<i32> {
+    if let Some(file) = &a.grid {
+        let grid = Grid::read(file)?;
+        return sweep_plan(&a, grid.plan(a.output.clone()), |e| grid.refused(&e));
+    }
     if !a.block_size.is_power_of_two() || !(512..=1 << 20).contains(&a.block_size) {
         return Err(Error::bad(format!(
             "--block-size {}: must be a power of two from 512 to 1048576",
@@ -469,13 +452,22 @@ pub fn sweep_cmd(a: SweepArgs) -> Result<i32> {
         seeds: a.seeds,
         output: a.output.clone(),
     };
+    sweep_plan(&a, plan, flags)
+}
+
+/// Run `plan` (from the flags or a grid file); `refused` words a setting the plan refuses.
+fn sweep_plan(
+    a: &SweepArgs,
+    plan: SweepPlan,
+    refused: impl Fn(nvstack_sim::field::Invalid) -> Error,
+) -> Result<i32> {
     std::fs::create_dir_all(&plan.output).map_err(|e| {
         Error::env(format!(
             "--output {}: cannot create: {e}",
             plan.output.display()
         ))
     })?;
-    plan.jobs().map_err(flags)?;
+    plan.jobs().map_err(refused)?;
     let report = sweep(&plan, &Bars::new(Look::Sim, true))?;
     if a.json {
         crate::print_json(&report)?;

@@ -4,10 +4,7 @@
 use crate::sim::TraceArgs;
 use nvstack_core::error::Result;
 use nvstack_core::size::format_size;
-use nvstack_sim::lfs::{
-    self, Geometry, LfsConfig, LfsRun, LfsStats, TraceCounts, CLEANER_PERIOD_S,
-};
-use nvstack_sim::trace::TraceFormat;
+use nvstack_sim::lfs::{self, Geometry, LfsConfig, LfsReport, LfsStats, TraceCounts};
 
 #[derive(clap::Args)]
 pub struct LfsArgs {
@@ -51,38 +48,13 @@ pub fn run(a: LfsArgs) -> Result<i32> {
     cfg.validate().map_err(crate::sim::flags)?;
     let mut src = a.trace.open()?;
     let run = lfs::simulate(&mut src, &cfg)?;
-    let report = LfsReport {
-        trace: a.trace.trace.display().to_string(),
-        format: a.trace.format,
-        config: cfg,
-        cleaner_period_s: CLEANER_PERIOD_S,
-        requests: src.requests,
-        read_bytes: src.read_bytes,
-        write_bytes: src.write_bytes,
-        skipped_lines: src.skipped_lines(),
-        run,
-    };
+    let report = LfsReport::new(&a.trace.trace, a.trace.format, cfg, &src, run);
     if a.json {
         crate::print_json(&report)?;
     } else {
         print_table(&report)?;
     }
     Ok(0)
-}
-
-#[derive(serde::Serialize)]
-struct LfsReport {
-    trace: String,
-    format: TraceFormat,
-    #[serde(flatten)]
-    config: LfsConfig,
-    cleaner_period_s: u64,
-    requests: u64,
-    read_bytes: u64,
-    write_bytes: u64,
-    skipped_lines: u64,
-    #[serde(flatten)]
-    run: LfsRun,
 }
 
 fn print_table(r: &LfsReport) -> Result<()> {

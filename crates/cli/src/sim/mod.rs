@@ -15,7 +15,7 @@ use nvstack_core::error::{Error, Result};
 use nvstack_core::size::format_size;
 use nvstack_policy::PolicyKind;
 use nvstack_sim::cache::{
-    self, CacheConfig, CacheRun, CacheStats, Model, DELAYED_WRITEBACK_DEFAULT_S,
+    self, CacheConfig, CacheReport, CacheRun, Model, DELAYED_WRITEBACK_DEFAULT_S,
 };
 use nvstack_sim::field::{Field, Invalid};
 use nvstack_sim::trace::{self, BlockAccesses, ReaderOptions, TraceFormat, BLOCK_BYTES_DEFAULT};
@@ -286,51 +286,16 @@ fn cache(a: CacheArgs) -> Result<i32> {
     cfg.validate().map_err(flags)?;
     let run = cache::simulate(&|| a.trace.open(), &cfg)?;
     if a.json {
-        crate::print_json(&CacheReport::new(&a, run))?;
+        crate::print_json(&CacheReport::new(
+            &a.trace.trace,
+            a.trace.format,
+            a.trace.block_size,
+            run,
+        ))?;
     } else {
         print_cache_table(&a, &run)?;
     }
     Ok(0)
-}
-
-#[derive(serde::Serialize)]
-struct CacheReport {
-    trace: String,
-    format: TraceFormat,
-    block_bytes: u32,
-    model: Model,
-    policy: PolicyKind,
-    volatile_bytes: u64,
-    nvram_bytes: u64,
-    delayed_writeback_s: Option<u64>,
-    seed: u64,
-    requests: u64,
-    read_bytes: u64,
-    write_bytes: u64,
-    skipped_lines: u64,
-    #[serde(flatten)]
-    stats: CacheStats,
-}
-
-impl CacheReport {
-    fn new(a: &CacheArgs, run: CacheRun) -> CacheReport {
-        CacheReport {
-            trace: a.trace.trace.display().to_string(),
-            format: a.trace.format,
-            block_bytes: a.trace.block_size,
-            model: a.model,
-            policy: a.policy,
-            volatile_bytes: a.volatile,
-            nvram_bytes: a.nvram,
-            delayed_writeback_s: run.config.delayed_writeback_ns.map(|ns| ns / 1_000_000_000),
-            seed: a.seed,
-            requests: run.requests,
-            read_bytes: run.read_bytes,
-            write_bytes: run.write_bytes,
-            skipped_lines: run.skipped_lines,
-            stats: run.stats,
-        }
-    }
 }
 
 fn print_cache_table(a: &CacheArgs, run: &CacheRun) -> Result<()> {

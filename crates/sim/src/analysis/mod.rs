@@ -9,10 +9,14 @@
 //! accesses. Every grid point is one [`cache::simulate`] run over the streamed trace; points
 //! run in parallel (rayon), one trace reader each.
 
+pub mod grid;
 mod sweep;
 pub mod tables;
 
-pub use sweep::{sweep, LfsRow, SweepPlan, SweepReport, LFS_FSYNC_EVERY, SEEDS_MAX};
+pub use sweep::{
+    split_results, sweep, sweep_records, write_results, LfsRow, SweepPlan, SweepReport, Task,
+    TaskResult, LFS_FSYNC_EVERY, SEEDS_MAX,
+};
 
 use crate::cache::{self, CacheConfig, CacheStats, Model, DELAYED_WRITEBACK_DEFAULT_S};
 use crate::field::{Field, Invalid};
@@ -106,7 +110,7 @@ pub fn check_delays(delays_ns: &[u64]) -> std::result::Result<(), Invalid> {
 }
 
 /// Figure 2 and Table 2 (infinite cache) in one pass.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Lifetimes {
     pub trace: String,
     pub block_accesses: u64,
@@ -212,7 +216,7 @@ pub fn lifetimes(spec: &TraceSpec, delays_ns: &[u64]) -> Result<Lifetimes> {
 }
 
 /// Which figure or table a grid point belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Figure {
     /// Table 2 with finite caches.
@@ -249,7 +253,7 @@ pub struct PointSpec {
 }
 
 /// One run's result, flat, as the sweep's CSV and JSON rows.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Point {
     pub trace: String,
     pub figure: Figure,

@@ -68,7 +68,7 @@ pub const LFS_FSYNC_EVERY: [Option<u64>; 4] = [None, Some(1), Some(10), Some(100
 
 /// One LFS comparison of the sweep: the paper's segment writer without and with a 512 KiB
 /// buffer, for one trace and one sync source.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LfsRow {
     /// The trace's file name.
     pub trace: String,
@@ -145,27 +145,192 @@ impl SweepPlan {
 pub fn sweep(plan: &SweepPlan, progress: &dyn Progress) -> Result<SweepReport> {
     let started = std::time::Instant::now();
     let jobs = plan.jobs()?;
-    let out = &plan.output;
-    std::fs::create_dir_all(out)
-        .map_err(|e| Error::env(format!("output {}: cannot create: {e}", out.display())))?;
+    std::fs::create_dir_all(&plan.output).map_err(|e| {
+        Error::env(format!(
+            "output {}: cannot create: {e}",
+            plan.output.display()
+        ))
+    })?;
     let lifetimes_all = lifetimes_of(&plan.traces, progress)?;
-    let mut points = run_points(&jobs, "sweep", progress)?;
+    let points = run_points(&jobs, "sweep", progress)?;
     let lfs = lfs_rows(&plan.traces, progress)?;
     assert_eq!(points.len(), jobs.len(), "one point per job, in order");
-    let twins = model_twins(&points);
-    points.extend(twins);
-    let mut files = Vec::new();
-    let records: Vec<CsvRecord> = points
+    write_report(
+        plan,
+        lifetimes_all,
+        points,
+        lfs,
+        started.elapsed().as_secs_f64(),
+    )
+}
+
+/// One unit of a sweep that runs on its own: a task of a distributed sweep (the Python
+/// package's `nvstack.sweep` runs each on a core or a cluster's worker). [`SweepPlan::tasks`]
+/// lists them; their results, in that order, make the same files as [`sweep`]
+/// ([`write_results`]).
+#[derive(Clone, Debug)]
+pub enum Task {
+    /// One cache run of the grid.
+    Cache(TraceSpec, PointSpec),
+    /// Figure 2 for one trace.
+    Lifetimes(TraceSpec),
+    /// One LFS comparison: a trace and a sync source.
+    Lfs(TraceSpec, Option<u64>),
+}
+
+/// What a [`Task`] computed; serialized (JSON) to travel from a worker.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TaskResult {
+    Cache(Point),
+    Lifetimes(Lifetimes),
+    /// Boxed: an LFS comparison is several times the size of a cache run.
+    Lfs(Box<LfsRow>),
+}
+
+impl SweepPlan {
+    /// Every task of the plan, in the order [`write_results`] takes their results: the cache
+    /// runs of [`SweepPlan::jobs`], the lifetime passes (one per trace), then the LFS
+    /// comparisons (each trace under each of [`LFS_FSYNC_EVERY`]).
+    pub fn tasks(&self) -> std::result::Result<Vec<Task>, Invalid> {
+        let mut tasks: Vec<Task> = self
+            .jobs()?
+            .into_iter()
+            .map(|(s, p)| Task::Cache(s, p))
+            .collect();
+        tasks.extend(self.traces.iter().cloned().map(Task::Lifetimes));
+        for s in &self.traces {
+            tasks.extend(LFS_FSYNC_EVERY.iter().map(|&n| Task::Lfs(s.clone(), n)));
+        }
+        Ok(tasks)
+    }
+}
+
+impl Task {
+    /// Run the task (in the calling thread).
+    pub fn run(&self) -> Result<TaskResult> {
+        Ok(match self {
+            Task::Cache(s, p) => TaskResult::Cache(super::run_point(s, p)?),
+            Task::Lifetimes(s) => TaskResult::Lifetimes(lifetimes(s, &delays_default_ns())?),
+            Task::Lfs(s, fsync_every) => TaskResult::Lfs(Box::new(lfs_row(s, *fsync_every)?)),
+        })
+    }
+
+    /// The task's parameters as (name, value), named as the result rows name them: what a
+    /// report of a failed task shows.
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Task::Cache(s, p) => {
+                let c = &p.config;
+                let b = u64::from(s.block_bytes);
+                vec![
+                    ("kind", "cache".into()),
+                    ("trace", s.name()),
+                    ("figure", p.figure.name().into()),
+                    ("model", c.model.name().into()),
+                    ("policy", c.policy.name().into()),
+                    ("seed", c.seed.to_string()),
+                    ("block_bytes", s.block_bytes.to_string()),
+                    ("volatile_bytes", (c.volatile_blocks * b).to_string()),
+                    ("nvram_bytes", (c.nvram_blocks * b).to_string()),
+                    ("writes_only", p.writes_only.to_string()),
+                ]
+            }
+            Task::Lifetimes(s) => vec![("kind", "lifetime".into()), ("trace", s.name())],
+            Task::Lfs(s, n) => vec![
+                ("kind", "lfs".into()),
+                ("trace", s.name()),
+                (
+                    "fsync_every",
+                    n.map_or_else(|| "off".to_string(), |n| n.to_string()),
+                ),
+            ],
+        }
+    }
+}
+
+/// The results of [`SweepPlan::tasks`], in order, split by kind (checked against the tasks).
+pub fn split_results(
+    plan: &SweepPlan,
+    results: Vec<TaskResult>,
+) -> Result<(Vec<Lifetimes>, Vec<Point>, Vec<LfsRow>)> {
+    let tasks = plan.tasks()?;
+    if tasks.len() != results.len() {
+        return Err(Error::bad(format!(
+            "{} results for {} tasks",
+            results.len(),
+            tasks.len()
+        )));
+    }
+    let (mut l, mut p, mut f) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, (t, r)) in tasks.iter().zip(results).enumerate() {
+        match (t, r) {
+            (Task::Cache(..), TaskResult::Cache(x)) => p.push(x),
+            (Task::Lifetimes(_), TaskResult::Lifetimes(x)) => l.push(x),
+            (Task::Lfs(..), TaskResult::Lfs(x)) => f.push(*x),
+            (t, _) => {
+                return Err(Error::bad(format!(
+                    "result {i}: not the result of task {:?}",
+                    t.params()
+                )))
+            }
+        }
+    }
+    Ok((l, p, f))
+}
+
+/// Write the files of [`sweep`] from the results of [`SweepPlan::tasks`] run elsewhere, in
+/// order; `seconds` is the sweep's wall time.
+pub fn write_results(
+    plan: &SweepPlan,
+    results: Vec<TaskResult>,
+    seconds: f64,
+) -> Result<SweepReport> {
+    let (l, p, f) = split_results(plan, results)?;
+    std::fs::create_dir_all(&plan.output).map_err(|e| {
+        Error::env(format!(
+            "output {}: cannot create: {e}",
+            plan.output.display()
+        ))
+    })?;
+    write_report(plan, l, p, f, seconds)
+}
+
+/// The rows of `sweep.csv`, in its order: the cache runs with Figure 5's twins last, the
+/// lifetime points, the LFS comparisons. `points` are the grid's runs, without twins.
+pub fn sweep_records(
+    lifetimes_all: &[Lifetimes],
+    points: &[Point],
+    lfs: &[LfsRow],
+) -> Vec<CsvRecord> {
+    points
         .iter()
+        .chain(model_twins(points).iter())
         .map(Point::csv_record)
         .chain(lifetimes_all.iter().flat_map(Lifetimes::csv_records))
         .chain(lfs.iter().map(LfsRow::csv_record))
-        .collect();
+        .collect()
+}
+
+/// Write every file of the sweep from its results: `sweep.csv`, `tables.txt`, the figures and
+/// `sweep.json`.
+fn write_report(
+    plan: &SweepPlan,
+    lifetimes_all: Vec<Lifetimes>,
+    mut points: Vec<Point>,
+    lfs: Vec<LfsRow>,
+    seconds: f64,
+) -> Result<SweepReport> {
+    let out = &plan.output;
+    let mut files = Vec::new();
+    let records = sweep_records(&lifetimes_all, &points, &lfs);
     files.push(write(out, "sweep.csv", &csv_table(&records))?);
+    let twins = model_twins(&points);
+    points.extend(twins);
     let tables = tables_text(&plan.traces, &lifetimes_all, &points, &lfs);
     files.push(write(out, "tables.txt", &tables)?);
     files.extend(figures_of(out, &lifetimes_all, &points)?);
-    let mut report = SweepReport {
+    let report = SweepReport {
         traces: plan
             .traces
             .iter()
@@ -173,14 +338,13 @@ pub fn sweep(plan: &SweepPlan, progress: &dyn Progress) -> Result<SweepReport> {
             .collect(),
         nvram_bytes: plan.nvram_bytes.clone(),
         seeds: plan.seeds,
-        seconds: 0.0,
+        seconds,
         lifetimes: lifetimes_all,
         points,
         lfs,
         files,
         tables,
     };
-    report.seconds = started.elapsed().as_secs_f64();
     let json =
         serde_json::to_string_pretty(&report).map_err(|e| Error::env(format!("json: {e}")))?;
     write(out, "sweep.json", &json)?;
@@ -220,21 +384,27 @@ fn lfs_rows(specs: &[TraceSpec], progress: &dyn Progress) -> Result<Vec<LfsRow>>
     let rows = jobs
         .par_iter()
         .map(|&(s, fsync_every)| {
-            let cfg = LfsConfig {
-                fsync_every,
-                ..LfsConfig::paper(s.block_bytes)
-            };
-            let run = lfs::simulate(s.open()?, &cfg)?;
+            let row = lfs_row(s, fsync_every);
             progress.advance(1);
-            Ok(LfsRow {
-                trace: s.name(),
-                fsync_every,
-                run,
-            })
+            row
         })
         .collect::<Result<Vec<_>>>();
     progress.finish();
     rows
+}
+
+/// One LFS comparison: trace `s` under the paper's segment writer, syncs from the trace's
+/// flags or after every `fsync_every`-th write request.
+fn lfs_row(s: &TraceSpec, fsync_every: Option<u64>) -> Result<LfsRow> {
+    let cfg = LfsConfig {
+        fsync_every,
+        ..LfsConfig::paper(s.block_bytes)
+    };
+    Ok(LfsRow {
+        trace: s.name(),
+        fsync_every,
+        run: lfs::simulate(s.open()?, &cfg)?,
+    })
 }
 
 /// The LRU runs of the policy grid are also Figure 5's NVRAM-model points: a twin of each,
@@ -458,6 +628,104 @@ mod tests {
                 .unwrap();
         assert_eq!(json["points"].as_array().unwrap().len(), 28);
         assert!(json.get("tables").is_none());
+    }
+
+    /// A JSON object's keys with nested objects flattened as `object_field` (how the CSV
+    /// names them).
+    fn flat_keys(v: &serde_json::Value) -> Vec<String> {
+        let mut keys = Vec::new();
+        for (k, x) in v.as_object().unwrap() {
+            match x.as_object() {
+                Some(_) => keys.extend(flat_keys(x).into_iter().map(|n| format!("{k}_{n}"))),
+                None => keys.push(k.clone()),
+            }
+        }
+        keys.sort();
+        keys
+    }
+
+    /// The record's columns but `kind`, sorted (serde_json's objects sort their keys).
+    fn columns(r: &CsvRecord) -> Vec<String> {
+        let mut c: Vec<String> = r.cells.iter().skip(1).map(|(c, _)| c.clone()).collect();
+        c.sort();
+        c
+    }
+
+    /// The row schema: each kind's CSV columns are its JSON object's fields, in order (the
+    /// Python package's DataFrames are built from the same records).
+    #[test]
+    fn csv_rows_and_json_objects_have_the_same_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = SweepPlan {
+            traces: vec![tiny_trace(dir.path())],
+            nvram_bytes: vec![0, 8192],
+            seeds: 1,
+            output: dir.path().join("out"),
+        };
+        let r = sweep(&plan, &nvstack_core::NoProgress).unwrap();
+        for p in &r.points {
+            let json = serde_json::to_value(p).unwrap();
+            assert_eq!(columns(&p.csv_record()), flat_keys(&json));
+        }
+        for f in &r.lfs {
+            let json = serde_json::to_value(f).unwrap();
+            assert_eq!(columns(&f.csv_record()), flat_keys(&json));
+        }
+        let l = &r.lifetimes[0];
+        let json_keys: Vec<String> = flat_keys(&serde_json::to_value(l).unwrap())
+            .into_iter()
+            .map(|k| {
+                if k == "delays_ns" {
+                    "delay_ns".into()
+                } else {
+                    k
+                }
+            })
+            .collect();
+        let mut json_keys = json_keys;
+        json_keys.sort();
+        for rec in l.csv_records() {
+            assert_eq!(columns(&rec), json_keys);
+        }
+    }
+
+    /// The tasks of a plan, run one at a time and their results sent through JSON, make the
+    /// same files as the sweep.
+    #[test]
+    fn tasks_run_apart_write_what_the_sweep_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut plan = SweepPlan {
+            traces: vec![tiny_trace(dir.path())],
+            nvram_bytes: vec![0, 8192],
+            seeds: 2,
+            output: dir.path().join("whole"),
+        };
+        let whole = sweep(&plan, &nvstack_core::NoProgress).unwrap();
+        let tasks = plan.tasks().unwrap();
+        assert_eq!(tasks.len(), 24 + 1 + LFS_FSYNC_EVERY.len());
+        let results: Vec<TaskResult> = tasks
+            .iter()
+            .map(|t| {
+                let json = serde_json::to_string(&t.run().unwrap()).unwrap();
+                serde_json::from_str(&json).unwrap()
+            })
+            .collect();
+        plan.output = dir.path().join("apart");
+        let apart = write_results(&plan, results.clone(), 0.0).unwrap();
+        assert_eq!(apart.tables, whole.tables);
+        assert_eq!(apart.files.len(), whole.files.len());
+        for f in &whole.files {
+            let name = f.file_name().unwrap();
+            let b = std::fs::read(dir.path().join("apart").join(name)).unwrap();
+            assert_eq!(std::fs::read(f).unwrap(), b, "{name:?}");
+        }
+        let mut short = results.clone();
+        short.pop();
+        assert!(write_results(&plan, short, 0.0).is_err());
+        let mut swapped = results;
+        swapped.swap(0, 24);
+        let e = write_results(&plan, swapped, 0.0).unwrap_err();
+        assert!(e.to_string().contains("result 0"), "{e}");
     }
 
     #[test]

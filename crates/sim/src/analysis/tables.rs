@@ -83,6 +83,45 @@ pub struct FateRow {
     pub remaining: u64,
 }
 
+/// Table 2 as `nvstack sim fate --json` prints it and the Python package's `nvstack.sim.fate`
+/// returns it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FateReport {
+    pub trace: String,
+    pub write_bytes_note: &'static str,
+    pub rows: Vec<FateRow>,
+}
+
+impl FateReport {
+    pub fn new(s: &TraceSpec, rows: Vec<FateRow>) -> FateReport {
+        FateReport {
+            trace: s.name(),
+            write_bytes_note: "counts are block writes; a partial-block write counts a whole block",
+            rows,
+        }
+    }
+}
+
+/// Table 2's finite caches: the unified model over `volatile_bytes` with each NVRAM size, one
+/// policy (its seed 1).
+pub fn fate_jobs(
+    s: &TraceSpec,
+    volatile_bytes: u64,
+    nvram: &[u64],
+    policy: PolicyKind,
+) -> Result<Vec<(TraceSpec, super::PointSpec)>, crate::field::Invalid> {
+    let mut jobs = Vec::new();
+    for &n in nvram {
+        let mut ps = super::policy_points(s, Model::Unified, volatile_bytes, &[n], 1)?;
+        ps.retain(|p| p.config.policy == policy);
+        jobs.extend(ps.into_iter().map(|mut p| {
+            p.figure = super::Figure::Fate;
+            (s.clone(), p)
+        }));
+    }
+    Ok(jobs)
+}
+
 /// Table 2's rows for `spec`: the infinite NVRAM of `l` first, then one per finite cache among
 /// `points` (those of this trace).
 pub fn fate_rows(s: &TraceSpec, l: &Lifetimes, points: &[Point]) -> Vec<FateRow> {

@@ -1,0 +1,3 @@
+from typing import Tuple
+
+def run_task(text: str, file: str, folder: str, index: int) -> Tuple[str, str]: ...
