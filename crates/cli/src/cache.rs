@@ -17,19 +17,19 @@ pub struct CacheArgs {
 }
 
 /// The cache modes (`--cache`); the write cache is its own issue and not built yet.
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum CacheMode {
     /// UBJ: the buffer cache is the journal (seed 001).
     Ubj,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OnOff {
     On,
     Off,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum PolicyArg {
     Lru,
     Clock,
@@ -37,7 +37,7 @@ pub enum PolicyArg {
 }
 
 /// The stored settings, as flags (create stores them; serving may override them).
-#[derive(Args, Default)]
+#[derive(Args, Clone, Debug, Default)]
 pub struct SettingsArgs {
     /// Commit on a timer and on a count of dirty blocks (off: only a flush commits, and a write
     /// that would need a forced commit fails with ENOSPC instead).
@@ -64,6 +64,52 @@ pub struct SettingsArgs {
 }
 
 impl SettingsArgs {
+    /// No setting given.
+    pub fn is_empty(&self) -> bool {
+        self.to_args().is_empty()
+    }
+
+    /// The flags again, for a command that passes them on (`up` to `serve`).
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        let mut put = |flag: &str, value: Option<String>| {
+            if let Some(x) = value {
+                v.push(flag.to_string());
+                v.push(x);
+            }
+        };
+        put(
+            "--autocommit",
+            self.autocommit.map(|a| {
+                match a {
+                    OnOff::On => "on",
+                    OnOff::Off => "off",
+                }
+                .to_string()
+            }),
+        );
+        put(
+            "--autocommit-blocks",
+            self.autocommit_blocks.map(|n| n.to_string()),
+        );
+        put("--autocommit-ms", self.autocommit_ms.map(|n| n.to_string()));
+        put("--high-watermark", self.high_watermark.map(|n| n.to_string()));
+        put("--low-watermark", self.low_watermark.map(|n| n.to_string()));
+        put("--checkpoint-ms", self.checkpoint_ms.map(|n| n.to_string()));
+        put(
+            "--policy",
+            self.policy.map(|p| {
+                match p {
+                    PolicyArg::Lru => "lru",
+                    PolicyArg::Clock => "clock",
+                    PolicyArg::Random => "random",
+                }
+                .to_string()
+            }),
+        );
+        v
+    }
+
     /// `base` with these flags applied; contradictions are refused, naming both flags.
     pub fn apply(&self, base: Settings) -> Result<Settings> {
         let mut s = base;

@@ -18,4 +18,4 @@ pub mod ubj;
 pub use backing::FileDevice;
 pub use bugs::Bug;
 pub use format::{Settings, Superblock};
-pub use ubj::{create, Census, SlotState, Stats, Timers, Ubj};
+pub use ubj::{create, Census, Live, Observer, SlotState, Stats, Timers, Ubj};
