@@ -267,12 +267,7 @@ impl PowerCut {
         self.region.with_frozen_events(|events| {
             // Fold the quiescent prefix with plain stores (cheap), replay only the rest.
             let q = quiescent_prefix(events);
-            let mut folded = (*self.base).clone();
-            for ev in &events[..q] {
-                if let SimEvent::Store { word, value, .. } = *ev {
-                    folded[word as usize] = value;
-                }
-            }
+            let folded = fold(&self.base, &events[..q]);
             let mut cs = CrashState::new(Arc::new(folded));
             for ev in &events[q..] {
                 cs.apply(ev);
@@ -305,6 +300,21 @@ impl PowerCut {
             std::process::exit(code)
         })
     }
+}
+
+/// `base` with every store of `events` applied in order, memory and disk alike: the durable
+/// image after a quiescent prefix ([`quiescent_prefix`]).
+pub fn fold(base: &[u64], events: &[SimEvent]) -> Vec<u64> {
+    let mut folded = base.to_vec();
+    for ev in events {
+        match *ev {
+            SimEvent::Store { word, value, .. } | SimEvent::DiskStore { word, value } => {
+                folded[word as usize] = value
+            }
+            _ => {}
+        }
+    }
+    folded
 }
 
 /// The length of the longest prefix of `events` that ends at a fence with nothing pending:
@@ -369,6 +379,8 @@ mod tests {
         let mid = r.event_count();
         r.flush(128, 16, FlushKind::Clflushopt);
         r.fence();
+        r.disk_write(4096, &[5u8; 1024]); // two disk sectors, durable at the disk flush
+        r.disk_flush();
         let end = r.event_count();
         r.write_nt(512, &[4u8; 8]); // pending at the end
         let events = r.take_events();
@@ -379,12 +391,6 @@ mod tests {
             full.apply(ev);
         }
         assert!(full.quiescent());
-        let mut folded = vec![0u64; 1024];
-        for ev in &events[..end] {
-            if let SimEvent::Store { word, value, .. } = *ev {
-                folded[word as usize] = value;
-            }
-        }
-        assert_eq!(*full.durable_image(), folded);
+        assert_eq!(*full.durable_image(), fold(&[0u64; 1024], &events[..end]));
     }
 }
