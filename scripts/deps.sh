@@ -12,6 +12,8 @@ command -v mkfs.ext4 >/dev/null 2>&1 || need_pkgs+=(e2fsprogs)
 command -v mkfs.xfs >/dev/null 2>&1 || need_pkgs+=(xfsprogs)
 command -v losetup >/dev/null 2>&1 || need_pkgs+=(mount)
 command -v fio >/dev/null 2>&1 || need_pkgs+=(fio)
+# PostMark (Debian's postmark): a workload of scripts/bench-ubj.sh.
+command -v postmark >/dev/null 2>&1 || need_pkgs+=(postmark)
 command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
 [ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || [ -e /usr/lib/libsqlite3.so ] || need_pkgs+=(libsqlite3-dev)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)

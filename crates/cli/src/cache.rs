@@ -93,7 +93,10 @@ impl SettingsArgs {
             self.autocommit_blocks.map(|n| n.to_string()),
         );
         put("--autocommit-ms", self.autocommit_ms.map(|n| n.to_string()));
-        put("--high-watermark", self.high_watermark.map(|n| n.to_string()));
+        put(
+            "--high-watermark",
+            self.high_watermark.map(|n| n.to_string()),
+        );
         put("--low-watermark", self.low_watermark.map(|n| n.to_string()));
         put("--checkpoint-ms", self.checkpoint_ms.map(|n| n.to_string()));
         put(

@@ -12,9 +12,9 @@ use nvstack_export::fuse::{self, DiskFs, FuseOptions, MountOptions, DISK_NAME};
 use nvstack_export::powercut::{PowerCut, PowerCutSpec};
 use nvstack_export::raw::RawDevice;
 use nvstack_export::stats::ServeStats;
+use nvstack_nvcache::{FileDevice, Timers, Ubj};
 use nvstack_nvramdisk::disk::{NvramDisk, OpenOptions};
 use nvstack_nvramdisk::image::{open_image, peek};
-use nvstack_nvcache::{FileDevice, Timers, Ubj};
 use nvstack_pmem::{Access, MmapRegion, Region};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -432,11 +432,7 @@ fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
     }
     let o = nvstack_nvcache::image::open_image(image, a.backing.as_deref(), over)?;
     let ubj = Arc::try_unwrap(o.cache).unwrap_or_else(|_| unreachable!("just opened"));
-    let what = format!(
-        "{} over {}",
-        cache_opened_what(&ubj),
-        o.backing.display()
-    );
+    let what = format!("{} over {}", cache_opened_what(&ubj), o.backing.display());
     let (dev, cache) = served_cache(ubj);
     Ok(Served {
         dev,

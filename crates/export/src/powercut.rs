@@ -22,10 +22,10 @@
 
 use nvstack_core::error::{Error, Result};
 use nvstack_core::lock::{lock_file, open_file};
-use nvstack_crashtest::target::nvcache::{parts, SimDisk, SimNvram};
 use nvstack_nvcache::FileDevice;
 use nvstack_nvramdisk::image::open_image_file;
 use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimEvent, SimRegion};
+use nvstack_pmem::simdisk::{parts, SimDisk, SimNvram};
 use nvstack_pmem::LINE_BYTES;
 use std::collections::HashMap;
 use std::fs::File;
@@ -137,7 +137,12 @@ impl PowerCut {
             len: bytes.len() as u64,
             changed_pages_only: false,
         };
-        Ok(PowerCut::start(vec![part], words_of(&bytes).collect(), spec, None))
+        Ok(PowerCut::start(
+            vec![part],
+            words_of(&bytes).collect(),
+            spec,
+            None,
+        ))
     }
 
     /// Load a cache image (validated, locked exclusively) and its backing file (the recorded
@@ -258,7 +263,10 @@ impl PowerCut {
     pub fn write_back_all(&self) -> Result<()> {
         let image = self.region.snapshot();
         self.write_files(&image).map_err(|e| {
-            Error::env(format!("{}: cannot write: {e}", self.parts[0].path.display()))
+            Error::env(format!(
+                "{}: cannot write: {e}",
+                self.parts[0].path.display()
+            ))
         })
     }
 

@@ -192,7 +192,10 @@ impl Stack {
 
     /// The cache's backing file.
     pub fn backing(&self) -> PathBuf {
-        self.disk_dir.as_ref().expect("a cache stack").join("backing")
+        self.disk_dir
+            .as_ref()
+            .expect("a cache stack")
+            .join("backing")
     }
 
     pub fn serve_cmd(&self, extra: &[&str]) -> Output {
@@ -265,7 +268,10 @@ impl Stack {
 
     pub fn mount(&self) {
         match &self.mount_opts {
-            Some(o) => ok(60, &["mount", "-o", o, self.dev(), self.mnt.to_str().unwrap()]),
+            Some(o) => ok(
+                60,
+                &["mount", "-o", o, self.dev(), self.mnt.to_str().unwrap()],
+            ),
             None => ok(60, &["mount", self.dev(), self.mnt.to_str().unwrap()]),
         };
     }
@@ -557,7 +563,6 @@ impl Rng {
     }
 }
 
-
 /// Words of the daemon's stats file (crates/export/src/stats.rs, version 2): 0 magic .. 13.
 pub const STATS_WORDS: usize = 14;
 pub const W_ACKED: usize = 4;
@@ -639,8 +644,14 @@ pub fn kill_cycles(st: &mut Stack, plan: &KillPlan) -> (Vec<Vec<u64>>, usize) {
         eprintln!(
             "{} cycle {c}: {} writes acknowledged, {} covered by {} fsyncs; cache: {} dirty \
              blocks, {} commits, {} checkpoints, checkpoint running {}",
-            st.fs, w[W_ACKED], w[W_COVERED], w[W_FSYNCS], w[W_DIRTY], w[W_COMMITS],
-            w[W_CHECKPOINTS], w[W_CHECKPOINTING]
+            st.fs,
+            w[W_ACKED],
+            w[W_COVERED],
+            w[W_FSYNCS],
+            w[W_DIRTY],
+            w[W_COMMITS],
+            w[W_CHECKPOINTS],
+            w[W_CHECKPOINTING]
         );
         after.push(w);
         // Reaped before the unmount: a live workload would keep the file system busy.
@@ -727,4 +738,3 @@ pub fn expect_exit(o: &Output, code: i32, needle: &str) {
         "message should mention '{needle}': {err}"
     );
 }
-
