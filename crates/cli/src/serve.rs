@@ -585,7 +585,14 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     if let Some(img) = &a.image {
         check_no_loop(img, "image")?;
     }
-    if let Some(b) = &a.backing {
+    let backing = match (backend, &a.image) {
+        (Backend::Cache, Some(img)) => Some(nvstack_nvcache::image::backing_of(
+            img,
+            a.backing.as_deref(),
+        )?),
+        _ => a.backing.clone(),
+    };
+    if let Some(b) = &backing {
         check_no_loop(b, "backing file")?;
     }
     let served = open_backend(a, backend)?;
