@@ -365,13 +365,14 @@ impl<R: Region + 'static> ServedCache for Cache<R> {
     }
 }
 
-fn served_cache<R: Region + 'static>(ubj: Ubj<R>) -> (Arc<dyn BlockDevice>, Box<dyn ServedCache>) {
-    let what = Arc::new(ubj);
+fn served_cache<R: Region + 'static>(
+    ubj: Arc<Ubj<R>>,
+) -> (Arc<dyn BlockDevice>, Box<dyn ServedCache>) {
     let cache = Cache {
-        _timers: Timers::start(&what),
-        ubj: what.clone(),
+        _timers: Timers::start(&ubj),
+        ubj: ubj.clone(),
     };
-    (what, Box::new(cache))
+    (ubj, Box::new(cache))
 }
 
 fn cache_opened_what<R: Region>(u: &Ubj<R>) -> String {
@@ -422,7 +423,7 @@ fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
             "{}, simulated region, power cut {s}",
             cache_opened_what(&ubj)
         );
-        let (dev, cache) = served_cache(ubj);
+        let (dev, cache) = served_cache(Arc::new(ubj));
         return Ok(Served {
             dev,
             what,
