@@ -432,9 +432,12 @@ fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
         });
     }
     let o = nvstack_nvcache::image::open_image(image, a.backing.as_deref(), over)?;
-    let ubj = Arc::try_unwrap(o.cache).unwrap_or_else(|_| unreachable!("just opened"));
-    let what = format!("{} over {}", cache_opened_what(&ubj), o.backing.display());
-    let (dev, cache) = served_cache(ubj);
+    let what = format!(
+        "{} over {}",
+        cache_opened_what(&o.cache),
+        o.backing.display()
+    );
+    let (dev, cache) = served_cache(o.cache);
     Ok(Served {
         dev,
         what,
