@@ -15,6 +15,8 @@ command -v fio >/dev/null 2>&1 || need_pkgs+=(fio)
 # The write cache's FAT-aware admission is tested on real FAT volumes (crates/cli/tests/wcache.rs).
 command -v mkfs.fat >/dev/null 2>&1 || need_pkgs+=(dosfstools)
 command -v mcopy >/dev/null 2>&1 || need_pkgs+=(mtools)
+# PostMark (Debian's postmark): a workload of scripts/bench-ubj.sh.
+command -v postmark >/dev/null 2>&1 || need_pkgs+=(postmark)
 command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
 [ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || [ -e /usr/lib/libsqlite3.so ] || need_pkgs+=(libsqlite3-dev)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)

@@ -17,7 +17,7 @@ pub struct CacheArgs {
 }
 
 /// The cache modes (`--cache`).
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum CacheMode {
     /// UBJ: the buffer cache is the journal (seed 001).
     Ubj,
@@ -25,13 +25,13 @@ pub enum CacheMode {
     Write,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OnOff {
     On,
     Off,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum PolicyArg {
     Lru,
     Clock,
@@ -41,7 +41,7 @@ pub enum PolicyArg {
 }
 
 /// The stored settings, as flags (create stores them; serving may override them).
-#[derive(Args, Default)]
+#[derive(Args, Clone, Debug, Default)]
 pub struct SettingsArgs {
     /// Commit on a timer and on a count of dirty blocks (off: only a flush commits, and a write
     /// that would need a forced commit fails with ENOSPC instead).
@@ -83,6 +83,56 @@ impl SettingsArgs {
             )));
         }
         Ok((self.policy, self.high_watermark, self.low_watermark))
+    }
+
+    /// No setting given.
+    pub fn is_empty(&self) -> bool {
+        self.to_args().is_empty()
+    }
+
+    /// The flags again, for a command that passes them on (`up` to `serve`).
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        let mut put = |flag: &str, value: Option<String>| {
+            if let Some(x) = value {
+                v.push(flag.to_string());
+                v.push(x);
+            }
+        };
+        put(
+            "--autocommit",
+            self.autocommit.map(|a| {
+                match a {
+                    OnOff::On => "on",
+                    OnOff::Off => "off",
+                }
+                .to_string()
+            }),
+        );
+        put(
+            "--autocommit-blocks",
+            self.autocommit_blocks.map(|n| n.to_string()),
+        );
+        put("--autocommit-ms", self.autocommit_ms.map(|n| n.to_string()));
+        put(
+            "--high-watermark",
+            self.high_watermark.map(|n| n.to_string()),
+        );
+        put("--low-watermark", self.low_watermark.map(|n| n.to_string()));
+        put("--checkpoint-ms", self.checkpoint_ms.map(|n| n.to_string()));
+        put(
+            "--policy",
+            self.policy.map(|p| {
+                match p {
+                    PolicyArg::Lrw => "lrw",
+                    PolicyArg::Lru => "lru",
+                    PolicyArg::Clock => "clock",
+                    PolicyArg::Random => "random",
+                }
+                .to_string()
+            }),
+        );
+        v
     }
 
     /// `base` with these flags applied; contradictions are refused, naming both flags.

@@ -12,9 +12,11 @@ use nvstack_export::fuse::{self, DiskFs, FuseOptions, MountOptions, DISK_NAME};
 use nvstack_export::powercut::{PowerCut, PowerCutSpec};
 use nvstack_export::raw::RawDevice;
 use nvstack_export::stats::ServeStats;
+use nvstack_nvcache::{FileDevice, Timers, Ubj};
 use nvstack_nvramdisk::disk::{NvramDisk, OpenOptions};
 use nvstack_nvramdisk::image::{open_image, peek};
-use nvstack_pmem::{Access, MmapRegion};
+use nvstack_pmem::{Access, MmapRegion, Region};
+use nvstack_sim::trace::nvstack::{RecordingDevice, TraceWriter};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,16 +29,33 @@ const READY_WAIT: Duration = Duration::from_secs(300);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
-    /// Transactions: every write atomic and durable (the default).
+    /// Transactions: every write atomic and durable on return (an nvramdisk image).
     Nvramdisk,
     /// Plain copies into the region, no transactions: the baseline.
     Raw,
+    /// A UBJ cache image over its backing file: durable at the next fsync (a commit).
+    Cache,
+    /// The plain backing file (--backing), O_DIRECT, durable at the next fsync (fdatasync):
+    /// the baseline of a cache.
+    DirectFile,
 }
 
-#[derive(clap::Args, Clone, Debug)]
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Nvramdisk => "nvramdisk",
+            Backend::Raw => "raw",
+            Backend::Cache => "cache",
+            Backend::DirectFile => "direct-file",
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// The image (an nvramdisk image; with --backend raw, any file of whole 4 KiB pages).
-    pub image: PathBuf,
+    /// The image: an nvramdisk image or a cache image (told apart by its superblock); with
+    /// --backend raw, any file of whole 4 KiB pages; none with --backend direct-file.
+    pub image: Option<PathBuf>,
     /// An existing empty directory; the device appears as DIR/disk.
     #[arg(long)]
     pub mountpoint: PathBuf,
@@ -49,8 +68,16 @@ pub struct ServeArgs {
     /// Write the daemon's pid here once it serves.
     #[arg(long)]
     pub pid_file: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = Backend::Nvramdisk)]
-    pub backend: Backend,
+    /// Default: the image's kind (nvramdisk or cache).
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// A cache's backing file when it moved since create; with --backend direct-file, the
+    /// file to serve.
+    #[arg(long)]
+    pub backing: Option<PathBuf>,
+    /// A cache's settings for this run (default: those stored at create).
+    #[command(flatten)]
+    pub settings: crate::cache::SettingsArgs,
     /// Mirror the daemon's counters into this file (on tmpfs); it outlives the daemon.
     #[arg(long)]
     pub stats: Option<PathBuf>,
@@ -64,9 +91,16 @@ pub struct ServeArgs {
     /// that touches at most 64 blocks, one atomic device write, at any offset).
     #[arg(long, value_parser = crate::size_arg)]
     pub max_write: Option<u64>,
-    /// With --backend raw: serve a file that holds an nvramdisk image (destroys it).
+    /// With --backend raw: serve a file that holds an nvramdisk or cache image (destroys it);
+    /// with --backend direct-file: a backing file whose cache is not detached.
     #[arg(long)]
     pub force: bool,
+    /// Record every request the device finishes into FILE: nvstack's device trace
+    /// (docs/format.md section 13), which `nvstack sim ... --format nvstack` reads. Closed when
+    /// the daemon stops cleanly; a killed daemon's trace has no end line and readers refuse it.
+    /// An existing FILE is refused without --force.
+    #[arg(long, value_name = "FILE")]
+    pub record_trace: Option<PathBuf>,
     /// Testing only: run on the simulated region and cut power DELAY_MS after the daemon
     /// receives SIGUSR1, MODEL:SEED:DELAY_MS (see crates/export/src/powercut.rs).
     #[arg(long, hide = true)]
@@ -76,6 +110,62 @@ pub struct ServeArgs {
     pub notify_stdout: bool,
 }
 
+/// The backend `a` asks for, checked against its image and flags (bad input: exit 2).
+pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
+    let kind = match &a.image {
+        Some(p) => Some(crate::kind::kind(p)?),
+        None => None,
+    };
+    if kind == Some(crate::kind::Kind::WriteCache) {
+        // Issue 22 builds the write cache's commands; serving one comes with its whole-stack
+        // tests (the FAT test), not yet.
+        return Err(Error::bad(format!(
+            "{}: a write cache image: serve does not serve write caches yet (use `nvstack \
+             cache`, `write`, `read`, `discard` on it)",
+            a.image.as_deref().unwrap_or(Path::new("")).display()
+        )));
+    }
+    let backend = match (a.backend, kind) {
+        (Some(b), _) => b,
+        (None, Some(crate::kind::Kind::Cache)) => Backend::Cache,
+        (None, Some(_)) => Backend::Nvramdisk,
+        (None, None) => {
+            return Err(Error::bad(
+                "no image: give IMAGE, or --backend direct-file --backing FILE",
+            ))
+        }
+    };
+    let cache_image = kind == Some(crate::kind::Kind::Cache);
+    let image = a.image.as_deref().map(|p| p.display().to_string());
+    match backend {
+        Backend::DirectFile if a.image.is_some() => Err(Error::bad(format!(
+            "--backend direct-file serves the --backing file; no IMAGE ({}) is read",
+            image.unwrap_or_default()
+        ))),
+        Backend::DirectFile if a.backing.is_none() => Err(Error::bad(
+            "--backend direct-file needs --backing FILE (the file to serve)",
+        )),
+        Backend::Nvramdisk if cache_image => Err(Error::bad(format!(
+            "{}: a cache image, not an nvramdisk (omit --backend, or --backend cache)",
+            image.unwrap_or_default()
+        ))),
+        Backend::Cache if !cache_image => Err(Error::bad(format!(
+            "--backend cache: {} is not a cache image (nvstack cache create makes one)",
+            image.unwrap_or_else(|| "no IMAGE given".into())
+        ))),
+        Backend::Nvramdisk | Backend::Raw if a.backing.is_some() => Err(Error::bad(format!(
+            "--backing is for a cache image or --backend direct-file, not --backend {}",
+            backend.name()
+        ))),
+        _ if backend != Backend::Cache && !a.settings.is_empty() => Err(Error::bad(format!(
+            "cache settings (--autocommit, --checkpoint-ms, ...) are for a cache image, not \
+             --backend {}",
+            backend.name()
+        ))),
+        _ => Ok(backend),
+    }
+}
+
 pub fn serve(a: ServeArgs) -> Result<i32> {
     if a.threads == 0 || a.threads > THREADS_MAX {
         return Err(Error::bad(format!(
@@ -83,12 +173,14 @@ pub fn serve(a: ServeArgs) -> Result<i32> {
             a.threads
         )));
     }
+    let backend = backend_of(&a)?;
     if let Some(s) = &a.power_cut {
-        let spec = PowerCutSpec::parse(s)?;
-        if a.backend != Backend::Nvramdisk {
-            return Err(Error::bad("--power-cut needs --backend nvramdisk"));
+        PowerCutSpec::parse(s)?;
+        if !matches!(backend, Backend::Nvramdisk | Backend::Cache) {
+            return Err(Error::bad(
+                "--power-cut needs an nvramdisk or a cache image",
+            ));
         }
-        let _ = spec;
     }
     if !a.foreground {
         return daemonise(&a);
@@ -255,62 +347,217 @@ pub fn check_mountpoint(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The device, what opening it did, and the power cut when running on the simulated region.
-type Opened = (Arc<dyn BlockDevice>, String, Option<Arc<PowerCut>>);
+/// A served cache: its counters mirrored live, its timers running, and a final commit at the
+/// end of the session.
+trait ServedCache: Send + Sync {
+    fn observe(&self, stats: Arc<ServeStats>);
+    /// The final commit of a clean stop and the lifetime counters stored; what it did.
+    fn close(&self) -> Result<String>;
+}
 
-fn open_backend(a: &ServeArgs) -> Result<Opened> {
-    match (a.backend, &a.power_cut) {
-        (Backend::Nvramdisk, None) => {
-            let d = open_image(&a.image, OpenOptions::default())?;
+struct Cache<R: Region + 'static> {
+    ubj: Arc<Ubj<R>>,
+    _timers: Option<Timers>,
+}
+
+impl<R: Region + 'static> ServedCache for Cache<R> {
+    fn observe(&self, stats: Arc<ServeStats>) {
+        self.ubj.observe(stats);
+    }
+    fn close(&self) -> Result<String> {
+        self.ubj.commit()?;
+        self.ubj.save_counters();
+        let (k, _) = self.ubj.lifetime();
+        Ok(format!(
+            "final commit at epoch {}; counters stored ({} commits, {} checkpoints, {} bytes \
+             written by the user, {} to the backing file over the cache's life); no checkpoint \
+             (`nvstack cache writeback` writes everything back)",
+            self.ubj.epoch(),
+            k.commits,
+            k.checkpoints,
+            k.user_bytes_written,
+            k.backing_bytes_written
+        ))
+    }
+}
+
+fn served_cache<R: Region + 'static>(
+    ubj: Arc<Ubj<R>>,
+) -> (Arc<dyn BlockDevice>, Box<dyn ServedCache>) {
+    let cache = Cache {
+        _timers: Timers::start(&ubj),
+        ubj: ubj.clone(),
+    };
+    (ubj, Box::new(cache))
+}
+
+fn cache_opened_what<R: Region>(u: &Ubj<R>) -> String {
+    match u.dropped_at_open() {
+        0 => format!("UBJ cache, epoch {}", u.epoch()),
+        n => format!(
+            "UBJ cache, epoch {}, recovered: {n} uncommitted entries dropped",
+            u.epoch()
+        ),
+    }
+}
+
+/// The device, what opening it did, the power cut when running on the simulated region, and
+/// the cache when it is one.
+struct Served {
+    dev: Arc<dyn BlockDevice>,
+    what: String,
+    power_cut: Option<Arc<PowerCut>>,
+    cache: Option<Box<dyn ServedCache>>,
+}
+
+impl Served {
+    fn plain(dev: Arc<dyn BlockDevice>, what: String, power_cut: Option<Arc<PowerCut>>) -> Self {
+        Served {
+            dev,
+            what,
+            power_cut,
+            cache: None,
+        }
+    }
+}
+
+fn settings_over(a: &ServeArgs, image: &Path) -> Result<Option<nvstack_nvcache::Settings>> {
+    if a.settings.is_empty() {
+        return Ok(None);
+    }
+    let stored = nvstack_nvcache::image::peek(image)?.settings;
+    a.settings.apply(stored).map(Some)
+}
+
+fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
+    let over = settings_over(a, image)?;
+    if let Some(s) = &a.power_cut {
+        let pc = PowerCut::load_cache(image, a.backing.as_deref(), PowerCutSpec::parse(s)?)?;
+        let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
+        let ubj = Ubj::open(Arc::new(nvram), Arc::new(disk), over)?;
+        let what = format!(
+            "{}, simulated region, power cut {s}",
+            cache_opened_what(&ubj)
+        );
+        let (dev, cache) = served_cache(Arc::new(ubj));
+        return Ok(Served {
+            dev,
+            what,
+            power_cut: Some(pc),
+            cache: Some(cache),
+        });
+    }
+    let o = nvstack_nvcache::image::open_image(image, a.backing.as_deref(), over)?;
+    let what = format!(
+        "{} over {}",
+        cache_opened_what(&o.cache),
+        o.backing.display()
+    );
+    let (dev, cache) = served_cache(o.cache);
+    Ok(Served {
+        dev,
+        what,
+        power_cut: None,
+        cache: Some(cache),
+    })
+}
+
+/// The plain backing file, refused when it is a live cache's (its newest data may be only in
+/// that cache's NVRAM) unless --force.
+fn open_direct_file(a: &ServeArgs) -> Result<Served> {
+    let p = a.backing.as_deref().expect("checked by backend_of");
+    let dev = FileDevice::open(p)?;
+    let mut last = vec![0u8; 4096];
+    dev.read(dev.blocks() - 1, &mut last)?;
+    if let Ok(l) = nvstack_nvcache::format::Label::decode(&last) {
+        if !l.detached && !a.force {
+            return Err(Error::bad(format!(
+                "{}: the backing file of a cache (identity {:032x}) that is not detached: its \
+                 newest data may be only in the cache's NVRAM; serve the cache image, detach it \
+                 (`nvstack cache detach`), or pass --force",
+                p.display(),
+                l.identity
+            )));
+        }
+    }
+    let what = format!(
+        "direct file{}",
+        if dev.direct() {
+            ", O_DIRECT"
+        } else {
+            ", buffered (no O_DIRECT here)"
+        }
+    );
+    Ok(Served::plain(Arc::new(dev), what, None))
+}
+
+fn open_backend(a: &ServeArgs, backend: Backend) -> Result<Served> {
+    let image = a.image.as_deref();
+    match (backend, &a.power_cut, image) {
+        (Backend::DirectFile, _, _) => open_direct_file(a),
+        (_, _, None) => Err(Error::bad("no IMAGE given")),
+        (Backend::Cache, _, Some(img)) => open_cache(a, img),
+        (Backend::Nvramdisk, None, Some(img)) => {
+            let d = open_image(img, OpenOptions::default())?;
             let rep = d.recovery_report().clone();
             let what = if rep.was_clean() {
                 "clean".to_string()
             } else {
                 format!("recovered: {} redone, {} undone", rep.redone, rep.undone)
             };
-            Ok((Arc::new(d), what, None))
+            Ok(Served::plain(Arc::new(d), what, None))
         }
-        (Backend::Nvramdisk, Some(s)) => {
-            let pc = PowerCut::load(&a.image, PowerCutSpec::parse(s)?)?;
+        (Backend::Nvramdisk, Some(s), Some(img)) => {
+            let pc = PowerCut::load(img, PowerCutSpec::parse(s)?)?;
             let d = NvramDisk::open(pc.region(), OpenOptions::default())?;
-            Ok((
+            Ok(Served::plain(
                 Arc::new(d),
                 format!("simulated region, power cut {s}"),
                 Some(pc),
             ))
         }
-        (Backend::Raw, _) => {
-            if peek(&a.image).is_ok() && !a.force {
-                return Err(Error::bad(format!(
-                    "{}: holds an nvramdisk image; --backend raw would overwrite it (pass --force)",
-                    a.image.display()
-                )));
-            }
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&a.image)
-                .map_err(|e| Error::env(format!("{}: cannot open: {e}", a.image.display())))?;
-            match f.try_lock() {
-                Ok(()) => {}
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(Error::env(format!(
-                        "{}: image is locked by another process (another nvstack command or \
-                         daemon has it open)",
-                        a.image.display()
-                    )))
-                }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(Error::env(format!(
-                        "{}: cannot lock: {e}",
-                        a.image.display()
-                    )))
-                }
-            }
-            let r = MmapRegion::map_file(f, &a.image, Access::Shared)?;
-            Ok((Arc::new(RawDevice::new(Arc::new(r))?), "raw".into(), None))
+        (Backend::Raw, _, Some(img)) => open_raw(a, img),
+    }
+}
+
+fn open_raw(a: &ServeArgs, img: &Path) -> Result<Served> {
+    let holds = if crate::kind::kind(img)? == crate::kind::Kind::Cache {
+        Some("a cache image")
+    } else if peek(img).is_ok() {
+        Some("an nvramdisk image")
+    } else {
+        None
+    };
+    if let (Some(what), false) = (holds, a.force) {
+        return Err(Error::bad(format!(
+            "{}: holds {what}; --backend raw would overwrite it (pass --force)",
+            img.display()
+        )));
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(img)
+        .map_err(|e| Error::env(format!("{}: cannot open: {e}", img.display())))?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(Error::env(format!(
+                "{}: image is locked by another process (another nvstack command or daemon \
+                 has it open)",
+                img.display()
+            )))
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(Error::env(format!("{}: cannot lock: {e}", img.display())))
         }
     }
+    let r = MmapRegion::map_file(f, img, Access::Shared)?;
+    Ok(Served::plain(
+        Arc::new(RawDevice::new(Arc::new(r))?),
+        "raw".into(),
+        None,
+    ))
 }
 
 /// Loop devices whose backing file is `file` (from /sys/block/loop*/loop/backing_file).
@@ -337,19 +584,71 @@ pub fn loops_backed_by(file: &Path) -> Vec<String> {
     out
 }
 
-fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
-    check_mountpoint(&a.mountpoint)?;
-    // A loop device on the image itself writes it behind the daemon's back (it takes no lock).
-    let loops = loops_backed_by(&a.image);
-    if !loops.is_empty() {
-        return Err(Error::env(format!(
-            "{}: a loop device is attached to the image itself ({}); detach it first \
-             (`losetup -d`)",
-            a.image.display(),
-            loops.join(", ")
-        )));
+/// Refuse a loop device attached to a file the daemon serves: it would write it behind the
+/// daemon's back (a loop device takes no lock).
+fn check_no_loop(file: &Path, what: &str) -> Result<()> {
+    let loops = loops_backed_by(file);
+    if loops.is_empty() {
+        return Ok(());
     }
-    let (dev, what, power_cut) = open_backend(a)?;
+    Err(Error::env(format!(
+        "{}: a loop device is attached to the {what} itself ({}); detach it first \
+         (`losetup -d`)",
+        file.display(),
+        loops.join(", ")
+    )))
+}
+
+/// The device to serve: `dev` itself, or `dev` recording into `--record-trace FILE`.
+fn recording(
+    a: &ServeArgs,
+    dev: Arc<dyn BlockDevice>,
+) -> Result<(Arc<dyn BlockDevice>, Option<Arc<TraceWriter>>)> {
+    let Some(path) = &a.record_trace else {
+        return Ok((dev, None));
+    };
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true);
+    if a.force {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    let f = o.open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => Error::bad(format!(
+            "--record-trace {}: exists; pass --force to replace it",
+            path.display()
+        )),
+        _ => Error::env(format!(
+            "--record-trace {}: cannot create: {e}",
+            path.display()
+        )),
+    })?;
+    let out = Box::new(std::io::BufWriter::with_capacity(1 << 20, f));
+    let t = Arc::new(TraceWriter::new(out, dev.block_bytes(), dev.blocks())?);
+    let rec: Arc<dyn BlockDevice> = Arc::new(RecordingDevice::new(dev, t.clone()));
+    Ok((rec, Some(t)))
+}
+
+fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
+    let backend = backend_of(a)?;
+    check_mountpoint(&a.mountpoint)?;
+    if let Some(img) = &a.image {
+        check_no_loop(img, "image")?;
+    }
+    let backing = match (backend, &a.image) {
+        (Backend::Cache, Some(img)) => Some(nvstack_nvcache::image::backing_of(
+            img,
+            a.backing.as_deref(),
+        )?),
+        _ => a.backing.clone(),
+    };
+    if let Some(b) = &backing {
+        check_no_loop(b, "backing file")?;
+    }
+    let served = open_backend(a, backend)?;
+    let (what, power_cut) = (served.what.clone(), served.power_cut.clone());
+    let (dev, trace) = recording(a, served.dev.clone())?;
     let file = Arc::new(BlockFile::new(dev));
     // The FUSE max_write the device's capabilities allow (63 blocks for nvramdisk and raw).
     let limit_max = file.write_bytes_max();
@@ -364,6 +663,15 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
         )));
     }
     let stats = Arc::new(ServeStats::new(a.stats.as_deref())?);
+    if let Some(c) = &served.cache {
+        c.observe(stats.clone());
+    }
+    let served_name = a
+        .image
+        .as_deref()
+        .or(a.backing.as_deref())
+        .expect("an image or a backing file")
+        .to_path_buf();
     let opts = FuseOptions {
         parallel_direct_writes: !a.no_parallel_writes,
         max_write_bytes: max_write as u32,
@@ -374,7 +682,7 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
         std::fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::gid(&m));
     let fs = DiskFs::new(file.clone(), stats.clone(), opts, uid, gid);
     let mount_opts = MountOptions {
-        fs_name: format!("nvstack:{}", a.image.display()),
+        fs_name: format!("nvstack:{}", served_name.display()),
         threads: a.threads,
     };
     let mut session = fuse::mount(fs, &a.mountpoint, &mount_opts)?;
@@ -445,13 +753,16 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
             .map_err(|e| Error::env(format!("{}: cannot write pid file: {e}", p.display())))?;
     }
     let msg = format!(
-        "serving {} ({}, {} bytes, {what}) at {}/{DISK_NAME}: pid {}, {} threads, max write {} bytes{}",
-        a.image.display(),
-        match a.backend {
-            Backend::Nvramdisk => "nvramdisk",
-            Backend::Raw => "raw",
-        },
+        "serving {} ({}, {} bytes, {what}; durable {}) at {}/{DISK_NAME}: pid {}, {} threads, \
+         max write {} bytes{}",
+        served_name.display(),
+        backend.name(),
         file.size_bytes(),
+        if file.is_durable_on_return() {
+            "when a write returns"
+        } else {
+            "at the next fsync"
+        },
         a.mountpoint.display(),
         std::process::id(),
         a.threads,
@@ -469,8 +780,16 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     }
     eprintln!("nvstack serve: {msg}");
     let ran = session.run();
+    if let Some(c) = &served.cache {
+        let done = c.close()?;
+        eprintln!("nvstack serve: {done}");
+    }
     if let Some(pc) = &power_cut {
         pc.write_back_all()?;
+    }
+    if let (Some(t), Some(p)) = (&trace, &a.record_trace) {
+        let n = t.close()?;
+        eprintln!("nvstack serve: trace {}: {n} requests", p.display());
     }
     let s = stats.snapshot();
     eprintln!(

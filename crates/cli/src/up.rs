@@ -41,20 +41,40 @@ impl FsKind {
 
 #[derive(clap::Args, Debug)]
 pub struct UpArgs {
-    /// The image: reused when it exists, created (under /dev/shm, say) when it does not.
+    /// The image: reused when it exists, created (under /dev/shm, say) when it does not (none
+    /// with --backend direct-file).
     #[arg(long)]
-    pub image: PathBuf,
-    /// Size of a new image (default 1GiB); for an existing one it must match.
+    pub image: Option<PathBuf>,
+    /// Size of a new image (default 1GiB; for a cache, its NVRAM); for an existing one it must
+    /// match.
     #[arg(long, value_parser = crate::size_arg)]
     pub size: Option<u64>,
+    /// Make a new image a cache of this mode over --backing (an existing cache image is
+    /// served as one without it).
+    #[arg(long, value_enum)]
+    pub cache: Option<crate::cache::CacheMode>,
+    /// A cache's backing file (created when absent, with --backing-size); with --backend
+    /// direct-file, the file to serve.
+    #[arg(long)]
+    pub backing: Option<PathBuf>,
+    /// Size of a new backing file (it gets one more 4 KiB block, the cache's label).
+    #[arg(long, value_parser = crate::size_arg)]
+    pub backing_size: Option<u64>,
+    /// A cache's settings: stored when the cache is created, and given to the daemon.
+    #[command(flatten)]
+    pub settings: crate::cache::SettingsArgs,
     /// File system to make when the device has none.
     #[arg(long, value_enum, default_value_t = FsKind::Ext4)]
     pub fs: FsKind,
     /// Where to mount it (an existing empty directory).
     #[arg(long)]
     pub mount: PathBuf,
-    #[arg(long, value_enum, default_value_t = Backend::Nvramdisk)]
-    pub backend: Backend,
+    /// Options for mount -o (data=journal, commit=5, ...).
+    #[arg(long)]
+    pub mount_options: Option<String>,
+    /// Default: a cache with --cache or a cache image, else nvramdisk.
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
     /// FUSE threads of the daemon.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
@@ -83,6 +103,11 @@ pub struct UpState {
     pub stats: PathBuf,
     pub log: PathBuf,
     pub mounted: bool,
+    /// A cache's backing file, or the file served by direct-file.
+    #[serde(default)]
+    pub backing: Option<PathBuf>,
+    #[serde(default)]
+    pub mount_options: Option<String>,
 }
 
 pub fn state_dir(mount: &Path) -> Result<PathBuf> {
@@ -161,7 +186,58 @@ fn load(dir: &Path) -> Result<Option<UpState>> {
     }
 }
 
+/// The backend `up` serves, its flags checked (bad input: exit 2, before anything is done).
+fn up_backend(a: &UpArgs) -> Result<Backend> {
+    let image_is_cache = match &a.image {
+        Some(p) if p.exists() => crate::kind::kind(p)? == crate::kind::Kind::Cache,
+        _ => false,
+    };
+    let b = match a.backend {
+        Some(b) => b,
+        None if a.cache.is_some() || image_is_cache => Backend::Cache,
+        None => Backend::Nvramdisk,
+    };
+    let bad = |m: String| Err(Error::bad(m));
+    match b {
+        Backend::DirectFile if a.backing.is_none() => {
+            bad("--backend direct-file needs --backing FILE".into())
+        }
+        Backend::DirectFile if a.image.is_some() || a.cache.is_some() || a.size.is_some() => bad(
+            "--backend direct-file serves the --backing file alone: no --image, --cache or \
+             --size"
+                .into(),
+        ),
+        Backend::DirectFile => Ok(b),
+        _ if a.image.is_none() => bad(format!("--backend {} needs --image", b.name())),
+        Backend::Cache if !image_is_cache && a.cache.is_none() => bad(
+            "a new cache image needs --cache ubj (and --backing FILE, --backing-size SIZE)".into(),
+        ),
+        Backend::Cache if !image_is_cache && a.backing.is_none() => {
+            bad("a new cache image needs --backing FILE (its backing file)".into())
+        }
+        Backend::Cache => Ok(b),
+        _ if image_is_cache => bad(format!(
+            "{}: a cache image, not for --backend {} (omit --backend)",
+            a.image.as_deref().expect("checked").display(),
+            b.name()
+        )),
+        _ if a.cache.is_some() => bad(format!("--cache contradicts --backend {}", b.name())),
+        _ if a.backing.is_some() || a.backing_size.is_some() => bad(format!(
+            "--backing and --backing-size are for a cache or --backend direct-file, not \
+             --backend {}",
+            b.name()
+        )),
+        _ if !a.settings.is_empty() => bad(format!(
+            "cache settings (--autocommit, --checkpoint-ms, ...) are for a cache, not --backend \
+             {}",
+            b.name()
+        )),
+        _ => Ok(b),
+    }
+}
+
 pub fn up(a: UpArgs) -> Result<i32> {
+    let backend = up_backend(&a)?;
     for (tool, pkg) in [
         ("losetup", "mount"),
         ("blkid", "util-linux"),
@@ -203,7 +279,7 @@ pub fn up(a: UpArgs) -> Result<i32> {
         )));
     }
     // The image: reuse or create.
-    let created = prepare_image(&a)?;
+    let created = prepare_image(&a, backend)?;
     let fuse_dir = dir.join("fuse");
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::env(format!("{}: cannot create: {e}", dir.display())))?;
@@ -219,11 +295,11 @@ pub fn up(a: UpArgs) -> Result<i32> {
     let mut st = UpState {
         version: 1,
         mount: std::fs::canonicalize(&a.mount).unwrap_or(a.mount.clone()),
-        image: std::fs::canonicalize(&a.image).unwrap_or(a.image.clone()),
-        backend: match a.backend {
-            Backend::Nvramdisk => "nvramdisk".into(),
-            Backend::Raw => "raw".into(),
+        image: {
+            let p = a.image.as_ref().or(a.backing.as_ref()).expect("checked");
+            std::fs::canonicalize(p).unwrap_or(p.clone())
         },
+        backend: backend.name().into(),
         fs: a.fs,
         fuse_dir: fuse_dir.clone(),
         loop_dev: None,
@@ -235,13 +311,17 @@ pub fn up(a: UpArgs) -> Result<i32> {
         )),
         log: dir.join("serve.log"),
         mounted: false,
+        backing: a.backing.clone(),
+        mount_options: a.mount_options.clone(),
     };
     if let Some(what) = created {
         crate::say!("image: {what}")?;
+    } else if backend == Backend::DirectFile {
+        crate::say!("file: serving {} directly", st.image.display())?;
     } else {
-        crate::say!("image: reusing {}", a.image.display())?;
+        crate::say!("image: reusing {}", st.image.display())?;
     }
-    match bring_up(&a, &dir, &mut st) {
+    match bring_up(&a, backend, &dir, &mut st) {
         Ok(()) => {
             crate::say!(
                 "up: {} on {} ({} over {} over {})",
@@ -261,32 +341,37 @@ pub fn up(a: UpArgs) -> Result<i32> {
     }
 }
 
-fn prepare_image(a: &UpArgs) -> Result<Option<String>> {
-    if a.image.exists() {
-        let len = std::fs::metadata(&a.image)
-            .map_err(|e| Error::env(format!("{}: {e}", a.image.display())))?
+fn prepare_image(a: &UpArgs, backend: Backend) -> Result<Option<String>> {
+    let Some(image) = a.image.as_deref() else {
+        return Ok(None); // direct-file: the backing file must exist (serve opens it)
+    };
+    if image.exists() {
+        let len = std::fs::metadata(image)
+            .map_err(|e| Error::env(format!("{}: {e}", image.display())))?
             .len();
         if let Some(s) = a.size {
             if s != len {
                 return Err(Error::bad(format!(
                     "{}: exists with {len} bytes, not the {s} asked for (omit --size to reuse it, \
                      or remove it)",
-                    a.image.display()
+                    image.display()
                 )));
             }
         }
-        if a.backend == Backend::Nvramdisk {
-            peek(&a.image)?;
+        if backend == Backend::Nvramdisk {
+            peek(image)?;
         }
         return Ok(None);
     }
     let size = a.size.unwrap_or(SIZE_DEFAULT_BYTES);
-    match a.backend {
+    match backend {
+        Backend::Cache => create_cache(a, image, size).map(Some),
+        Backend::DirectFile => unreachable!("direct-file has no image"),
         Backend::Nvramdisk => {
-            let sb = format_image(&a.image, size, &FormatOptions::default(), false)?;
+            let sb = format_image(image, size, &FormatOptions::default(), false)?;
             Ok(Some(format!(
                 "formatted {} ({} blocks of {} B)",
-                a.image.display(),
+                image.display(),
                 sb.geometry.blocks,
                 sb.geometry.block_bytes
             )))
@@ -300,30 +385,67 @@ fn prepare_image(a: &UpArgs) -> Result<Option<String>> {
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .open(&a.image)
-                .map_err(|e| Error::env(format!("{}: cannot create: {e}", a.image.display())))?;
-            nvstack_pmem::mmap::allocate_file(&f, &a.image, size)?;
+                .open(image)
+                .map_err(|e| Error::env(format!("{}: cannot create: {e}", image.display())))?;
+            nvstack_pmem::mmap::allocate_file(&f, image, size)?;
             Ok(Some(format!(
                 "created raw region {} ({size} bytes)",
-                a.image.display()
+                image.display()
             )))
         }
     }
 }
 
-fn bring_up(a: &UpArgs, dir: &Path, st: &mut UpState) -> Result<()> {
+/// A new cache image over `a.backing` (created when absent), with `a.settings` stored.
+fn create_cache(a: &UpArgs, image: &Path, size: u64) -> Result<String> {
+    let backing = a.backing.as_deref().expect("checked by up_backend");
+    match a.cache.expect("checked by up_backend") {
+        crate::cache::CacheMode::Ubj => {}
+        crate::cache::CacheMode::Write => {
+            return Err(Error::bad(
+                "--cache write: `up` brings up UBJ caches only so far (serve does not serve a \
+                 write cache yet); make one with `nvstack cache create --cache write`",
+            ))
+        }
+    }
+    let o = nvstack_nvcache::image::CreateOptions {
+        size,
+        backing,
+        backing_size: a.backing_size,
+        settings: a.settings.apply(nvstack_nvcache::Settings::default())?,
+        force: false,
+    };
+    let c = nvstack_nvcache::image::create_image(image, &o)?;
+    Ok(format!(
+        "created UBJ cache {} ({} slots) over {}{} ({} blocks)",
+        image.display(),
+        c.superblock.slots,
+        c.backing.display(),
+        if c.backing_created { ", created" } else { "" },
+        c.superblock.blocks
+    ))
+}
+
+fn bring_up(a: &UpArgs, backend: Backend, dir: &Path, st: &mut UpState) -> Result<()> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::env(format!("cannot find the nvstack executable: {e}")))?;
     // Read before the daemon takes the image's lock.
-    let block_bytes = match a.backend {
-        Backend::Nvramdisk => peek(&a.image)?.geometry.block_bytes,
+    let block_bytes = match backend {
+        Backend::Nvramdisk => peek(&st.image)?.geometry.block_bytes,
         Backend::Raw => nvstack_export::raw::RAW_BLOCK_BYTES,
+        Backend::Cache | Backend::DirectFile => nvstack_nvcache::format::BLOCK_BYTES,
     };
     let pid_file = dir.join("serve.pid");
     let mut serve = Command::new(exe);
+    serve.arg("serve");
+    if let Some(image) = &a.image {
+        serve.arg(image);
+    }
+    if let Some(b) = &a.backing {
+        serve.arg("--backing").arg(b);
+    }
+    serve.args(a.settings.to_args());
     serve
-        .arg("serve")
-        .arg(&a.image)
         .arg("--mountpoint")
         .arg(&st.fuse_dir)
         .arg("--threads")
@@ -336,7 +458,11 @@ fn bring_up(a: &UpArgs, dir: &Path, st: &mut UpState) -> Result<()> {
         .arg(&st.log)
         .arg("--backend")
         .arg(&st.backend);
-    let msg = run(&mut serve, "nvstack serve")?;
+    let msg = run(&mut serve, "nvstack serve").map_err(|e| match e {
+        // The daemon refused its arguments (exit 2): bad input, not the environment.
+        Error::Environment(m) if m.contains("(exit status: 2)") => Error::bad(m),
+        e => e,
+    })?;
     let pid: u32 = std::fs::read_to_string(&pid_file)
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -386,8 +512,12 @@ fn bring_up(a: &UpArgs, dir: &Path, st: &mut UpState) -> Result<()> {
             _ => FsKind::Ext4,
         };
     }
+    let mut mount = Command::new("mount");
+    if let Some(o) = &a.mount_options {
+        mount.arg("-o").arg(o);
+    }
     run(
-        Command::new("mount").arg(&dev).arg(&st.mount),
+        mount.arg(&dev).arg(&st.mount),
         &format!("mount {dev} {}", st.mount.display()),
     )?;
     st.mounted = true;
@@ -455,7 +585,15 @@ fn tear_down(dir: &Path, st: &UpState) -> Result<()> {
                     DAEMON_STOP_WAIT.as_secs()
                 )));
             }
-            crate::say!("serve: daemon {pid} stopped")?;
+            crate::say!(
+                "serve: daemon {pid} stopped{}",
+                if st.backend == Backend::Cache.name() {
+                    " (a final commit: every acknowledged write is durable in the cache; no \
+                     checkpoint, `nvstack cache writeback` writes everything back)"
+                } else {
+                    ""
+                }
+            )?;
         }
     }
     if is_mount_point(&st.fuse_dir)? {

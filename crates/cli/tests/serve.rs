@@ -7,504 +7,17 @@
 //! guard unmounts, detaches and stops everything on the way out, pass or fail, and another
 //! kills the workload.
 
-use nvstack_test_support::Watched;
+#[path = "common/stack.rs"]
+mod stack;
+
+use stack::*;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
-static MOUNTS: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    MOUNTS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn bin() -> PathBuf {
-    std::env::var_os("NVSTACK_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_nvstack")))
-}
-
-fn require_environment() {
-    assert!(
-        std::fs::metadata("/proc/self")
-            .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-            .unwrap_or(false),
-        "tests/serve.rs needs root (FUSE mounts, loop devices): run scripts/test.sh as root"
-    );
-    assert!(Path::new("/dev/fuse").exists(), "/dev/fuse is missing");
-    for t in [
-        "mkfs.ext4",
-        "e2fsck",
-        "mkfs.xfs",
-        "xfs_repair",
-        "losetup",
-        "fstrim",
-        "timeout",
-    ] {
-        assert!(
-            Command::new("sh")
-                .arg("-c")
-                .arg(format!("command -v {t}"))
-                .output()
-                .unwrap()
-                .status
-                .success(),
-            "{t} not found: scripts/test.sh installs e2fsprogs, xfsprogs, util-linux"
-        );
-    }
-    assert!(
-        Path::new("/usr/bin/python3").exists(),
-        "/usr/bin/python3 missing"
-    );
-}
-
-/// Run under `timeout`; returns the output whatever the status.
-fn sh(secs: u64, args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("-k")
-        .arg("5")
-        .arg(secs.to_string())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"))
-}
-
-fn ok(secs: u64, args: &[&str]) -> String {
-    let o = sh(secs, args);
-    assert!(
-        o.status.success(),
-        "{args:?} failed ({}): {}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
-
-fn is_mounted(dir: &Path) -> bool {
-    let want = std::fs::canonicalize(dir).unwrap_or(dir.to_path_buf());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(want.to_str().unwrap()))
-}
-
-fn unique_dir(base: &str, tag: &str) -> PathBuf {
-    tempfile::Builder::new()
-        .prefix(&format!("nvstack-test-{tag}-"))
-        .tempdir_in(base)
-        .unwrap()
-        .keep()
-}
-
-/// One served image, its loop device and its mounted file system; torn down on drop.
-struct Stack {
-    shm: PathBuf,
-    tmp: PathBuf,
-    image: PathBuf,
-    fuse: PathBuf,
-    mnt: PathBuf,
-    stats: PathBuf,
-    pid_file: PathBuf,
-    log: PathBuf,
-    loop_dev: Option<String>,
-    fs: &'static str,
-}
-
-impl Stack {
-    fn new(fs: &'static str, size: &str) -> Stack {
-        let shm = unique_dir("/dev/shm", fs);
-        let tmp = unique_dir("/tmp", fs);
-        let s = Stack {
-            image: shm.join("img"),
-            stats: shm.join("stats"),
-            pid_file: shm.join("pid"),
-            log: shm.join("serve.log"),
-            fuse: tmp.join("fuse"),
-            mnt: tmp.join("mnt"),
-            shm,
-            tmp,
-            loop_dev: None,
-            fs,
-        };
-        std::fs::create_dir_all(&s.fuse).unwrap();
-        std::fs::create_dir_all(&s.mnt).unwrap();
-        ok(
-            60,
-            &[
-                bin().to_str().unwrap(),
-                "format",
-                s.image.to_str().unwrap(),
-                "--size",
-                size,
-            ],
-        );
-        s
-    }
-
-    fn serve_cmd(&self, extra: &[&str]) -> Output {
-        let mut args = vec![
-            bin().to_str().unwrap().to_string(),
-            "serve".into(),
-            self.image.to_str().unwrap().into(),
-            "--mountpoint".into(),
-            self.fuse.to_str().unwrap().into(),
-            "--pid-file".into(),
-            self.pid_file.to_str().unwrap().into(),
-            "--stats".into(),
-            self.stats.to_str().unwrap().into(),
-            "--log".into(),
-            self.log.to_str().unwrap().into(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        sh(120, &refs)
-    }
-
-    fn serve(&self, extra: &[&str]) {
-        let o = self.serve_cmd(extra);
-        assert!(
-            o.status.success(),
-            "serve failed: {}{}",
-            String::from_utf8_lossy(&o.stderr),
-            self.log_text()
-        );
-        assert!(self.fuse.join("disk").exists());
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn daemon_pid(&self) -> Option<u32> {
-        std::fs::read_to_string(&self.pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .filter(|p| Path::new(&format!("/proc/{p}")).exists())
-    }
-
-    fn attach(&mut self) -> String {
-        let dev = ok(
-            30,
-            &[
-                "losetup",
-                "--find",
-                "--show",
-                "--sector-size",
-                "4096",
-                self.fuse.join("disk").to_str().unwrap(),
-            ],
-        );
-        self.loop_dev = Some(dev.clone());
-        dev
-    }
-
-    fn dev(&self) -> &str {
-        self.loop_dev.as_deref().expect("attached")
-    }
-
-    fn mkfs(&self) {
-        match self.fs {
-            "ext4" => ok(120, &["mkfs.ext4", "-q", "-F", self.dev()]),
-            _ => ok(120, &["mkfs.xfs", "-q", "-f", self.dev()]),
-        };
-    }
-
-    fn mount(&self) {
-        ok(60, &["mount", self.dev(), self.mnt.to_str().unwrap()]);
-    }
-
-    fn umount(&self) {
-        if is_mounted(&self.mnt) {
-            let o = sh(60, &["umount", self.mnt.to_str().unwrap()]);
-            if !o.status.success() {
-                sh(30, &["umount", "-l", self.mnt.to_str().unwrap()]);
-            }
-        }
-    }
-
-    fn detach(&mut self) {
-        if let Some(d) = self.loop_dev.take() {
-            sh(30, &["losetup", "-d", &d]);
-            // Detach completes asynchronously; wait until the loop lets go.
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(20) {
-                let b = std::fs::read_to_string(format!(
-                    "/sys/block/{}/loop/backing_file",
-                    d.trim_start_matches("/dev/")
-                ));
-                if b.is_err() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-
-    /// Stop the daemon with SIGTERM and require a clean end: the daemon unmounted DIR by
-    /// itself (no lazy detach, neither its own fallback nor ours) and ended.
-    fn stop(&self) {
-        self.stop_by_signal("TERM", 15);
-    }
-
-    /// Send SIGTERM or SIGINT to the daemon (which must run); it must unmount cleanly and end.
-    fn stop_by_signal(&self, name: &str, number: i32) {
-        let pid = self.daemon_pid().expect("a daemon to stop");
-        let from = self.log_text().len();
-        ok(10, &["kill", &format!("-{name}"), &pid.to_string()]);
-        wait_gone(pid);
-        let log = self.log_text();
-        let log = log.get(from..).unwrap_or("");
-        assert!(
-            !is_mounted(&self.fuse),
-            "SIG{name} left the FUSE mount {} behind; daemon log: {log}",
-            self.fuse.display()
-        );
-        assert!(
-            log.contains(&format!("signal {number}: unmounting")),
-            "the daemon did not log SIG{name}: {log}"
-        );
-        assert!(
-            !log.contains("detaching lazily"),
-            "SIG{name} did not unmount cleanly (lazy detach): {log}"
-        );
-        assert!(
-            log.contains("unmounted;"),
-            "the daemon's session did not end after SIG{name}: {log}"
-        );
-    }
-
-    /// For the guard: SIGTERM if a daemon runs, wait (bounded, no assertion), and detach
-    /// whatever mount is left lazily.
-    fn stop_quietly(&self) {
-        if let Some(pid) = self.daemon_pid() {
-            sh(10, &["kill", "-TERM", &pid.to_string()]);
-            let t = Instant::now();
-            while Path::new(&format!("/proc/{pid}")).exists()
-                && t.elapsed() < Duration::from_secs(30)
-            {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        if is_mounted(&self.fuse) {
-            sh(30, &["umount", "-l", self.fuse.to_str().unwrap()]);
-        }
-    }
-
-    /// After the daemon died (killed or power cut): unmount the file system, detach the loop
-    /// device, and detach the dead FUSE mount.
-    fn clean_after_death(&mut self) {
-        self.umount();
-        self.detach();
-        if is_mounted(&self.fuse) {
-            ok(30, &["umount", "-l", self.fuse.to_str().unwrap()]);
-        }
-    }
-
-    /// Replay the journal, then the read-only check must be clean.
-    fn replay_and_check(&self) {
-        match self.fs {
-            "ext4" => {
-                let o = sh(120, &["e2fsck", "-E", "journal_only", "-y", self.dev()]);
-                let code = o.status.code().unwrap_or(-1);
-                assert!(
-                    code == 0 || code == 1,
-                    "journal replay failed ({code}): {}",
-                    String::from_utf8_lossy(&o.stdout)
-                );
-                let o = sh(120, &["e2fsck", "-fn", self.dev()]);
-                assert!(
-                    o.status.success(),
-                    "e2fsck -fn after replay: {}{}",
-                    String::from_utf8_lossy(&o.stdout),
-                    String::from_utf8_lossy(&o.stderr)
-                );
-            }
-            _ => {
-                self.mount();
-                self.umount();
-                let o = sh(300, &["xfs_repair", "-n", self.dev()]);
-                assert!(
-                    o.status.success(),
-                    "xfs_repair -n after replay: {}{}",
-                    String::from_utf8_lossy(&o.stdout),
-                    String::from_utf8_lossy(&o.stderr)
-                );
-            }
-        }
-    }
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        self.umount();
-        self.detach();
-        self.stop_quietly();
-        let _ = std::fs::remove_dir_all(&self.shm);
-        let _ = std::fs::remove_dir(&self.fuse);
-        let _ = std::fs::remove_dir(&self.mnt);
-        let _ = std::fs::remove_dir(&self.tmp);
-    }
-}
-
-fn wait_gone(pid: u32) {
-    let t = Instant::now();
-    while Path::new(&format!("/proc/{pid}")).exists() && t.elapsed() < Duration::from_secs(30) {
-        // A zombie child of ours would never go: the daemon is not our child (it was
-        // started by `serve`, which exited), so /proc/<pid> disappears when it ends.
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        !Path::new(&format!("/proc/{pid}")).exists(),
-        "daemon {pid} did not end"
-    );
-}
-
-/// The workload's deadline: it is killed after every cycle, long before.
-const WORKLOAD_LIMIT: Duration = Duration::from_secs(180);
-
-/// Writes files into the mounted file system until it fails or is killed. Every eighth file
-/// is fsynced, then its directory (the others are only pushed to the device); only then is it appended (and fsynced) to the manifest,
-/// which lives outside the stack. Old files are never touched.
-const WORKLOAD: &str = r#"
-import hashlib, os, random, signal, sys
-# A last resort if the test process itself dies: SIGALRM ends the workload.
-signal.alarm(300)
-root, manifest, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
-rnd = random.Random(seed)
-dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-m = open(manifest, "a")
-i = 0
-try:
-    while True:
-        i += 1
-        name = "s%d_%d" % (seed, i)
-        data = rnd.randbytes(rnd.randint(1, 192 * 1024))
-        fd = os.open(os.path.join(root, name), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
-        os.write(fd, data)
-        if i % 8 != 0:
-            # Start writeback without waiting for it: the daemon acknowledges these
-            # writes, and no fsync covers them until a later file's fsync.
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        else:
-            os.fsync(fd)
-            os.fsync(dfd)
-            m.write("%s %d %s\n" % (name, len(data), hashlib.sha256(data).hexdigest()))
-            m.flush()
-            os.fsync(m.fileno())
-        os.close(fd)
-except OSError:
-    pass
-"#;
-
-/// Every file in the manifest has exactly its recorded contents; prints how many.
-const VERIFY: &str = r#"
-import hashlib, os, sys
-root, manifest = sys.argv[1], sys.argv[2]
-bad, n = [], 0
-for line in open(manifest):
-    name, size, digest = line.split()
-    n += 1
-    p = os.path.join(root, name)
-    try:
-        data = open(p, "rb").read()
-    except OSError as e:
-        bad.append("%s: %s" % (name, e)); continue
-    if len(data) != int(size) or hashlib.sha256(data).hexdigest() != digest:
-        bad.append("%s: %d bytes, expected %s" % (name, len(data), size))
-for b in bad:
-    print("BAD", b)
-print("checked", n)
-sys.exit(1 if bad else 0)
-"#;
-
-fn python(script: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("/usr/bin/python3");
-    c.arg("-c").arg(script).args(args);
-    c
-}
-
-fn verify_and_clear(st: &Stack, manifest: &Path) -> usize {
-    let o = sh(
-        300,
-        &[
-            "/usr/bin/python3",
-            "-c",
-            VERIFY,
-            st.mnt.to_str().unwrap(),
-            manifest.to_str().unwrap(),
-        ],
-    );
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    if !o.status.success() {
-        let log = st.log_text();
-        let tail: Vec<&str> = log.lines().rev().take(20).collect();
-        let dmesg = sh(10, &["dmesg"]);
-        let d = String::from_utf8_lossy(&dmesg.stdout).to_string();
-        let dtail: Vec<&str> = d.lines().rev().take(20).collect();
-        panic!(
-            "verify failed ({}; 124 or a signal: timed out): fsynced files lost or wrong after \
-             recovery:\n{out}\n{}\ndaemon log (last lines, newest \
-             first):\n{}\nkernel (newest first):\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stderr),
-            tail.join("\n"),
-            dtail.join("\n")
-        );
-    }
-    let n: usize = out
-        .lines()
-        .last()
-        .and_then(|l| l.strip_prefix("checked "))
-        .and_then(|s| s.parse().ok())
-        .expect("verify prints a count");
-    // Start the next cycle with an empty file system (so it never fills up).
-    for e in std::fs::read_dir(&st.mnt).unwrap().flatten() {
-        let p = e.path();
-        if e.file_name().to_string_lossy().starts_with('s') {
-            std::fs::remove_file(p).unwrap();
-        }
-    }
-    ok(60, &["sync", "-f", st.mnt.to_str().unwrap()]);
-    std::fs::write(manifest, "").unwrap();
-    n
-}
-
-fn read_stats(p: &Path) -> (u64, u64, u64) {
-    let b = std::fs::read(p).unwrap();
-    let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
-    assert_eq!(&b[..8], b"NVSTATS1");
-    // writes acked, fsync-covered, fsyncs
-    (w(4), w(6), w(5))
-}
-
-/// Word 3 of the stats file: writes made durable (counted before each reply).
-fn durable_writes(p: &Path) -> u64 {
-    let b = std::fs::read(p).unwrap();
-    assert_eq!(&b[..8], b"NVSTATS1");
-    u64::from_le_bytes(b[24..32].try_into().unwrap())
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
-    }
-}
-
-/// Kill cycles: the daemon is SIGKILLed (or its power cut) while the workload writes.
-/// Returns (cycles, cycles that landed with acknowledged writes no fsync had covered,
-/// fsynced files verified).
+/// Kill cycles of an nvramdisk stack: the daemon is SIGKILLed (or its power cut) while the
+/// workload writes, at the first instant (within 300 ms of a random moment) at which it has
+/// acknowledged writes that no fsync covers. Returns (cycles, cycles that landed with
+/// acknowledged writes no fsync had covered, fsynced files verified).
 fn kill_cycles(
     fs: &'static str,
     cycles: u32,
@@ -519,113 +32,17 @@ fn kill_cycles(
         _ => "256MiB",
     };
     let mut st = Stack::new(fs, size);
-    let manifest = st.shm.join("manifest");
-    std::fs::write(&manifest, "").unwrap();
-    st.serve(&[]);
-    st.attach();
-    st.mkfs();
-    st.stop_after_clean_setup();
-    let mut rng = Rng(seed | 1);
-    let (mut landed, mut verified) = (0, 0);
-    for c in 0..cycles {
-        let cut = power_cut.map(|m| {
-            // The cut comes this long after the daemon gets SIGUSR1, sent once the workload
-            // runs (never during the recovery checks).
-            format!("{m}:{}:{}", rng.next() % 1000, rng.range(50, 900))
-        });
-        match &cut {
-            Some(spec) => st.serve(&["--power-cut", spec]),
-            None => st.serve(&[]),
-        }
-        st.attach();
-        st.replay_and_check();
-        st.mount();
-        verified += verify_and_clear(&st, &manifest);
-        let mut workload = Watched::spawn(
-            python(
-                WORKLOAD,
-                &[
-                    st.mnt.to_str().unwrap(),
-                    manifest.to_str().unwrap(),
-                    &(seed * 1000 + c as u64).to_string(),
-                ],
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-            WORKLOAD_LIMIT,
-        );
-        let pid = st.daemon_pid().expect("daemon running");
-        match cut {
-            None => {
-                // A random moment, then the first instant (within 300 ms) at which the
-                // daemon has acknowledged writes that no fsync covers: the kill must find
-                // writes in flight, not an idle file system. The count is read again after
-                // the kill, from the daemon's own counters.
-                // The killer is started beforehand and waits on a pipe: a shell builtin
-                // `kill` runs microseconds after the go, where forking `kill` takes
-                // milliseconds, long enough for an fsync to cover the writes seen in flight.
-                let mut killer = Command::new("sh")
-                    .arg("-c")
-                    .arg(format!("read go && kill -KILL {pid}"))
-                    .stdin(Stdio::piped())
-                    .spawn()
-                    .unwrap();
-                std::thread::sleep(Duration::from_millis(rng.range(150, 700)));
-                let t = Instant::now();
-                while t.elapsed() < Duration::from_millis(300) {
-                    let (acked, covered, _) = read_stats(&st.stats);
-                    if acked > covered {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-                killer.stdin.take().unwrap().write_all(b"go\n").unwrap();
-                assert!(killer.wait().unwrap().success(), "kill failed");
-            }
-            Some(_) => {
-                std::thread::sleep(Duration::from_millis(30));
-                ok(10, &["kill", "-USR1", &pid.to_string()]);
-                // Power goes at the daemon's own instant; wait for it.
-                let t = Instant::now();
-                while Path::new(&format!("/proc/{pid}")).exists()
-                    && t.elapsed() < Duration::from_secs(60)
-                {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                assert!(
-                    st.log_text().contains("power cut"),
-                    "the daemon ended without a power cut:\n{}",
-                    st.log_text()
-                );
-            }
-        }
-        wait_gone(pid);
-        let (acked, covered, fsyncs) = read_stats(&st.stats);
-        eprintln!(
-            "{fs} cycle {c}: {acked} writes acknowledged, {covered} covered by {fsyncs} fsyncs"
-        );
-        if acked > covered {
-            landed += 1;
-        }
-        // Reaped before the unmount: a live workload would keep the file system busy.
-        workload.kill();
-        st.clean_after_death();
-    }
-    // Final recovery and check after the last kill.
-    st.serve(&[]);
-    st.attach();
-    st.replay_and_check();
-    st.mount();
-    verified += verify_and_clear(&st, &manifest);
+    st.make_fs();
+    let plan = KillPlan {
+        cycles,
+        power_cut,
+        seed,
+        target: &|_, w| w[W_ACKED] > w[W_COVERED],
+        wait: std::time::Duration::from_millis(300),
+    };
+    let (after, verified) = stack::kill_cycles(&mut st, &plan);
+    let landed = after.iter().filter(|w| w[W_ACKED] > w[W_COVERED]).count() as u32;
     (cycles, landed, verified)
-}
-
-impl Stack {
-    /// After mkfs: unmount nothing (not mounted), detach and stop cleanly.
-    fn stop_after_clean_setup(&mut self) {
-        self.detach();
-        self.stop();
-    }
 }
 
 #[test]
@@ -873,24 +290,6 @@ fn raw_backend_serves_and_sigterm_unmounts() {
     st.stop();
 }
 
-fn sha(p: &Path) -> String {
-    ok(60, &["sha256sum", p.to_str().unwrap()])
-}
-
-fn expect_exit(o: &Output, code: i32, needle: &str) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "expected exit {code}, got {}: {err}",
-        o.status
-    );
-    assert!(
-        err.contains(needle),
-        "message should mention '{needle}': {err}"
-    );
-}
-
 /// Unclean leftovers: clear errors with exit code 3, no hang, the image untouched.
 #[test]
 fn unclean_leftovers_are_refused() {
@@ -1055,4 +454,83 @@ fn serve_bad_arguments() {
         &[b, "up", "--image", img, "--size", "32MiB", "--mount", fuse],
     );
     expect_exit(&o, 2, "not the");
+}
+
+/// `serve --record-trace`: every request the device finished, in nvstack's device trace
+/// (docs/format.md section 13), closed at a clean stop and read back by the simulator; an
+/// existing trace is not overwritten without --force.
+#[test]
+fn record_trace_lists_the_requests_and_is_not_overwritten() {
+    let _g = serial();
+    require_environment();
+    let st = Stack::new("ext4", "64MiB");
+    let trace = st.shm.join("device.trace");
+    let t = trace.to_str().unwrap();
+    st.serve(&["--record-trace", t]);
+    {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(st.fuse.join("disk"))
+            .unwrap();
+        // Whole aligned blocks: one device write of blocks 5..15 and one read of 0..3.
+        f.write_all_at(&[0x5a; 10 * 4096], 5 * 4096).unwrap();
+        let mut back = [0u8; 3 * 4096];
+        f.read_exact_at(&mut back, 0).unwrap();
+        f.sync_all().unwrap();
+    }
+    st.stop();
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("nvstack-trace 1 block_bytes=4096 blocks="),
+        "{text}"
+    );
+    let fields = |l: &&str| l.split(' ').skip(2).collect::<Vec<_>>().join(" ");
+    let body: Vec<String> = lines[1..lines.len() - 1].iter().map(fields).collect();
+    let covered = |op: &str| -> Vec<u64> {
+        let mut v: Vec<u64> = body
+            .iter()
+            .filter(|l| l.starts_with(op))
+            .flat_map(|l| {
+                let n: Vec<u64> = l[2..].split(' ').map(|x| x.parse().unwrap()).collect();
+                n[0]..n[0] + n[1]
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(covered("W"), (5..15).collect::<Vec<_>>(), "{text}");
+    assert_eq!(covered("R"), (0..3).collect::<Vec<_>>(), "{text}");
+    assert!(
+        body.iter().any(|l| l == "F 0 0"),
+        "the fsync is a flush: {text}"
+    );
+    let end = lines[lines.len() - 1];
+    assert!(end.starts_with(&format!("end {} ", body.len())), "{text}");
+    let stat = ok(
+        30,
+        &[
+            bin().to_str().unwrap(),
+            "sim",
+            "stat",
+            "--trace",
+            t,
+            "--format",
+            "nvstack",
+            "--json",
+        ],
+    );
+    let stat: serde_json::Value = serde_json::from_str(&stat).unwrap();
+    assert_eq!(stat["write_bytes"], 40960, "{stat}");
+    assert_eq!(stat["read_bytes"], 3 * 4096, "{stat}");
+    // Serving again onto the same trace is refused before anything is mounted.
+    let again = st.serve_cmd(&["--record-trace", t]);
+    expect_exit(&again, 2, "exists; pass --force");
+    assert!(!is_mounted(&st.fuse));
+    assert_eq!(
+        std::fs::read_to_string(&trace).unwrap(),
+        text,
+        "the trace was changed"
+    );
 }

@@ -3,9 +3,11 @@
 //!
 //! Caching mode: every open of `disk` is answered with `FOPEN_DIRECT_IO`, so the kernel keeps
 //! no page cache for it and every write(2) (and every write the loop device issues) arrives
-//! here synchronously, is made durable by the device, and only then acknowledged. Nothing
-//! above the daemon holds dirty data, so an fsync has nothing to drain: it is counted and
-//! answered at once. (The alternative, writeback caching, would let the kernel acknowledge
+//! here synchronously, is handed to the device, and only then acknowledged. Nothing above the
+//! daemon holds dirty data, so an fsync has nothing to drain above the device: it calls the
+//! device's flush (nothing to do for nvramdisk and raw, durable on return; a commit for a UBJ
+//! cache; an fdatasync for a plain file) and answers. A FUSE `flush` (sent at every close) is
+//! no durability point and does nothing. (The alternative, writeback caching, would let the kernel acknowledge
 //! writes that only reach the daemon at the next flush, doubling the data in memory and
 //! making every fsync a long drain.) `FOPEN_PARALLEL_DIRECT_WRITES` lets the kernel send
 //! several writes to the file at once instead of serialising them on the inode lock, and

@@ -1,12 +1,14 @@
 //! Exports: the ways unmodified software reaches an nvstack device.
 //!
 //! - [`file`]: a byte-addressed file over a `BlockDevice` (any offset and length, each write
-//!   atomic and durable when it returns): the data path of `nvstack serve`.
+//!   one device write, atomic and durable as the device's capabilities say): the data path of
+//!   `nvstack serve`.
 //! - [`fuse`]: that file served through FUSE as `DIR/disk`, for a loop device to attach.
 //! - [`raw`]: the region as plain blocks with no transactions (the `--backend raw` baseline).
 //! - [`stats`]: the daemon's counters, mirrored to tmpfs so they outlive a SIGKILL.
 //! - [`powercut`]: run a device on the simulated region and cut power at a random instant,
-//!   leaving a crash image drawn from a fault model (whole-stack power-cut tests).
+//!   leaving a crash image drawn from a fault model (whole-stack power-cut tests); a cache
+//!   image runs with its backing file as the region's disk.
 
 pub mod file;
 pub mod fuse;

@@ -11,12 +11,21 @@
 //! [`POWER_CUT_EXIT`], running no destructor. The next start recovers from that image like a
 //! machine that lost power.
 //!
+//! A cache image runs the same way with its backing file loaded as the region's tail
+//! ([`PowerCut::load_cache`]): a simulated disk whose 512-byte sectors written since its last
+//! flush (fdatasync) each hold their old or their new contents after the cut, any subset (the
+//! disk model of the crash checker, nvstack_pmem::crash). Both files are written back from
+//! the one crash image, so the cut is one instant of NVRAM and disk.
+//!
 //! The simulated region keeps the whole log in memory: use small images (tens of MiB) and short
 //! workloads.
 
 use nvstack_core::error::{Error, Result};
+use nvstack_core::lock::{lock_file, open_file};
+use nvstack_nvcache::FileDevice;
 use nvstack_nvramdisk::image::open_image_file;
 use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimEvent, SimRegion};
+use nvstack_pmem::simdisk::{parts, SimDisk, SimNvram};
 use nvstack_pmem::LINE_BYTES;
 use std::collections::HashMap;
 use std::fs::File;
@@ -68,48 +77,155 @@ impl PowerCutSpec {
     }
 }
 
-/// An image file loaded into a recording simulated region, with its lock held.
-pub struct PowerCut {
+/// One file loaded into the simulated region: its words are `[word, word + len / 8)`.
+struct Part {
     path: PathBuf,
     file: File,
+    word: usize,
+    len: u64,
+    /// Write back only the 4 KiB pages that differ from the loaded contents (a cache's large
+    /// backing file, of which a run changes little); else the whole part.
+    changed_pages_only: bool,
+}
+
+/// Files loaded into a recording simulated region, with their locks held: an nvramdisk
+/// image, or a cache image (the region's head, its NVRAM) and its backing file (the tail, a
+/// simulated disk whose sectors written since its last flush are old or new at the cut).
+pub struct PowerCut {
+    parts: Vec<Part>,
     base: Arc<Vec<u64>>,
     region: Arc<SimRegion>,
     spec: PowerCutSpec,
+    /// The backing file's exclusive lock (a cache's run), held until the process ends.
+    _backing_lock: Option<FileDevice>,
+}
+
+fn read_whole(file: &File, path: &Path) -> Result<Vec<u8>> {
+    let len = file
+        .metadata()
+        .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
+        .len();
+    if len > POWER_CUT_IMAGE_BYTES_MAX {
+        return Err(Error::bad(format!(
+            "{}: {len} bytes is too large for a power-cut run (at most {} bytes)",
+            path.display(),
+            POWER_CUT_IMAGE_BYTES_MAX
+        )));
+    }
+    assert!(len.is_multiple_of(4096), "validated files are whole pages");
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, 0)
+        .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
+    Ok(bytes)
+}
+
+fn words_of(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
 }
 
 impl PowerCut {
-    /// Load the image at `path` (validated and locked like any writer's open).
+    /// Load the nvramdisk image at `path` (validated and locked like any writer's open).
     pub fn load(path: &Path, spec: PowerCutSpec) -> Result<Arc<PowerCut>> {
         let (file, _sb) = open_image_file(path)?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
-            .len();
-        if len > POWER_CUT_IMAGE_BYTES_MAX {
-            return Err(Error::bad(format!(
-                "{}: {len} bytes is too large for a power-cut run (at most {} bytes)",
-                path.display(),
-                POWER_CUT_IMAGE_BYTES_MAX
-            )));
-        }
-        assert!(len.is_multiple_of(4096), "validated images are whole pages");
-        let mut bytes = vec![0u8; len as usize];
-        file.read_exact_at(&mut bytes, 0)
-            .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
-        let words: Vec<u64> = bytes
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
-            .collect();
+        let bytes = read_whole(&file, path)?;
+        let part = Part {
+            path: path.to_path_buf(),
+            file,
+            word: 0,
+            len: bytes.len() as u64,
+            changed_pages_only: false,
+        };
+        Ok(PowerCut::start(
+            vec![part],
+            words_of(&bytes).collect(),
+            spec,
+            None,
+        ))
+    }
+
+    /// Load a cache image (validated, locked exclusively) and its backing file (the recorded
+    /// one, or `backing`; locked exclusively) into one region: [`PowerCut::cache_devices`].
+    pub fn load_cache(
+        image: &Path,
+        backing: Option<&Path>,
+        spec: PowerCutSpec,
+    ) -> Result<Arc<PowerCut>> {
+        let bpath = nvstack_nvcache::image::backing_of(image, backing)?;
+        let file = open_file(image, true, "image")?;
+        lock_file(&file, image, "image", true)?;
+        let lock = FileDevice::open(&bpath)?;
+        let bfile = open_file(&bpath, true, "backing file")?;
+        let nvram = read_whole(&file, image)?;
+        let disk = read_whole(&bfile, &bpath)?;
+        let mut words: Vec<u64> = Vec::with_capacity((nvram.len() + disk.len()) / 8);
+        words.extend(words_of(&nvram));
+        words.extend(words_of(&disk));
+        let parts = vec![
+            Part {
+                path: image.to_path_buf(),
+                file,
+                word: 0,
+                len: nvram.len() as u64,
+                changed_pages_only: false,
+            },
+            Part {
+                path: bpath,
+                file: bfile,
+                word: nvram.len() / 8,
+                len: disk.len() as u64,
+                changed_pages_only: true,
+            },
+        ];
+        Ok(PowerCut::start(parts, words, spec, Some(lock)))
+    }
+
+    fn start(
+        parts: Vec<Part>,
+        words: Vec<u64>,
+        spec: PowerCutSpec,
+        backing_lock: Option<FileDevice>,
+    ) -> Arc<PowerCut> {
         let base = Arc::new(words);
         let region = Arc::new(SimRegion::from_base(base.clone()));
         region.start_recording();
-        Ok(Arc::new(PowerCut {
-            path: path.to_path_buf(),
-            file,
+        Arc::new(PowerCut {
+            parts,
             base,
             region,
             spec,
-        }))
+            _backing_lock: backing_lock,
+        })
+    }
+
+    /// A cache run's NVRAM (the image's words) and backing device (the backing file's words,
+    /// written as disk sectors); None for an nvramdisk run.
+    pub fn cache_devices(&self) -> Option<(SimNvram, SimDisk)> {
+        let disk = self.parts.get(1)?;
+        Some(parts(&self.region, disk.word as u64 * 8))
+    }
+
+    /// Write `image` (the whole region's words) to the loaded files and sync them.
+    fn write_files(&self, image: &[u64]) -> std::io::Result<()> {
+        for p in &self.parts {
+            let words = &image[p.word..p.word + (p.len / 8) as usize];
+            let base = &self.base[p.word..p.word + (p.len / 8) as usize];
+            let page_words = 512;
+            for (i, page) in words.chunks(page_words).enumerate() {
+                let start = i * page_words;
+                if p.changed_pages_only && page == &base[start..start + page.len()] {
+                    continue;
+                }
+                let mut bytes = Vec::with_capacity(page.len() * 8);
+                for w in page {
+                    bytes.extend_from_slice(&w.to_le_bytes());
+                }
+                p.file.write_all_at(&bytes, start as u64 * 8)?;
+            }
+            p.file.sync_all()?;
+        }
+        Ok(())
     }
 
     /// The region to open the device on.
@@ -146,14 +262,12 @@ impl PowerCut {
     /// caches were written back) to the image file.
     pub fn write_back_all(&self) -> Result<()> {
         let image = self.region.snapshot();
-        let mut bytes = Vec::with_capacity(image.len() * 8);
-        for w in image.iter() {
-            bytes.extend_from_slice(&w.to_le_bytes());
-        }
-        self.file
-            .write_all_at(&bytes, 0)
-            .and_then(|_| self.file.sync_all())
-            .map_err(|e| Error::env(format!("{}: cannot write: {e}", self.path.display())))
+        self.write_files(&image).map_err(|e| {
+            Error::env(format!(
+                "{}: cannot write: {e}",
+                self.parts[0].path.display()
+            ))
+        })
     }
 
     /// Cut power now: freeze the region, write one crash image, end the process.
@@ -161,12 +275,7 @@ impl PowerCut {
         self.region.with_frozen_events(|events| {
             // Fold the quiescent prefix with plain stores (cheap), replay only the rest.
             let q = quiescent_prefix(events);
-            let mut folded = (*self.base).clone();
-            for ev in &events[..q] {
-                if let SimEvent::Store { word, value, .. } = *ev {
-                    folded[word as usize] = value;
-                }
-            }
+            let folded = fold(&self.base, &events[..q]);
             let mut cs = CrashState::new(Arc::new(folded));
             for ev in &events[q..] {
                 cs.apply(ev);
@@ -174,14 +283,7 @@ impl PowerCut {
             let space = ImageSpace::new(&cs, self.spec.model, self.spec.seed);
             let choice = space.random_choice(self.spec.seed ^ events.len() as u64);
             let image = space.image(&choice).snapshot();
-            let mut bytes = Vec::with_capacity(image.len() * 8);
-            for w in image.iter() {
-                bytes.extend_from_slice(&w.to_le_bytes());
-            }
-            let wrote = self
-                .file
-                .write_all_at(&bytes, 0)
-                .and_then(|_| self.file.sync_all());
+            let wrote = self.write_files(&image);
             let code = match wrote {
                 Ok(()) => {
                     eprintln!(
@@ -189,12 +291,15 @@ impl PowerCut {
                         self.spec.model.name(),
                         self.spec.seed,
                         events.len(),
-                        self.path.display()
+                        self.parts[0].path.display()
                     );
                     POWER_CUT_EXIT
                 }
                 Err(e) => {
-                    eprintln!("nvstack: power cut: cannot write {}: {e}", self.path.display());
+                    eprintln!(
+                        "nvstack: power cut: cannot write {}: {e}",
+                        self.parts[0].path.display()
+                    );
                     3
                 }
             };
@@ -203,6 +308,21 @@ impl PowerCut {
             std::process::exit(code)
         })
     }
+}
+
+/// `base` with every store of `events` applied in order, memory and disk alike: the durable
+/// image after a quiescent prefix ([`quiescent_prefix`]).
+pub fn fold(base: &[u64], events: &[SimEvent]) -> Vec<u64> {
+    let mut folded = base.to_vec();
+    for ev in events {
+        match *ev {
+            SimEvent::Store { word, value, .. } | SimEvent::DiskStore { word, value } => {
+                folded[word as usize] = value
+            }
+            _ => {}
+        }
+    }
+    folded
 }
 
 /// The length of the longest prefix of `events` that ends at a fence with nothing pending:
@@ -267,6 +387,8 @@ mod tests {
         let mid = r.event_count();
         r.flush(128, 16, FlushKind::Clflushopt);
         r.fence();
+        r.disk_write(4096, &[5u8; 1024]); // two disk sectors, durable at the disk flush
+        r.disk_flush();
         let end = r.event_count();
         r.write_nt(512, &[4u8; 8]); // pending at the end
         let events = r.take_events();
@@ -277,12 +399,6 @@ mod tests {
             full.apply(ev);
         }
         assert!(full.quiescent());
-        let mut folded = vec![0u64; 1024];
-        for ev in &events[..end] {
-            if let SimEvent::Store { word, value, .. } = *ev {
-                folded[word as usize] = value;
-            }
-        }
-        assert_eq!(*full.durable_image(), folded);
+        assert_eq!(*full.durable_image(), fold(&[0u64; 1024], &events[..end]));
     }
 }

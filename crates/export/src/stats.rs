@@ -2,10 +2,15 @@
 //! they survive the daemon's death: after a SIGKILL the kill tests read how many writes had
 //! been acknowledged and how many of those an fsync had covered.
 //!
-//! File format (4096 bytes, little-endian u64 words): 0 magic `NVSTATS1`, 1 version (1),
-//! 2 daemon pid, 3 writes made durable, 4 writes acknowledged, 5 fsyncs completed,
-//! 6 writes covered by a completed fsync, 7 discards. Words are updated under one mutex, so
-//! the file always shows one consistent moment. Bounds: `writes_acked` counts a write only
+//! File format (4096 bytes, little-endian u64 words): 0 magic `NVSTATS1`, 1 version (2),
+//! 2 daemon pid, 3 writes made durable (on a device durable only on flush, such as a UBJ
+//! cache: written, durable at the next fsync), 4 writes acknowledged, 5 fsyncs completed,
+//! 6 writes covered by a completed fsync, 7 discards; then a cache's live state (zero without
+//! one): 8 1 when the device is a UBJ cache, 9 dirty blocks (written since the last commit),
+//! 10 frozen slots, 11 commits, 12 checkpoints completed, 13 1 while a checkpoint runs (from
+//! before its first backing write until after its last slot is unfrozen). Version 1 had words
+//! 0-7 only. Words are updated under one mutex (the cache's words under the cache's lock as
+//! well, at every change), so the file always shows one consistent moment. Bounds: `writes_acked` counts a write only
 //! after its acknowledgement was sent (a lower bound), and an fsync covers every write counted
 //! durable when it began (an upper bound); so `writes_acked - fsync_covered`, when positive,
 //! is a lower bound on the acknowledged writes that no fsync had covered.
@@ -18,7 +23,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 pub const STATS_MAGIC: u64 = u64::from_le_bytes(*b"NVSTATS1");
-pub const STATS_VERSION: u64 = 1;
+pub const STATS_VERSION: u64 = 2;
 pub const STATS_FILE_BYTES: u64 = 4096;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -29,6 +34,19 @@ pub struct StatsSnapshot {
     pub fsyncs: u64,
     pub fsync_covered: u64,
     pub discards: u64,
+    /// A UBJ cache's live state (all zero without one).
+    pub cache: CacheWords,
+}
+
+/// Words 8-13: a UBJ cache's live state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CacheWords {
+    pub is_cache: bool,
+    pub dirty_blocks: u64,
+    pub frozen_slots: u64,
+    pub commits: u64,
+    pub checkpoints: u64,
+    pub checkpointing: bool,
 }
 
 impl StatsSnapshot {
@@ -37,7 +55,8 @@ impl StatsSnapshot {
         self.writes_acked.saturating_sub(self.fsync_covered)
     }
 
-    fn words(&self) -> [u64; 8] {
+    fn words(&self) -> [u64; 14] {
+        let c = &self.cache;
         [
             STATS_MAGIC,
             STATS_VERSION,
@@ -47,6 +66,12 @@ impl StatsSnapshot {
             self.fsyncs,
             self.fsync_covered,
             self.discards,
+            u64::from(c.is_cache),
+            c.dirty_blocks,
+            c.frozen_slots,
+            c.commits,
+            c.checkpoints,
+            u64::from(c.checkpointing),
         ]
     }
 }
@@ -152,6 +177,19 @@ impl ServeStats {
     pub fn fsync_begin(&self) -> u64 {
         self.snapshot().writes_durable
     }
+    /// A cache's live state changed (called under the cache's lock).
+    pub fn cache_changed(&self, live: &nvstack_nvcache::Live) {
+        self.update(|s| {
+            s.cache = CacheWords {
+                is_cache: true,
+                dirty_blocks: live.dirty,
+                frozen_slots: live.frozen,
+                commits: live.commits,
+                checkpoints: live.checkpoints,
+                checkpointing: live.checkpointing,
+            }
+        })
+    }
     pub fn fsync_done(&self, covered: u64) {
         self.update(|s| {
             s.fsyncs += 1;
@@ -174,7 +212,7 @@ pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
     let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
     if w(0) != STATS_MAGIC || w(1) != STATS_VERSION {
         return Err(Error::bad(format!(
-            "{}: not a version-1 stats file",
+            "{}: not a version-2 stats file",
             path.display()
         )));
     }
@@ -185,5 +223,20 @@ pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
         fsyncs: w(5),
         fsync_covered: w(6),
         discards: w(7),
+        cache: CacheWords {
+            is_cache: w(8) != 0,
+            dirty_blocks: w(9),
+            frozen_slots: w(10),
+            commits: w(11),
+            checkpoints: w(12),
+            checkpointing: w(13) != 0,
+        },
     })
+}
+
+/// The serve daemon's counters as a cache's observer.
+impl nvstack_nvcache::Observer for ServeStats {
+    fn changed(&self, live: &nvstack_nvcache::Live) {
+        self.cache_changed(live)
+    }
 }

@@ -308,6 +308,12 @@ pub fn open_readonly(path: &Path, backing: Option<&Path>) -> Result<Opened> {
     })
 }
 
+/// The backing file a cache image names (`over` when given), validating the image with plain
+/// reads under a shared lock (the serve daemon's power-cut runs load both files themselves).
+pub fn backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
+    backing_path(&validate(path, false)?, over)
+}
+
 /// Validate an image with plain reads under a shared lock and return its superblock (commands
 /// check their arguments against it before opening for writing).
 pub fn peek(path: &Path) -> Result<Superblock> {

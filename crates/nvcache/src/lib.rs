@@ -30,7 +30,7 @@ pub mod writecache;
 pub use backing::FileDevice;
 pub use bugs::Bug;
 pub use format::{Settings, Superblock};
-pub use ubj::{create, Census, SlotState, Stats, Timers, Ubj};
+pub use ubj::{create, Census, Live, Observer, SlotState, Stats, Timers, Ubj};
 pub use wbugs::WcBug;
 pub use wdestage::Trigger;
 pub use writecache::{create_wc, WriteCache};

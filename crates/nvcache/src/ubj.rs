@@ -102,6 +102,26 @@ struct State {
     stored: Option<crate::format::Counters>,
 }
 
+/// What a serving daemon mirrors live into its counters file (crates/export/src/stats.rs), so
+/// that a test reading it after a SIGKILL knows where the kill landed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Live {
+    /// Blocks written since the last commit.
+    pub dirty: u64,
+    /// Frozen slots, up to date and out of date.
+    pub frozen: u64,
+    /// This run's commits and completed checkpoints.
+    pub commits: u64,
+    pub checkpoints: u64,
+    /// A checkpoint has begun and not ended (its backing writes and flush under way).
+    pub checkpointing: bool,
+}
+
+/// Told the live state at every change, under the cache's lock: it must not call the cache.
+pub trait Observer: Send + Sync {
+    fn changed(&self, live: &Live);
+}
+
 /// A UBJ cache over `region` in front of `backing`.
 pub struct Ubj<R: Region> {
     region: Arc<R>,
@@ -114,6 +134,8 @@ pub struct Ubj<R: Region> {
     bug: Option<Bug>,
     /// Entries recovery dropped at open (written after the last commit before a crash).
     dropped_at_open: usize,
+    /// A serving daemon's counters (none in every other use).
+    observer: std::sync::OnceLock<Arc<dyn Observer>>,
 }
 
 pub(crate) fn random_identity() -> u128 {
@@ -232,6 +254,7 @@ impl<R: Region> Ubj<R> {
             state: Mutex::new(state),
             bug,
             dropped_at_open,
+            observer: std::sync::OnceLock::new(),
         };
         ubj.assert_invariants(&ubj.lock());
         Ok(ubj)
@@ -263,6 +286,27 @@ impl<R: Region> Ubj<R> {
 
     pub fn stats(&self) -> Stats {
         self.lock().stats
+    }
+
+    /// Tell `o` the live state now and at every change from now on (one observer per cache;
+    /// false when one is already set).
+    pub fn observe(&self, o: Arc<dyn Observer>) -> bool {
+        let st = self.lock();
+        let set = self.observer.set(o).is_ok();
+        self.notify(&st, false);
+        set
+    }
+
+    fn notify(&self, st: &State, checkpointing: bool) {
+        if let Some(o) = self.observer.get() {
+            o.changed(&Live {
+                dirty: st.dirty.len() as u64,
+                frozen: st.frozen as u64,
+                commits: st.stats.commits,
+                checkpoints: st.stats.checkpoints,
+                checkpointing,
+            });
+        }
     }
 
     /// The counters over the cache's life: those stored at the last clean close plus this
@@ -568,7 +612,9 @@ impl<R: Region> Ubj<R> {
             self.write_one(&mut st, lba + i as u64, Some(block));
         }
         st.stats.user_bytes_written += data.len() as u64;
-        self.after_write(&mut st)
+        let done = self.after_write(&mut st);
+        self.notify(&st, false);
+        done
     }
 
     /// Discard blocks: they read as zeros from the next commit on; the backing hole is punched
@@ -584,7 +630,9 @@ impl<R: Region> Ubj<R> {
             for b in start..end {
                 self.write_one(&mut st, b, None);
             }
-            self.after_write(&mut st)?;
+            let done = self.after_write(&mut st);
+            self.notify(&st, false);
+            done?;
         }
         Ok(())
     }
@@ -745,6 +793,7 @@ impl<R: Region> Ubj<R> {
         st.stats.commits += 1;
         st.dirty_since = None;
         self.assert_invariants(st);
+        self.notify(st, false);
         self.after_commit(st)
     }
 
@@ -768,6 +817,13 @@ impl<R: Region> Ubj<R> {
 
     /// Free every out-of-date slot, then write the `count` oldest up-to-date frozen blocks back.
     fn checkpoint_locked(&self, st: &mut State, count: usize) -> Result<()> {
+        self.notify(st, true);
+        let done = self.checkpoint_steps(st, count);
+        self.notify(st, false);
+        done
+    }
+
+    fn checkpoint_steps(&self, st: &mut State, count: usize) -> Result<()> {
         let stale = std::mem::take(&mut st.stale);
         st.frozen -= stale.len();
         for &slot in &stale {

@@ -16,6 +16,7 @@ pub mod latency;
 pub mod mmap;
 pub mod ordering;
 pub mod record;
+pub mod simdisk;
 pub mod unordered;
 
 pub use cpu::{FlushKind, LINE_BYTES};

@@ -9,12 +9,12 @@
 pub mod scenario;
 
 use super::{BugSpec, CrashTarget, Labels, OracleRules, Recorded, Shape};
-use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
+use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_nvcache::format::{Layout, Settings, BLOCK_BYTES, COMMIT_OFF};
 use nvstack_nvcache::{Bug, Ubj};
 use nvstack_pmem::crash::{FaultModel, SimRegion};
-use nvstack_pmem::{FlushKind, Region};
+use nvstack_pmem::Region;
 use rand::rngs::SmallRng;
 use rand::Rng;
 use std::collections::BTreeSet;
@@ -22,108 +22,7 @@ use std::sync::Arc;
 
 const B: u64 = BLOCK_BYTES as u64;
 
-/// The NVRAM part of a simulated region: its first `len` bytes.
-pub struct SimNvram {
-    region: Arc<SimRegion>,
-    len: u64,
-}
-
-impl Region for SimNvram {
-    fn len(&self) -> u64 {
-        self.len
-    }
-    fn read(&self, off: u64, dst: &mut [u8]) {
-        assert!(
-            off + dst.len() as u64 <= self.len,
-            "NVRAM read past its end"
-        );
-        self.region.read(off, dst)
-    }
-    fn load_u64(&self, off: u64) -> u64 {
-        assert!(off + 8 <= self.len, "NVRAM load past its end");
-        self.region.load_u64(off)
-    }
-    fn write(&self, off: u64, src: &[u8]) {
-        assert!(
-            off + src.len() as u64 <= self.len,
-            "NVRAM write past its end"
-        );
-        self.region.write(off, src)
-    }
-    fn store_u64(&self, off: u64, v: u64) {
-        assert!(off + 8 <= self.len, "NVRAM store past its end");
-        self.region.store_u64(off, v)
-    }
-    fn write_nt(&self, off: u64, src: &[u8]) {
-        assert!(
-            off + src.len() as u64 <= self.len,
-            "NVRAM write past its end"
-        );
-        self.region.write_nt(off, src)
-    }
-    fn store_u64_nt(&self, off: u64, v: u64) {
-        assert!(off + 8 <= self.len, "NVRAM store past its end");
-        self.region.store_u64_nt(off, v)
-    }
-    fn flush(&self, off: u64, len: u64, kind: FlushKind) {
-        self.region.flush(off, len, kind)
-    }
-    fn fence(&self) {
-        self.region.fence()
-    }
-}
-
-/// The backing device: whole 4 KiB blocks in the region's tail, written as sectors that are
-/// durable only after `flush` (a disk's write cache); a discard writes zeros (a punched hole).
-pub struct SimDisk {
-    region: Arc<SimRegion>,
-    off: u64,
-    blocks: u64,
-}
-
-impl SimDisk {
-    fn at(&self, lba: u64, bytes: usize) -> Result<u64> {
-        let off = nvstack_core::blockdev::extent(self.blocks, BLOCK_BYTES, lba, bytes)
-            .map_err(|e| e.context("sim disk"))?;
-        Ok(self.off + off)
-    }
-}
-
-impl BlockDevice for SimDisk {
-    fn block_bytes(&self) -> u32 {
-        BLOCK_BYTES
-    }
-    fn blocks(&self) -> u64 {
-        self.blocks
-    }
-    fn caps(&self) -> Caps {
-        Caps {
-            atomic_blocks: 0,
-            scattered: false,
-            durability: Durability::OnFlush,
-        }
-    }
-    fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
-        let off = self.at(lba, buf.len())?;
-        self.region.read(off, buf);
-        Ok(())
-    }
-    fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
-        let off = self.at(lba, data.len())?;
-        self.region.disk_write(off, data);
-        Ok(())
-    }
-    fn discard(&self, lba: u64, count: u64) -> Result<()> {
-        let bytes = usize::try_from(count * B).map_err(|_| Error::bad("discard too long"))?;
-        let off = self.at(lba, bytes)?;
-        self.region.disk_write(off, &vec![0u8; bytes]);
-        Ok(())
-    }
-    fn flush(&self) -> Result<()> {
-        self.region.disk_flush();
-        Ok(())
-    }
-}
+pub use nvstack_pmem::simdisk::{parts, SimDisk, SimNvram};
 
 /// UBJ open on a simulated region.
 pub type UbjDevice = Ubj<SimNvram>;
@@ -166,7 +65,7 @@ pub fn format_sim(
     let region = Arc::new(SimRegion::zeroed(nvram_bytes + (blocks + 1) * B));
     let (nvram, disk) = parts(&region, nvram_bytes);
     nvstack_nvcache::create(&nvram, &disk, settings)?;
-    debug_assert_eq!(disk.blocks, blocks + 1);
+    debug_assert_eq!(disk.blocks(), blocks + 1);
     Ok((
         region,
         UbjLayout {
@@ -174,21 +73,6 @@ pub fn format_sim(
             nvram_bytes,
         },
     ))
-}
-
-/// The NVRAM and the disk of a region whose NVRAM is `nvram_bytes` long.
-pub fn parts(region: &Arc<SimRegion>, nvram_bytes: u64) -> (SimNvram, SimDisk) {
-    assert!(nvram_bytes < region.len() && nvram_bytes.is_multiple_of(B));
-    let nvram = SimNvram {
-        region: region.clone(),
-        len: nvram_bytes,
-    };
-    let disk = SimDisk {
-        region: region.clone(),
-        off: nvram_bytes,
-        blocks: (region.len() - nvram_bytes) / B,
-    };
-    (nvram, disk)
 }
 
 /// The NVRAM length of a formatted region, from its superblock.
