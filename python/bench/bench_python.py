@@ -4,6 +4,8 @@ rotated order after a warm-up), printed with ratios.
 1. A whole cache run (volatile LRU, 256 MiB, dirty tracking with the 30 s cleaner) over
    cloudPhysicsIO: `nvstack sim cache` as a whole process against `nvstack.sim.cache` in a
    running interpreter.
+   The same run against libCacheSim's Python package (`process_trace`, its C++ loop, LRU of
+   256 MiB over the same block-level trace, written by `nvstack sim blocks`), when given.
 2. The default grid (both shared traces) as a grid file: `nvstack sim sweep --grid`, the local
    Python sweep (threads), and a 2-worker LocalCluster (processes): the cost of distribution
    per task.
@@ -31,6 +33,7 @@ def median_of(fns, reps):
 
 def main():
     nv_bin, shared, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    lcs_py, blocks = (sys.argv[4], sys.argv[5]) if len(sys.argv) > 5 else (None, None)
     cloud = os.path.join(shared, "cloudPhysicsIO.csv")
     tpcc = os.path.join(shared, "tpcc-small.trace")
     t = nvstack.Trace(cloud, format="cloudphysics")
@@ -53,6 +56,9 @@ def main():
     print(f"cache run, cloudPhysicsIO ({n} block accesses), volatile LRU 256 MiB, medians of {reps}:")
     for k, v in med.items():
         print(f"  {k:8s} {v:.3f} s  {n / v / 1e6:.1f} M accesses/s  {v / med['cli']:.2f}x the CLI's time")
+
+    if lcs_py:
+        compare_libcachesim(lcs_py, blocks, med["python"], n, reps)
 
     from distributed import Client, LocalCluster
 
@@ -88,6 +94,22 @@ def main():
     # is the cost of distribution (scheduling, pickling, a result's trip back).
     per_task = (med["dask-2"] - med["local"]) / tasks
     print(f"  distribution cost: {per_task * 1000:.1f} ms per task over the local run")
+
+
+def compare_libcachesim(lcs_py, blocks, py_s, n, reps):
+    """libCacheSim's process_trace (its own timing of the call alone, median of `reps` runs on a
+    fresh cache) against nvstack.sim.cache's median, on the same block accesses."""
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "crates", "cli", "tests", "libcachesim_lru.py")
+    out = subprocess.run([lcs_py, script, "--trace", blocks, "--cache-bytes", str(256 << 20), "--runs", str(reps)],
+                         check=True, capture_output=True, text=True).stdout
+    import json
+    r = json.loads(out)
+    if r["requests"] != n:
+        raise SystemExit(f"libCacheSim read {r['requests']} requests, nvstack {n} block accesses: not the same trace")
+    lcs_s = statistics.median(r["results"][0]["process_trace_s"])
+    print(f"  {'lcs':8s} {lcs_s:.3f} s  {n / lcs_s / 1e6:.1f} M accesses/s  (libCacheSim {r['libcachesim_version']} "
+          f"process_trace, LRU, no dirty tracking)")
+    print(f"  nvstack.sim.cache (dirty tracking on) runs at {lcs_s / py_s:.2f}x libCacheSim's rate")
 
 
 if __name__ == "__main__":

@@ -599,11 +599,11 @@ fn check_no_loop(file: &Path, what: &str) -> Result<()> {
     )))
 }
 
+/// The device to serve and the trace it records into, if any.
+type Recording = (Arc<dyn BlockDevice>, Option<Arc<TraceWriter>>);
+
 /// The device to serve: `dev` itself, or `dev` recording into `--record-trace FILE`.
-fn recording(
-    a: &ServeArgs,
-    dev: Arc<dyn BlockDevice>,
-) -> Result<(Arc<dyn BlockDevice>, Option<Arc<TraceWriter>>)> {
+fn recording(a: &ServeArgs, dev: Arc<dyn BlockDevice>) -> Result<Recording> {
     let Some(path) = &a.record_trace else {
         return Ok((dev, None));
     };
