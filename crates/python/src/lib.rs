@@ -175,6 +175,29 @@ fn stat(
     json(&st)
 }
 
+/// Columns of one chunk (time_ns, key, is_write, sync as bytes) and how many accesses they hold.
+type Columns = (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, usize);
+
+/// Up to `n` block accesses from `src` as little-endian columns; the first bad line's error.
+fn read_chunk(src: &mut BlockAccesses, n: usize) -> nvstack_core::error::Result<Columns> {
+    let (mut t, mut k, mut w, mut s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut got = 0;
+    while got < n {
+        match src.next() {
+            None => break,
+            Some(Err(e)) => return Err(e),
+            Some(Ok(a)) => {
+                t.extend_from_slice(&a.time_ns.to_le_bytes());
+                k.extend_from_slice(&a.key.to_le_bytes());
+                w.push(u8::from(a.op == Op::Write));
+                s.push(u8::from(a.sync));
+                got += 1;
+            }
+        }
+    }
+    Ok((t, k, w, s, got))
+}
+
 /// A trace's block accesses, read in chunks of columns (the package makes NumPy arrays).
 #[pyclass(unsendable)]
 struct Reader {
@@ -208,24 +231,14 @@ impl Reader {
         let Some(src) = self.inner.as_mut() else {
             return Ok(None);
         };
-        let (mut t, mut k, mut w, mut s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut got = 0;
-        while got < n {
-            match src.next() {
-                None => break,
-                Some(Err(e)) => {
-                    self.inner = None;
-                    return Err(py_err(e));
-                }
-                Some(Ok(a)) => {
-                    t.extend_from_slice(&a.time_ns.to_le_bytes());
-                    k.extend_from_slice(&a.key.to_le_bytes());
-                    w.push(u8::from(a.op == Op::Write));
-                    s.push(u8::from(a.sync));
-                    got += 1;
-                }
+        // Parsing runs with the GIL released, like every other call into Rust.
+        let (t, k, w, s, got) = match py.detach(|| read_chunk(src, n)) {
+            Ok(c) => c,
+            Err(e) => {
+                self.inner = None;
+                return Err(py_err(e));
             }
-        }
+        };
         if got == 0 {
             self.inner = None;
             return Ok(None);

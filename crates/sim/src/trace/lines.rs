@@ -24,14 +24,14 @@ pub(crate) enum LineRead {
 
 /// Reads a trace a line at a time into one reused buffer.
 pub(crate) struct LineReader {
-    input: Box<dyn BufRead>,
+    input: Box<dyn BufRead + Send>,
     buf: Vec<u8>,
     /// 1-based number of the line in `buf`.
     pub line_no: u64,
 }
 
 impl LineReader {
-    pub fn new(input: Box<dyn BufRead>) -> LineReader {
+    pub fn new(input: Box<dyn BufRead + Send>) -> LineReader {
         LineReader {
             input,
             buf: Vec::with_capacity(256),

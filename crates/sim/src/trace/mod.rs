@@ -162,7 +162,7 @@ pub struct ReaderOptions {
 
 /// A stream of requests read from a trace. Each item is a request or the error that stops the
 /// run; after an error the source yields nothing more.
-pub trait RequestSource: Iterator<Item = Result<Request>> {
+pub trait RequestSource: Iterator<Item = Result<Request>> + Send {
     /// Malformed lines skipped so far (only with `skip_bad_lines`).
     fn skipped_lines(&self) -> u64;
     /// The trace's path, for messages.
@@ -199,11 +199,12 @@ pub fn open(
 /// messages.
 pub fn from_reader(
     path: &Path,
-    input: Box<dyn Read>,
+    input: Box<dyn Read + Send>,
     format: TraceFormat,
     opts: &ReaderOptions,
 ) -> Result<Box<dyn RequestSource>> {
-    let input: Box<dyn BufRead> = Box::new(BufReader::with_capacity(READ_BUFFER_BYTES, input));
+    let input: Box<dyn BufRead + Send> =
+        Box::new(BufReader::with_capacity(READ_BUFFER_BYTES, input));
     let path = path.to_path_buf();
     Ok(match format {
         TraceFormat::Cloudphysics => Reader::boxed(path, input, opts, cloudphysics::Parser::new()),
@@ -233,7 +234,7 @@ impl From<String> for LineError {
 /// One trace format: turns lines into requests. The [`Reader`] around it owns the file, the
 /// line numbers, blank lines, skipping, and the checks every format shares (time order, size and
 /// address bounds).
-pub(crate) trait Format {
+pub(crate) trait Format: Send {
     /// The format's first line is a header: line 1 is passed even if blank.
     const HEADER: bool;
     /// One line (without its end, never blank past line 1); `Ok(None)` for a line that carries
@@ -280,7 +281,7 @@ struct Reader<F: Format> {
 impl<F: Format + 'static> Reader<F> {
     fn boxed(
         path: PathBuf,
-        input: Box<dyn BufRead>,
+        input: Box<dyn BufRead + Send>,
         opts: &ReaderOptions,
         format: F,
     ) -> Box<dyn RequestSource> {
