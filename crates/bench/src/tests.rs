@@ -302,6 +302,12 @@ fn mcsim_suite() {
 fn nvcache_suite() {
     let (dir, r) = quick(vec![Suite::Nvcache]);
     assert_well_formed(&r, dir.path());
+    // The shared traces are found (beside the checkout): no replay was skipped.
+    assert!(
+        !r.notes.iter().any(|n| n.contains("skipped")),
+        "{:?}",
+        r.notes
+    );
     assert_eq!(
         leftovers(&nvcache::backing_dir()),
         0,

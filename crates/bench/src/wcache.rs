@@ -6,7 +6,7 @@
 //!   return), the same random sectors of the same span, one thread, each op timed on its own.
 //!   The cache holds every sector of the span (no destage inside a timed call); its backing
 //!   device is a null device no timed call touches. The target: at most 1.2x nvramdisk's time.
-//! - **Write-backs of the four destage policies** on the shared traces (/work/shared/traces):
+//! - **Write-backs of the four destage policies** on the shared traces (`shared/traces` beside the checkout, or `$NVSTACK_SHARED_TRACES`):
 //!   every write of the trace replayed, sector by sector in its requests, into a 128 KiB write
 //!   cache (the seed's largest) with the seed's trigger; the row's note gives the sectors
 //!   destaged to the backing device (a null device that counts) and their share of the
@@ -171,9 +171,19 @@ fn latency_rows(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// The shared traces: `$NVSTACK_SHARED_TRACES` (as the Python tests name it), else
+/// `shared/traces` beside the checkout this crate was built from.
+fn traces_dir() -> std::path::PathBuf {
+    std::env::var_os("NVSTACK_SHARED_TRACES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces")
+        })
+}
+
 /// One trace's writes (and reads) as (write, first sector, sectors).
 fn load_trace(name: &str) -> Result<Vec<(bool, u64, u64)>> {
-    let path = std::path::Path::new("/work/shared/traces").join(name);
+    let path = traces_dir().join(name);
     let text = std::fs::read_to_string(&path)
         .map_err(|e| Error::env(format!("{}: {e}", path.display())))?;
     let bad = |i: usize, l: &str| Error::bad(format!("{}:{}: {l:?}", path.display(), i + 1));
