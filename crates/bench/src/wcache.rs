@@ -181,34 +181,19 @@ fn traces_dir() -> std::path::PathBuf {
         })
 }
 
-/// One trace's writes (and reads) as (write, first sector, sectors).
+/// One trace's writes (and reads) as (write, first sector, sectors), read by the simulator's
+/// trace readers (which check every line).
 fn load_trace(name: &str) -> Result<Vec<(bool, u64, u64)>> {
+    use nvstack_sim::trace::{self, Op, ReaderOptions, TraceFormat};
     let path = traces_dir().join(name);
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| Error::env(format!("{}: {e}", path.display())))?;
-    let bad = |i: usize, l: &str| Error::bad(format!("{}:{}: {l:?}", path.display(), i + 1));
-    let mut out = Vec::new();
-    for (i, l) in text.lines().enumerate() {
-        let f: Vec<&str> = l.split([',', ' ']).collect();
-        let rec = if name.ends_with(".csv") {
-            if i == 0 {
-                continue;
-            }
-            let (Some(op), Some(size), Some(lbn)) = (f.get(2), f.get(3), f.get(4)) else {
-                return Err(bad(i, l));
-            };
-            let size: u64 = size.parse().map_err(|_| bad(i, l))?;
-            (*op == "2a", lbn.parse().map_err(|_| bad(i, l))?, size / S)
-        } else {
-            let (Some(lsa), Some(n), Some(op)) = (f.get(2), f.get(3), f.get(4)) else {
-                return Err(bad(i, l));
-            };
-            let n: u64 = n.parse().map_err(|_| bad(i, l))?;
-            (*op == "0", lsa.parse().map_err(|_| bad(i, l))?, n)
-        };
-        out.push(rec);
-    }
-    Ok(out)
+    let format = if name.ends_with(".csv") {
+        TraceFormat::Cloudphysics
+    } else {
+        TraceFormat::Disksim
+    };
+    trace::open(&path, format, &ReaderOptions::default())?
+        .map(|r| r.map(|q| (q.op == Op::Write, q.offset_bytes / S, q.size_bytes / S)))
+        .collect()
 }
 
 fn trace_rows(ctx: &mut Ctx) -> Result<()> {
