@@ -5,13 +5,21 @@
 //! requests per second of wall time. Each mode is a row; `fine` does the most controller work
 //! (credits, query reads) and is the one the target is checked on.
 //!
-//! DRAMsim3 and DRAMSim2, the peers, are not built here, so no ratio to them is reported.
+//! The peer is DRAMsim3 (github:umd-memsys/DRAMsim3), in its own trace-driven mode, when
+//! `NVSTACK_DRAMSIM3` names its `dramsim3main` (scripts/bench-mcsim.sh builds it from source
+//! on demand): the fine row's run records every request reaching our controller, the suite
+//! writes them as a DRAMsim3 trace (address, READ or WRITE, arrival in DRAM cycles), and
+//! DRAMsim3 replays the same requests on `dramsim3-pcm.ini` (DDR4 with Table II's PCM read and
+//! write times). Its row is the baseline of ours: the throughput ratio is ours / DRAMsim3's.
+//! Without the variable no peer row is made, and the notes say the peer was not measured.
 
 use super::measure::Timing;
 use super::{BenchResult, Ctx, Row, Suite, Target};
-use nvstack_core::error::Result;
+use nvstack_core::error::{Error, Result};
 use nvstack_mcsim::kernels::{Kernel, KernelConfig, KernelWorkload};
-use nvstack_mcsim::{Config, Mode};
+use nvstack_mcsim::{Arrival, Config, Mode};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const SUITE: Suite = Suite::Mcsim;
@@ -22,6 +30,15 @@ const TARGET_PER_S: f64 = 10e6;
 /// Requests one hash-map update makes on the default machine (measured: 6.7); the run is
 /// sized from it and then checked to have made enough.
 const REQUESTS_PER_UPDATE: f64 = 6.0;
+/// The environment variable naming DRAMsim3's trace-driven program.
+const PEER_ENV: &str = "NVSTACK_DRAMSIM3";
+const PEER_NAME: &str = "dramsim3";
+/// The peer's machine (its tCK is the DRAM clock the trace's cycles are in).
+const PEER_INI: &str = include_str!("dramsim3-pcm.ini");
+const PEER_TCK_NS: f64 = 0.83;
+/// DRAM cycles the peer runs past the last arrival, for the queues to drain (its program
+/// runs a given number of cycles; the suite checks from its statistics that all were served).
+const PEER_DRAIN_CYCLES: u64 = 2_000_000;
 
 pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     // The simulator maps no image: the page size of the place changes nothing, so it runs once.
@@ -34,6 +51,8 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
         (false, true) => REQUESTS_MIN_QUICK,
         (false, false) => REQUESTS_MIN,
     };
+    let peer = std::env::var_os(PEER_ENV).map(PathBuf::from);
+    let mut stream = None;
     for mode in [Mode::Fine, Mode::Global] {
         let machine = Config {
             mode,
@@ -48,8 +67,16 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
         };
         let bar = ctx.bar(&format!("mcsim {}", mode.name()));
         let mut work = KernelWorkload::new(&kc)?;
+        // The fine run also keeps its requests for the peer (one push per request, timed).
+        let record = peer.is_some() && mode == Mode::Fine;
         let start = Instant::now();
-        let out = nvstack_mcsim::run(&machine, &mut work)?;
+        let out = if record {
+            let (out, arrivals) = nvstack_mcsim::run_recording(&machine, &mut work)?;
+            stream = Some(arrivals);
+            out
+        } else {
+            nvstack_mcsim::run(&machine, &mut work)?
+        };
         let wall_s = start.elapsed().as_secs_f64();
         drop(bar);
         let requests = out.report.mc.reads + out.report.mc.writes;
@@ -57,24 +84,128 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
             requests >= need,
             "the run is sized for {need} requests, made {requests}"
         );
-        let per_request_ns = wall_s * 1e9 / requests as f64;
-        let t = Timing {
-            ops_per_sec: requests as f64 / wall_s,
-            median_ns: per_request_ns,
-            p99_ns: per_request_ns,
-            ops: requests,
+        let peer_note = match &peer {
+            Some(_) => format!("baseline: DRAMsim3 replaying the fine run's {need}+ requests"),
+            None => format!("DRAMsim3 not measured: {PEER_ENV} unset (scripts/bench-mcsim.sh)"),
         };
         let note = format!(
-            "{requests} requests ({} simulated cycles, IPC {:.2}) in {wall_s:.1} s on one core; median = p99 = \
-             wall time per request; DRAMsim3/DRAMSim2 not measured here",
-            out.report.cycles, out.report.ipc
+            "{requests} requests ({} simulated cycles, IPC {:.2}) in {wall_s:.1} s on one core{}; \
+             median = p99 = wall time per request; {peer_note}",
+            out.report.cycles,
+            out.report.ipc,
+            if record { ", recording them" } else { "" },
         );
-        let row = Row::new(SUITE, &format!("mcsim-{}", mode.name()), "request", 64, 1)
+        let mut row = Row::new(SUITE, &format!("mcsim-{}", mode.name()), "request", 64, 1)
             .method("simulated")
             .note(note);
-        ctx.push(row.timed(&t, 0));
+        if peer.is_some() {
+            row = row.baseline(PEER_NAME);
+        }
+        ctx.push(row.timed(&timing(requests, wall_s), 0));
+    }
+    if let (Some(program), Some(arrivals)) = (peer, stream) {
+        let bar = ctx.bar("mcsim dramsim3");
+        let (served, wall_s, note) = run_peer(&program, &arrivals, &Config::default())?;
+        drop(bar);
+        let row = Row::new(SUITE, PEER_NAME, "request", 64, 1)
+            .method("DRAMsim3 trace-driven")
+            .note(note);
+        ctx.push(row.timed(&timing(served, wall_s), 0));
     }
     Ok(())
+}
+
+fn timing(requests: u64, wall_s: f64) -> Timing {
+    let per_request_ns = wall_s * 1e9 / requests as f64;
+    Timing {
+        ops_per_sec: requests as f64 / wall_s,
+        median_ns: per_request_ns,
+        p99_ns: per_request_ns,
+        ops: requests,
+    }
+}
+
+/// Replay `arrivals` (in `machine`'s CPU cycles and lines) on DRAMsim3: the requests it served, its
+/// wall time (reading the trace included: it is how its trace-driven mode runs) and a note.
+fn run_peer(program: &Path, arrivals: &[Arrival], machine: &Config) -> Result<(u64, f64, String)> {
+    let dir = tempfile::tempdir().map_err(|e| Error::env(format!("a scratch directory: {e}")))?;
+    let (ini, trace) = (
+        dir.path().join("pcm.ini"),
+        dir.path().join("requests.trace"),
+    );
+    let io = |what: &Path, e: std::io::Error| Error::env(format!("{}: {e}", what.display()));
+    std::fs::write(&ini, PEER_INI).map_err(|e| io(&ini, e))?;
+    let last_cycle = write_trace(&trace, arrivals, machine).map_err(|e| io(&trace, e))?;
+    let cycles = last_cycle + PEER_DRAIN_CYCLES;
+    let start = Instant::now();
+    let out = std::process::Command::new(program)
+        .arg(&ini)
+        .arg("-c")
+        .arg(cycles.to_string())
+        .arg("-t")
+        .arg(&trace)
+        .arg("-o")
+        .arg(format!("{}/", dir.path().display()))
+        .output()
+        .map_err(|e| Error::env(format!("{PEER_ENV}={}: {e}", program.display())))?;
+    let wall_s = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        return Err(Error::env(format!(
+            "{} failed ({}): {}",
+            program.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let served = served(&dir.path().join("dramsim3.json"))?;
+    let n = arrivals.len() as u64;
+    let note = format!(
+        "DRAMsim3 {cycles} DRAM cycles of {PEER_TCK_NS} ns, served {served} of {n} requests \
+         in {wall_s:.1} s on one core; median = p99 = wall time per request served"
+    );
+    Ok((served, wall_s, note))
+}
+
+/// DRAMsim3's trace: `0xADDR READ|WRITE CYCLE` a line, in arrival order. Returns the last
+/// arrival's DRAM cycle.
+fn write_trace(path: &Path, arrivals: &[Arrival], machine: &Config) -> std::io::Result<u64> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let dram_per_cpu = 1e3 / f64::from(machine.clock_mhz) / PEER_TCK_NS;
+    let line_bytes = u64::from(machine.line_bytes);
+    let mut last = 0;
+    for a in arrivals {
+        let cycle = (a.t as f64 * dram_per_cpu) as u64;
+        assert!(cycle >= last, "requests arrive in time order");
+        last = cycle;
+        let op = if a.write { "WRITE" } else { "READ" };
+        writeln!(f, "0x{:x} {op} {cycle}", a.line * line_bytes)?;
+    }
+    f.flush()?;
+    Ok(last)
+}
+
+/// Requests DRAMsim3 finished, from its statistics (one object per channel).
+fn served(path: &Path) -> Result<u64> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::env(format!("DRAMsim3's statistics {}: {e}", path.display())))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::env(format!("DRAMsim3's statistics {}: {e}", path.display())))?;
+    let channels = json.as_object().into_iter().flat_map(|m| m.values());
+    let mut served = 0;
+    for ch in channels {
+        for key in ["num_reads_done", "num_writes_done"] {
+            served += ch
+                .get(key)
+                .and_then(serde_json::Value::as_u64)
+                .ok_or_else(|| {
+                    Error::env(format!(
+                        "DRAMsim3's statistics {}: no {key}",
+                        path.display()
+                    ))
+                })?;
+        }
+    }
+    Ok(served)
 }
 
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
@@ -92,4 +223,42 @@ pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
     })
     .into_iter()
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_trace_and_statistics() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        let arrivals = [
+            Arrival {
+                t: 0,
+                line: 1,
+                write: false,
+            },
+            Arrival {
+                t: 2700,
+                line: 2,
+                write: true,
+            },
+        ];
+        let last = write_trace(&path, &arrivals, &Config::default()).unwrap();
+        // 2700 cycles at 2.7 GHz = 1 us = 1204 cycles of 0.83 ns.
+        assert_eq!(last, 1204);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "0x40 READ 0\n0x80 WRITE 1204\n");
+        let stats = dir.path().join("s.json");
+        std::fs::write(
+            &stats,
+            r#"{"0": {"num_reads_done": 3, "num_writes_done": 4}, "1": {"num_reads_done": 5, "num_writes_done": 0}}"#,
+        )
+        .unwrap();
+        assert_eq!(served(&stats).unwrap(), 12);
+        std::fs::write(&stats, r#"{"0": {"num_reads_done": 3}}"#).unwrap();
+        let e = served(&stats).unwrap_err().to_string();
+        assert!(e.contains("num_writes_done"), "{e}");
+    }
 }

@@ -18,5 +18,6 @@ pub mod trace;
 
 pub use config::{CacheLevel, Config, Mode};
 pub use event::Log;
-pub use sim::{run, Outcome, Report};
+pub use mc::Arrival;
+pub use sim::{run, run_recording, Outcome, Report};
 pub use trace::{Op, TraceReader, TraceWriter, VecWorkload, Workload};

@@ -57,6 +57,15 @@ struct Read {
     seq: u64,
 }
 
+/// A request arriving at the controller (after the caches): what a peer simulator replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// CPU cycle of arrival.
+    pub t: u64,
+    pub line: u64,
+    pub write: bool,
+}
+
 /// Counters of a run.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct McStats {
@@ -111,6 +120,8 @@ pub(crate) struct Mc {
     pub memory: FxHashMap<u64, u64>,
     pub stats: McStats,
     pub log: Option<Vec<Log>>,
+    /// Every request's arrival, when asked for (`sim::run_recording`).
+    pub arrivals: Option<Vec<Arrival>>,
 }
 
 impl Mc {
@@ -149,6 +160,7 @@ impl Mc {
             memory: FxHashMap::default(),
             stats: McStats::default(),
             log: cfg.log_events.then(Vec::new),
+            arrivals: None,
         }
     }
 
@@ -228,6 +240,13 @@ impl Mc {
 
     pub fn read(&mut self, now: u64, core: u32, seq: u64, line: u64, ev: &mut Events) {
         self.stats.reads += 1;
+        if let Some(a) = &mut self.arrivals {
+            a.push(Arrival {
+                t: now,
+                line,
+                write: false,
+            });
+        }
         let r = Read {
             line,
             ch: self.channel(line) as u32,
@@ -254,6 +273,13 @@ impl Mc {
         ev: &mut Events,
     ) -> bool {
         self.stats.writes += 1;
+        if let Some(a) = &mut self.arrivals {
+            a.push(Arrival {
+                t: now,
+                line,
+                write: true,
+            });
+        }
         self.stats.posted_writes += u64::from(waiter.is_none());
         self.next_write += 1;
         let w = Write {

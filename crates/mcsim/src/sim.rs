@@ -10,7 +10,7 @@
 use crate::cache::{Hierarchy, Served};
 use crate::config::{Config, Mode};
 use crate::event::{Ev, Events, Log};
-use crate::mc::{Mc, McStats};
+use crate::mc::{Arrival, Mc, McStats};
 use crate::trace::{Op, Workload};
 use nvstack_core::error::{Error, Result};
 use rustc_hash::FxHashMap;
@@ -109,6 +109,24 @@ pub struct Sim<'w> {
 
 /// Run `work` on the machine `cfg`.
 pub fn run(cfg: &Config, work: &mut dyn Workload) -> Result<Outcome> {
+    check_threads(cfg, work)?;
+    let mut sim = Sim::new(cfg, work);
+    sim.go()?;
+    Ok(sim.finish())
+}
+
+/// `run`, also returning every request that reached the controller, in arrival order (the
+/// stream the bench replays on a peer simulator). The run itself is the same.
+pub fn run_recording(cfg: &Config, work: &mut dyn Workload) -> Result<(Outcome, Vec<Arrival>)> {
+    check_threads(cfg, work)?;
+    let mut sim = Sim::new(cfg, work);
+    sim.mc.arrivals = Some(Vec::new());
+    sim.go()?;
+    let arrivals = sim.mc.arrivals.take().unwrap_or_default();
+    Ok((sim.finish(), arrivals))
+}
+
+fn check_threads(cfg: &Config, work: &dyn Workload) -> Result<()> {
     cfg.validate()?;
     if work.threads() != cfg.cores as usize {
         return Err(Error::bad(format!(
@@ -117,9 +135,7 @@ pub fn run(cfg: &Config, work: &mut dyn Workload) -> Result<Outcome> {
             cfg.cores
         )));
     }
-    let mut sim = Sim::new(cfg, work);
-    sim.go()?;
-    Ok(sim.finish())
+    Ok(())
 }
 
 impl<'w> Sim<'w> {

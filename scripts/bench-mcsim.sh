@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The committing simulator's speed against DRAMsim3 (issue 24), in one run on one machine:
+# builds DRAMsim3's trace-driven program (dramsim3main) from source on demand into
+# target/peers/dramsim3 (cmake and g++, about 1.5 minutes), then runs
+# `nvstack bench --suite mcsim` with NVSTACK_DRAMSIM3 set: the fine and global rows (at least
+# 10^7 requests each, 10^6 with --quick) and DRAMsim3 replaying the fine run's requests, with
+# our requests/s over DRAMsim3's as each row's throughput ratio. Medians of --repeat runs.
+# Usage: scripts/bench-mcsim.sh [--quick] [--repeat N] [--json]
+# DRAMsim3's source, first found: NVSTACK_DRAMSIM3_SRC (a source tree or a bare git
+# directory), else a clone of https://github.com/umd-memsys/DRAMsim3 at the commit below.
+# NVSTACK_DRAMSIM3 names a built dramsim3main (skips the build); NVSTACK_BIN the nvstack
+# binary (skips the release build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+commit=29817593b3389f1337235d63cac515024ab8fd6e
+args=(--suite mcsim)
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick | --json) args+=("$1"); shift ;;
+    --repeat)
+      [ $# -ge 2 ] && [[ "$2" =~ ^[1-9]$ ]] || { echo "bench-mcsim: --repeat needs 1 to 9" >&2; exit 2; }
+      args+=(--repeat "$2"); shift 2 ;;
+    *) echo "bench-mcsim: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+for tool in cmake g++ make; do
+  command -v $tool >/dev/null 2>&1 || { echo "bench-mcsim: $tool not found (scripts/deps.sh: cmake, build-essential)" >&2; exit 3; }
+done
+peer=${NVSTACK_DRAMSIM3:-}
+if [ -z "$peer" ]; then
+  root=$PWD/target/peers/dramsim3
+  peer=$root/build/dramsim3main
+  if [ ! -x "$peer" ]; then
+    rm -rf "$root" && mkdir -p "$root/src"
+    src=${NVSTACK_DRAMSIM3_SRC:-}
+    if [ -n "$src" ] && [ -f "$src/HEAD" ] && [ -d "$src/objects" ]; then
+      git --git-dir="$src" archive "$commit" | tar -x -C "$root/src"
+    elif [ -n "$src" ]; then
+      cp -a "$src/." "$root/src/"
+    else
+      git clone -q https://github.com/umd-memsys/DRAMsim3 "$root/clone" &&
+        git -C "$root/clone" archive "$commit" | tar -x -C "$root/src" || {
+        echo "bench-mcsim: cannot clone DRAMsim3: set NVSTACK_DRAMSIM3_SRC to its source" >&2; exit 3; }
+    fi
+    echo "bench-mcsim: building DRAMsim3 (${commit:0:7}) in $root" >&2
+    cmake -S "$root/src" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >"$root/cmake.log" 2>&1 &&
+      make -C "$root/build" -j"$(nproc)" dramsim3main >"$root/make.log" 2>&1 || {
+      echo "bench-mcsim: DRAMsim3 did not build: see $root/cmake.log and $root/make.log" >&2; exit 3; }
+  fi
+fi
+if [ -n "${NVSTACK_BIN:-}" ]; then
+  B=$NVSTACK_BIN
+else
+  cargo build --release --locked -q -p nvstack
+  B=$PWD/target/release/nvstack
+fi
+NVSTACK_DRAMSIM3=$peer "$B" bench "${args[@]}"
