@@ -103,24 +103,41 @@ pub fn grid(plan: &Plan) -> Result<Vec<Point>> {
             }
         }
     }
-    let reports: Vec<((usize, Mode, u64), Report)> = jobs
+    // Traces first: a trace's run is several kernel runs long, and one started last would
+    // leave the other threads idle at the end. The reports are put back in the jobs' order,
+    // so the averages (and the tables) are summed in the same order whatever ran first.
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| matches!(plan.sources[jobs[i].0], Source::Kernel(_)));
+    let ran: Vec<(usize, Report)> = order
         .par_iter()
-        .map(|&(si, mode, every, seed)| {
-            let machine = Config {
-                mode,
-                log_events: false,
-                ..plan.machine.clone()
-            };
-            let kernel = KernelConfig {
-                commit_every: every.max(1),
-                seed: plan.kernel.seed + seed,
-                ..plan.kernel
-            };
-            let mut w = open(&plan.sources[si], &machine, &kernel)?;
-            Ok(((si, mode, every), run(&machine, w.as_mut())?.report))
-        })
+        .map(|&i| Ok((i, run_job(plan, jobs[i])?)))
         .collect::<Result<_>>()?;
+    let mut slots: Vec<Option<Report>> = vec![None; jobs.len()];
+    for (i, r) in ran {
+        slots[i] = Some(r);
+    }
+    let reports = jobs
+        .iter()
+        .zip(slots)
+        .map(|(&(si, mode, every, _), r)| ((si, mode, every), r.expect("every job ran")))
+        .collect();
     Ok(average(plan, reports))
+}
+
+/// One run of the grid: source `si` in `mode`, committing every `every` updates, seed `seed`.
+fn run_job(plan: &Plan, (si, mode, every, seed): (usize, Mode, u64, u64)) -> Result<Report> {
+    let machine = Config {
+        mode,
+        log_events: false,
+        ..plan.machine.clone()
+    };
+    let kernel = KernelConfig {
+        commit_every: every.max(1),
+        seed: plan.kernel.seed + seed,
+        ..plan.kernel
+    };
+    let mut w = open(&plan.sources[si], &machine, &kernel)?;
+    Ok(run(&machine, w.as_mut())?.report)
 }
 
 fn average(plan: &Plan, reports: Vec<((usize, Mode, u64), Report)>) -> Vec<Point> {
