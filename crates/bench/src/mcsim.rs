@@ -54,50 +54,19 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     let peer = std::env::var_os(PEER_ENV).map(PathBuf::from);
     let mut stream = None;
     for mode in [Mode::Fine, Mode::Global] {
-        let machine = Config {
-            mode,
-            ..Config::default()
-        };
-        let updates = (need as f64 / REQUESTS_PER_UPDATE / f64::from(machine.cores)).ceil() as u64;
-        let kc = KernelConfig {
-            kernel: Kernel::Hashmap,
-            threads: machine.cores,
-            updates_per_thread: updates,
-            ..KernelConfig::default()
-        };
-        let bar = ctx.bar(&format!("mcsim {}", mode.name()));
-        let mut work = KernelWorkload::new(&kc)?;
         // The fine run also keeps its requests for the peer (one push per request, timed).
         let record = peer.is_some() && mode == Mode::Fine;
-        let start = Instant::now();
-        let out = if record {
-            let (out, arrivals) = nvstack_mcsim::run_recording(&machine, &mut work)?;
-            stream = Some(arrivals);
-            out
-        } else {
-            nvstack_mcsim::run(&machine, &mut work)?
-        };
-        let wall_s = start.elapsed().as_secs_f64();
+        let bar = ctx.bar(&format!("mcsim {}", mode.name()));
+        let (requests, wall_s, note, arrivals) = run_ours(mode, need, record)?;
         drop(bar);
-        let requests = out.report.mc.reads + out.report.mc.writes;
-        assert!(
-            requests >= need,
-            "the run is sized for {need} requests, made {requests}"
-        );
+        stream = stream.or(arrivals);
         let peer_note = match &peer {
-            Some(_) => format!("baseline: DRAMsim3 replaying the fine run's {need}+ requests"),
+            Some(_) => "baseline: DRAMsim3 replaying the fine run's requests".to_string(),
             None => format!("DRAMsim3 not measured: {PEER_ENV} unset (scripts/bench-mcsim.sh)"),
         };
-        let note = format!(
-            "{requests} requests ({} simulated cycles, IPC {:.2}) in {wall_s:.1} s on one core{}; \
-             median = p99 = wall time per request; {peer_note}",
-            out.report.cycles,
-            out.report.ipc,
-            if record { ", recording them" } else { "" },
-        );
         let mut row = Row::new(SUITE, &format!("mcsim-{}", mode.name()), "request", 64, 1)
             .method("simulated")
-            .note(note);
+            .note(format!("{note}; {peer_note}"));
         if peer.is_some() {
             row = row.baseline(PEER_NAME);
         }
@@ -115,6 +84,46 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// One timed run of ours, sized for `need` requests: the requests made, the wall time, a
+/// note, and the requests themselves if `record`.
+type Ours = (u64, f64, String, Option<Vec<Arrival>>);
+
+fn run_ours(mode: Mode, need: u64, record: bool) -> Result<Ours> {
+    let machine = Config {
+        mode,
+        ..Config::default()
+    };
+    let updates = (need as f64 / REQUESTS_PER_UPDATE / f64::from(machine.cores)).ceil() as u64;
+    let kc = KernelConfig {
+        kernel: Kernel::Hashmap,
+        threads: machine.cores,
+        updates_per_thread: updates,
+        ..KernelConfig::default()
+    };
+    let mut work = KernelWorkload::new(&kc)?;
+    let start = Instant::now();
+    let (out, arrivals) = if record {
+        let (out, arrivals) = nvstack_mcsim::run_recording(&machine, &mut work)?;
+        (out, Some(arrivals))
+    } else {
+        (nvstack_mcsim::run(&machine, &mut work)?, None)
+    };
+    let wall_s = start.elapsed().as_secs_f64();
+    let requests = out.report.mc.reads + out.report.mc.writes;
+    assert!(
+        requests >= need,
+        "the run is sized for {need} requests, made {requests}"
+    );
+    let note = format!(
+        "{requests} requests ({} simulated cycles, IPC {:.2}) in {wall_s:.1} s on one core{}; \
+         median = p99 = wall time per request",
+        out.report.cycles,
+        out.report.ipc,
+        if record { ", recording them" } else { "" },
+    );
+    Ok((requests, wall_s, note, arrivals))
+}
+
 fn timing(requests: u64, wall_s: f64) -> Timing {
     let per_request_ns = wall_s * 1e9 / requests as f64;
     Timing {
@@ -128,7 +137,7 @@ fn timing(requests: u64, wall_s: f64) -> Timing {
 /// Replay `arrivals` (in `machine`'s CPU cycles and lines) on DRAMsim3: the requests it served, its
 /// wall time (reading the trace included: it is how its trace-driven mode runs) and a note.
 fn run_peer(program: &Path, arrivals: &[Arrival], machine: &Config) -> Result<(u64, f64, String)> {
-    let dir = tempfile::tempdir().map_err(|e| Error::env(format!("a scratch directory: {e}")))?;
+    let dir = Scratch::new()?;
     let (ini, trace) = (
         dir.path().join("pcm.ini"),
         dir.path().join("requests.trace"),
@@ -166,6 +175,33 @@ fn run_peer(program: &Path, arrivals: &[Arrival], machine: &Config) -> Result<(u
          in {wall_s:.1} s on one core; median = p99 = wall time per request served"
     );
     Ok((served, wall_s, note))
+}
+
+/// A directory of the suite's own for the peer's files, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!("nvstack-mcsim-peer-{}-{nanos}", std::process::id());
+        let path = std::env::temp_dir().join(name);
+        std::fs::create_dir(&path)
+            .map_err(|e| Error::env(format!("a scratch directory {}: {e}", path.display())))?;
+        Ok(Scratch(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Best effort: a leftover directory in the temporary directory harms nothing.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// DRAMsim3's trace: `0xADDR READ|WRITE CYCLE` a line, in arrival order. Returns the last
