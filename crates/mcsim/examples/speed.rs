@@ -1,46 +1,39 @@
-//! Requests per second of the engine on one host core, without the program around it:
-//! `cargo run --release -p nvstack-mcsim --example speed -- fine|global|adr|eadr UPDATES`
-//! (hash-map kernel, Table II, 16 cores, a commit every update; prints requests, CPU-side
-//! wall seconds and requests per second). `nvstack bench --suite mcsim` is the measurement
-//! the docs cite; this is the quick loop for work on the engine.
+//! Profiling aid: the bench suite's run (hash-map kernel, Table II, 16 cores) at a chosen size.
+//! `cargo run --release -p nvstack-mcsim --example speed -- fine 1000000` prints requests per
+//! second; `nvstack bench --suite mcsim` is the measurement of record.
 
-use nvstack_mcsim::kernels::{KernelConfig, KernelWorkload};
+use nvstack_mcsim::kernels::{Kernel, KernelConfig, KernelWorkload};
 use nvstack_mcsim::{Config, Mode};
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let mode = match args.get(1).map(String::as_str) {
-        Some("global") => Mode::Global,
-        Some("adr") => Mode::Adr,
-        Some("eadr") => Mode::Eadr,
-        Some("fine") | None => Mode::Fine,
-        Some(m) => return Err(format!("mode {m:?}: expected fine, global, adr or eadr").into()),
-    };
-    let updates: u64 = match args.get(2) {
-        Some(s) => s.parse().map_err(|e| format!("updates {s:?}: {e}"))?,
-        None => 10_000,
-    };
+    let mode = Mode::parse(args.get(1).map_or("fine", |s| s.as_str()))?;
+    let requests: u64 = args.get(2).map_or(Ok(1_000_000), |s| s.parse())?;
     let machine = Config {
         mode,
         ..Config::default()
     };
     let kc = KernelConfig {
+        kernel: Kernel::Hashmap,
         threads: machine.cores,
-        updates_per_thread: updates,
+        updates_per_thread: requests.div_ceil(6 * u64::from(machine.cores)),
         ..KernelConfig::default()
     };
     let mut work = KernelWorkload::new(&kc)?;
     let start = Instant::now();
     let out = nvstack_mcsim::run(&machine, &mut work)?;
     let wall_s = start.elapsed().as_secs_f64();
-    let requests = out.report.mc.reads + out.report.mc.writes;
+    let r = &out.report;
+    let n = r.mc.reads + r.mc.writes;
     println!(
-        "{} requests in {wall_s:.2} s: {:.0} req/s (cycles {}, IPC {:.4})",
-        requests,
-        requests as f64 / wall_s,
-        out.report.cycles,
-        out.report.ipc
+        "{} requests in {wall_s:.2} s: {:.0} req/s; cycles {} ipc {:.4} syncs {} commit_cycles {:.2}",
+        n,
+        n as f64 / wall_s,
+        r.cycles,
+        r.ipc,
+        r.mc.syncs,
+        r.commit_cycles_mean
     );
     Ok(())
 }
