@@ -190,6 +190,42 @@ impl Stack {
         s
     }
 
+    /// A write cache image of `nvram` bytes under /dev/shm over a new backing file of
+    /// `backing` bytes on the machine's disk (/var/tmp), created with `settings`.
+    pub fn new_write_cache(
+        fs: &'static str,
+        nvram: &str,
+        backing: &str,
+        settings: &[&str],
+    ) -> Stack {
+        let s = Stack::with_disk(fs);
+        let mut args = vec![
+            bin().to_str().unwrap().to_string(),
+            "cache".into(),
+            "create".into(),
+            s.image.to_str().unwrap().into(),
+            "--size".into(),
+            nvram.into(),
+            "--cache".into(),
+            "write".into(),
+            "--backing".into(),
+            s.backing().to_str().unwrap().into(),
+            "--backing-size".into(),
+            backing.into(),
+        ];
+        args.extend(settings.iter().map(|a| a.to_string()));
+        let refs: Vec<&str> = args.iter().map(|a| a.as_str()).collect();
+        ok(60, &refs);
+        s
+    }
+
+    /// The directories, and a directory for a backing file on the machine's disk.
+    pub fn with_disk(fs: &'static str) -> Stack {
+        let mut s = Stack::dirs(fs);
+        s.disk_dir = Some(unique_dir("/var/tmp", fs));
+        s
+    }
+
     /// The cache's backing file.
     pub fn backing(&self) -> PathBuf {
         self.disk_dir
@@ -550,7 +586,7 @@ pub fn durable_writes(p: &Path) -> u64 {
     u64::from_le_bytes(b[24..32].try_into().unwrap())
 }
 
-pub struct Rng(u64);
+pub struct Rng(pub u64);
 impl Rng {
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
