@@ -471,7 +471,8 @@ fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
 /// A served write cache: its live state mirrored, its timer (max-age, cleaner) running.
 struct WCache<R: Region + 'static> {
     served: Arc<ServedWc<R>>,
-    _timer: Option<WcTimer>,
+    /// Stopped at close, so that no destage runs after the counters are stored.
+    timer: std::sync::Mutex<Option<WcTimer>>,
 }
 
 impl<R: Region + 'static> ServedCache for WCache<R> {
@@ -479,6 +480,7 @@ impl<R: Region + 'static> ServedCache for WCache<R> {
         self.served.observe(stats);
     }
     fn close(&self) -> Result<String> {
+        drop(self.timer.lock().unwrap_or_else(|e| e.into_inner()).take());
         self.served.close()
     }
 }
@@ -492,8 +494,13 @@ fn served_wc<R: Region + 'static>(
         .admit_record()
         .map_or_else(|e| format!("unreadable ({e})"), |a| a.name());
     let what = format!(
-        "write cache, {} B sectors, admit {admit}, {} blocks cached{}{}",
+        "write cache, {} B sectors, admit {admit}{}, {} blocks cached{}{}",
         sb.sector_bytes,
+        if admit == "all" {
+            ""
+        } else {
+            " (admitted blocks durable when written, the others at the next fsync)"
+        },
         cache.cached_blocks(),
         match cache.recovered_entries() {
             0 => String::new(),
@@ -506,7 +513,7 @@ fn served_wc<R: Region + 'static>(
     );
     let served = Arc::new(ServedWc::new(cache));
     let c = WCache {
-        _timer: WcTimer::start(&served),
+        timer: std::sync::Mutex::new(WcTimer::start(&served)),
         served: served.clone(),
     };
     (what, served, Box::new(c))
