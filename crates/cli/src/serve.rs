@@ -33,7 +33,8 @@ pub enum Backend {
     Nvramdisk,
     /// Plain copies into the region, no transactions: the baseline.
     Raw,
-    /// A UBJ cache image over its backing file: durable at the next fsync (a commit).
+    /// A cache image over its backing file: UBJ (durable at the next fsync, a commit) or the
+    /// write cache (admitted writes durable on return, bypassed ones at the next fsync).
     Cache,
     /// The plain backing file (--backing), O_DIRECT, durable at the next fsync (fdatasync):
     /// the baseline of a cache.
@@ -75,7 +76,8 @@ pub struct ServeArgs {
     /// file to serve.
     #[arg(long)]
     pub backing: Option<PathBuf>,
-    /// A cache's settings for this run (default: those stored at create).
+    /// A UBJ cache's settings for this run (default: those stored at create; a write cache
+    /// always runs with its stored settings).
     #[command(flatten)]
     pub settings: crate::cache::SettingsArgs,
     /// Mirror the daemon's counters into this file (on tmpfs); it outlives the daemon.
