@@ -166,33 +166,21 @@ impl Stack {
     /// A UBJ cache image of `nvram` bytes under /dev/shm over a new backing file of `backing`
     /// bytes on the machine's disk (/var/tmp), created with `settings`.
     pub fn new_cache(fs: &'static str, nvram: &str, backing: &str, settings: &[&str]) -> Stack {
-        let mut s = Stack::dirs(fs);
-        let disk = unique_dir("/var/tmp", fs);
-        let back = disk.join("backing");
-        s.disk_dir = Some(disk);
-        let mut args = vec![
-            bin().to_str().unwrap().to_string(),
-            "cache".into(),
-            "create".into(),
-            s.image.to_str().unwrap().into(),
-            "--size".into(),
-            nvram.into(),
-            "--cache".into(),
-            "ubj".into(),
-            "--backing".into(),
-            back.to_str().unwrap().into(),
-            "--backing-size".into(),
-            backing.into(),
-        ];
-        args.extend(settings.iter().map(|a| a.to_string()));
-        let refs: Vec<&str> = args.iter().map(|a| a.as_str()).collect();
-        ok(60, &refs);
-        s
+        Stack::new_cache_of("ubj", fs, nvram, backing, settings)
     }
 
-    /// A write cache image of `nvram` bytes under /dev/shm over a new backing file of
-    /// `backing` bytes on the machine's disk (/var/tmp), created with `settings`.
+    /// The same with a write cache (`--cache write`).
     pub fn new_write_cache(
+        fs: &'static str,
+        nvram: &str,
+        backing: &str,
+        settings: &[&str],
+    ) -> Stack {
+        Stack::new_cache_of("write", fs, nvram, backing, settings)
+    }
+
+    fn new_cache_of(
+        mode: &str,
         fs: &'static str,
         nvram: &str,
         backing: &str,
@@ -207,7 +195,7 @@ impl Stack {
             "--size".into(),
             nvram.into(),
             "--cache".into(),
-            "write".into(),
+            mode.into(),
             "--backing".into(),
             s.backing().to_str().unwrap().into(),
             "--backing-size".into(),
