@@ -166,10 +166,27 @@ impl Stack {
     /// A UBJ cache image of `nvram` bytes under /dev/shm over a new backing file of `backing`
     /// bytes on the machine's disk (/var/tmp), created with `settings`.
     pub fn new_cache(fs: &'static str, nvram: &str, backing: &str, settings: &[&str]) -> Stack {
-        let mut s = Stack::dirs(fs);
-        let disk = unique_dir("/var/tmp", fs);
-        let back = disk.join("backing");
-        s.disk_dir = Some(disk);
+        Stack::new_cache_of("ubj", fs, nvram, backing, settings)
+    }
+
+    /// The same with a write cache (`--cache write`).
+    pub fn new_write_cache(
+        fs: &'static str,
+        nvram: &str,
+        backing: &str,
+        settings: &[&str],
+    ) -> Stack {
+        Stack::new_cache_of("write", fs, nvram, backing, settings)
+    }
+
+    fn new_cache_of(
+        mode: &str,
+        fs: &'static str,
+        nvram: &str,
+        backing: &str,
+        settings: &[&str],
+    ) -> Stack {
+        let s = Stack::with_disk(fs);
         let mut args = vec![
             bin().to_str().unwrap().to_string(),
             "cache".into(),
@@ -178,15 +195,22 @@ impl Stack {
             "--size".into(),
             nvram.into(),
             "--cache".into(),
-            "ubj".into(),
+            mode.into(),
             "--backing".into(),
-            back.to_str().unwrap().into(),
+            s.backing().to_str().unwrap().into(),
             "--backing-size".into(),
             backing.into(),
         ];
         args.extend(settings.iter().map(|a| a.to_string()));
         let refs: Vec<&str> = args.iter().map(|a| a.as_str()).collect();
         ok(60, &refs);
+        s
+    }
+
+    /// The directories, and a directory for a backing file on the machine's disk.
+    pub fn with_disk(fs: &'static str) -> Stack {
+        let mut s = Stack::dirs(fs);
+        s.disk_dir = Some(unique_dir("/var/tmp", fs));
         s
     }
 
@@ -550,7 +574,7 @@ pub fn durable_writes(p: &Path) -> u64 {
     u64::from_le_bytes(b[24..32].try_into().unwrap())
 }
 
-pub struct Rng(u64);
+pub struct Rng(pub u64);
 impl Rng {
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
@@ -563,16 +587,23 @@ impl Rng {
     }
 }
 
-/// Words of the daemon's stats file (crates/export/src/stats.rs, version 2): 0 magic .. 13.
-pub const STATS_WORDS: usize = 14;
+/// Words of the daemon's stats file (crates/export/src/stats.rs, version 3): 0 magic .. 21.
+pub const STATS_WORDS: usize = 22;
 pub const W_ACKED: usize = 4;
 pub const W_FSYNCS: usize = 5;
 pub const W_COVERED: usize = 6;
+/// The cache's kind: 1 UBJ, 2 write cache.
 pub const W_IS_CACHE: usize = 8;
 pub const W_DIRTY: usize = 9;
 pub const W_COMMITS: usize = 11;
 pub const W_CHECKPOINTS: usize = 12;
 pub const W_CHECKPOINTING: usize = 13;
+/// A write cache's used slots (word 10), destages by trigger (14-18: room, watermark,
+/// max-age, cleaner, writeback), bypassed blocks (19).
+pub const W_USED_SLOTS: usize = 10;
+pub const W_DESTAGED_ROOM: usize = 14;
+pub const W_DESTAGED_MAX_AGE: usize = 16;
+pub const W_BYPASSED: usize = 19;
 
 /// Every word of the stats file (the daemon may be dead).
 pub fn stats_words(p: &Path) -> Vec<u64> {
@@ -581,7 +612,7 @@ pub fn stats_words(p: &Path) -> Vec<u64> {
     let w: Vec<u64> = (0..STATS_WORDS)
         .map(|i| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
         .collect();
-    assert_eq!(w[1], 2, "stats file version");
+    assert_eq!(w[1], 3, "stats file version");
     w
 }
 
