@@ -30,9 +30,12 @@
 # Usage: scripts/bench-ubj.sh [--rounds N] [--rows a,b,c,d,e,f] [--workloads fio-rand,fio-seq,postmark]
 #        [--commit S[,S...]] [--autocommit-ms MS[,MS...]] [--nvram SIZE] [--backing SIZE]
 #        [--fio-size SIZE] [--postmark-files N] [--postmark-tx N] [--dir DIR] [--quick] [--json]
+#        [--results FILE]
 # Defaults: 3 rounds, rows a-e (and f when this nvstack serves write caches), all workloads,
 # commit 5, no autocommit sweep, NVRAM 512MiB, backing 4GiB under /var/tmp (the machine's
-# disk), fio 256m, PostMark 4,000 files (about 130 MB) and 6,000 transactions.
+# disk), fio 128m, PostMark 4,000 files (about 130 MB) and 6,000 transactions.
+# --results FILE: keep the raw runs (one line each, appended as measured; a new file) so the
+# tables can be printed again: python3 scripts/bench_ubj_report.py FILE 0|1 ROUNDS SETTINGS.
 # --quick: tiny sizes for a test of the script (1 round, NVRAM 16MiB, backing 256MiB, fio 8m,
 # PostMark 200 files and 400 transactions, commit 1); later options override it.
 # NVSTACK_BIN: the binary (default: build target/release/nvstack). Run as root.
@@ -40,7 +43,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "bench-ubj: $1" >&2; exit "${2:-2}"; }
 rounds=3 rows="" workloads="fio-rand,fio-seq,postmark" commits=5 acs="" nvram=512MiB backing=4GiB
-dir=/var/tmp json=0 fio_size=256m pm_files=4000 pm_tx=6000
+dir=/var/tmp json=0 fio_size=128m pm_files=4000 pm_tx=6000 keep=""
 args=("$@")
 for a in "${args[@]}"; do
   [ "$a" = --quick ] && { rounds=1 nvram=16MiB backing=256MiB fio_size=8m pm_files=200 pm_tx=400 commits=1; }
@@ -49,13 +52,13 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --quick) shift ;;
     --json) json=1; shift ;;
-    --rounds|--rows|--workloads|--commit|--autocommit-ms|--nvram|--backing|--fio-size|--postmark-files|--postmark-tx|--dir)
+    --rounds|--rows|--workloads|--commit|--autocommit-ms|--nvram|--backing|--fio-size|--postmark-files|--postmark-tx|--dir|--results)
       [ $# -ge 2 ] || die "$1 needs a value"
       case "$1" in
         --rounds) rounds=$2 ;; --rows) rows=$2 ;; --workloads) workloads=$2 ;;
         --commit) commits=$2 ;; --autocommit-ms) acs=$2 ;; --nvram) nvram=$2 ;;
         --backing) backing=$2 ;; --fio-size) fio_size=$2 ;; --postmark-files) pm_files=$2 ;;
-        --postmark-tx) pm_tx=$2 ;; --dir) dir=$2 ;;
+        --postmark-tx) pm_tx=$2 ;; --dir) dir=$2 ;; --results) keep=$2 ;;
       esac
       shift 2 ;;
     *) die "unknown argument '$1' (see the usage at the top of scripts/bench-ubj.sh)" ;;
@@ -74,6 +77,7 @@ for w in "${wl_list[@]}"; do
 done
 [[ $fio_size =~ ^[1-9][0-9]*[kmg]$ ]] || die "--fio-size $fio_size: a number with k, m or g (fio's units)"
 [ -d "$dir" ] || die "--dir $dir: no such directory"
+[ -z "$keep" ] || [ ! -e "$keep" ] || die "--results $keep: the file exists (not overwritten)"
 for t in fio postmark losetup mkfs.ext4 mke2fs timeout; do
   command -v $t >/dev/null || die "$t not found (apt-get install fio postmark e2fsprogs mount)" 3
 done
@@ -100,7 +104,8 @@ shm=$(mktemp -d /dev/shm/nvstack-bench-ubj.XXXXXX)
 disk=$(mktemp -d "$dir/nvstack-bench-ubj.XXXXXX")
 mnt=$(mktemp -d /tmp/nvstack-bench-ubj.XXXXXX)
 jfuse=$(mktemp -d /tmp/nvstack-bench-ubj-jnl.XXXXXX)
-results=$(mktemp /tmp/nvstack-bench-ubj-results.XXXXXX)
+if [ -n "$keep" ]; then results=$keep; : > "$results"
+else results=$(mktemp /tmp/nvstack-bench-ubj-results.XXXXXX); fi
 jdev=""
 run_id() { echo "$mnt" | sed 's|^/||; s|/|-|g'; }
 stop_journal() { # row d's journal device: detach its loop device, stop its daemon
@@ -122,7 +127,7 @@ cleanup() {
   local l
   for l in $(losetup -j "$disk/backing" 2>/dev/null | cut -d: -f1); do losetup -d "$l" || true; done
   stop_journal
-  rm -rf "$shm" "$disk" "$results"; rmdir "$mnt" "$jfuse" 2>/dev/null || true
+  rm -rf "$shm" "$disk"; [ -n "$keep" ] || rm -f "$results"; rmdir "$mnt" "$jfuse" 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
