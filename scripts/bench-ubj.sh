@@ -268,6 +268,7 @@ n=${#systems[@]} m=${#ac_list[@]}
 total_runs=$(( ${#commit_list[@]} * rounds * ${#wl_list[@]} * n + rounds * ${#wl_list[@]} * m ))
 done_runs=0
 echo "bench-ubj: $rounds rounds, rows ${row_list[*]} (${systems[*]}), workloads ${wl_list[*]}, ext4 commit ${commit_list[*]} s, UBJ autocommit sweep: ${acs:-none}; fio $fio_size, PostMark $pm_files files / $pm_tx transactions; NVRAM $nvram under /dev/shm, backing file $backing under $dir; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) vCPUs; load $(cut -d' ' -f1-3 /proc/loadavg); $total_runs runs" >&2
+echo "bench-ubj: work directories $shm $disk $mnt $jfuse" >&2
 for c in "${commit_list[@]}"; do
   for r in $(seq 1 "$rounds"); do
     for w in "${wl_list[@]}"; do
