@@ -12,7 +12,7 @@ use nvstack_export::fuse::{self, DiskFs, FuseOptions, MountOptions, DISK_NAME};
 use nvstack_export::powercut::{PowerCut, PowerCutSpec};
 use nvstack_export::raw::RawDevice;
 use nvstack_export::stats::ServeStats;
-use nvstack_nvcache::{FileDevice, Timers, Ubj};
+use nvstack_nvcache::{FileDevice, ServedWc, Timers, Ubj, WcTimer, WriteCache};
 use nvstack_nvramdisk::disk::{NvramDisk, OpenOptions};
 use nvstack_nvramdisk::image::{open_image, peek};
 use nvstack_pmem::{Access, MmapRegion, Region};
@@ -116,18 +116,18 @@ pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
         Some(p) => Some(crate::kind::kind(p)?),
         None => None,
     };
-    if kind == Some(crate::kind::Kind::WriteCache) {
-        // Issue 22 builds the write cache's commands; serving one comes with its whole-stack
-        // tests (the FAT test), not yet.
+    let write_cache = kind == Some(crate::kind::Kind::WriteCache);
+    if write_cache && !a.settings.is_empty() {
         return Err(Error::bad(format!(
-            "{}: a write cache image: serve does not serve write caches yet (use `nvstack \
-             cache`, `write`, `read`, `discard` on it)",
+            "{}: a write cache image: it is served with the settings stored at create (cache \
+             settings such as --policy or --high-watermark are not taken by serve; make the \
+             cache again with `nvstack cache create --cache write ...`)",
             a.image.as_deref().unwrap_or(Path::new("")).display()
         )));
     }
     let backend = match (a.backend, kind) {
         (Some(b), _) => b,
-        (None, Some(crate::kind::Kind::Cache)) => Backend::Cache,
+        (None, Some(crate::kind::Kind::Cache | crate::kind::Kind::WriteCache)) => Backend::Cache,
         (None, Some(_)) => Backend::Nvramdisk,
         (None, None) => {
             return Err(Error::bad(
@@ -135,7 +135,7 @@ pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
             ))
         }
     };
-    let cache_image = kind == Some(crate::kind::Kind::Cache);
+    let cache_image = kind == Some(crate::kind::Kind::Cache) || write_cache;
     let image = a.image.as_deref().map(|p| p.display().to_string());
     match backend {
         Backend::DirectFile if a.image.is_some() => Err(Error::bad(format!(
@@ -432,6 +432,9 @@ fn settings_over(a: &ServeArgs, image: &Path) -> Result<Option<nvstack_nvcache::
 fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
     let over = settings_over(a, image)?;
     if let Some(s) = &a.power_cut {
+        if crate::kind::kind(image)? == crate::kind::Kind::WriteCache {
+            return open_write_cache_cut(a, image, s);
+        }
         let pc = PowerCut::load_cache(image, a.backing.as_deref(), PowerCutSpec::parse(s)?)?;
         let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
         let ubj = Ubj::open(Arc::new(nvram), Arc::new(disk), over)?;
@@ -447,6 +450,9 @@ fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
             cache: Some(cache),
         });
     }
+    if crate::kind::kind(image)? == crate::kind::Kind::WriteCache {
+        return open_write_cache(a, image);
+    }
     let o = nvstack_nvcache::image::open_image(image, a.backing.as_deref(), over)?;
     let what = format!(
         "{} over {}",
@@ -458,6 +464,75 @@ fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
         dev,
         what,
         power_cut: None,
+        cache: Some(cache),
+    })
+}
+
+/// A served write cache: its live state mirrored, its timer (max-age, cleaner) running.
+struct WCache<R: Region + 'static> {
+    served: Arc<ServedWc<R>>,
+    _timer: Option<WcTimer>,
+}
+
+impl<R: Region + 'static> ServedCache for WCache<R> {
+    fn observe(&self, stats: Arc<ServeStats>) {
+        self.served.observe(stats);
+    }
+    fn close(&self) -> Result<String> {
+        self.served.close()
+    }
+}
+
+/// A write cache to serve: the device (the cache reporting its state) and its served half.
+fn served_wc<R: Region + 'static>(
+    cache: Arc<WriteCache<R>>,
+) -> (String, Arc<dyn BlockDevice>, Box<dyn ServedCache>) {
+    let sb = *cache.superblock();
+    let admit = cache
+        .admit_record()
+        .map_or_else(|e| format!("unreadable ({e})"), |a| a.name());
+    let what = format!(
+        "write cache, {} B sectors, admit {admit}, {} blocks cached{}{}",
+        sb.sector_bytes,
+        cache.cached_blocks(),
+        match cache.recovered_entries() {
+            0 => String::new(),
+            n => format!(", recovered: {n} entries cleared"),
+        },
+        match cache.tick_period() {
+            Some(p) => format!(", timer every {} ms", p.as_millis()),
+            None => String::new(),
+        }
+    );
+    let served = Arc::new(ServedWc::new(cache));
+    let c = WCache {
+        _timer: WcTimer::start(&served),
+        served: served.clone(),
+    };
+    (what, served, Box::new(c))
+}
+
+fn open_write_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
+    let o = nvstack_nvcache::wimage::open_wc_image(image, a.backing.as_deref(), None)?;
+    let (what, dev, cache) = served_wc(o.cache);
+    Ok(Served {
+        dev,
+        what: format!("{what} over {}", o.backing.display()),
+        power_cut: None,
+        cache: Some(cache),
+    })
+}
+
+/// A write cache on the simulated region (NVRAM and backing file), power cut armed.
+fn open_write_cache_cut(a: &ServeArgs, image: &Path, spec: &str) -> Result<Served> {
+    let pc = PowerCut::load_write_cache(image, a.backing.as_deref(), PowerCutSpec::parse(spec)?)?;
+    let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
+    let wc = WriteCache::open(Arc::new(nvram), Arc::new(disk), None)?;
+    let (what, dev, cache) = served_wc(Arc::new(wc));
+    Ok(Served {
+        dev,
+        what: format!("{what}, simulated region, power cut {spec}"),
+        power_cut: Some(pc),
         cache: Some(cache),
     })
 }
@@ -523,6 +598,8 @@ fn open_backend(a: &ServeArgs, backend: Backend) -> Result<Served> {
 fn open_raw(a: &ServeArgs, img: &Path) -> Result<Served> {
     let holds = if crate::kind::kind(img)? == crate::kind::Kind::Cache {
         Some("a cache image")
+    } else if crate::kind::kind(img)? == crate::kind::Kind::WriteCache {
+        Some("a write cache image")
     } else if peek(img).is_ok() {
         Some("an nvramdisk image")
     } else {
@@ -637,6 +714,12 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
         check_no_loop(img, "image")?;
     }
     let backing = match (backend, &a.image) {
+        (Backend::Cache, Some(img)) if crate::kind::kind(img)? == crate::kind::Kind::WriteCache => {
+            Some(nvstack_nvcache::wserve::wc_backing_of(
+                img,
+                a.backing.as_deref(),
+            )?)
+        }
         (Backend::Cache, Some(img)) => Some(nvstack_nvcache::image::backing_of(
             img,
             a.backing.as_deref(),
@@ -652,6 +735,15 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     let file = Arc::new(BlockFile::new(dev));
     // The FUSE max_write the device's capabilities allow (63 blocks for nvramdisk and raw).
     let limit_max = file.write_bytes_max();
+    if limit_max < 4096 {
+        return Err(Error::bad(format!(
+            "the device's atomic unit is {} blocks of {} bytes: FUSE needs writes of at least \
+             4096 bytes, and one longer than {limit_max} bytes would not be atomic (a write \
+             cache with --admit all: make it with more slots, its unit being min(64, slots / 2))",
+            file.write_blocks_max(),
+            file.block_bytes()
+        )));
+    }
     let max_write = a.max_write.unwrap_or(limit_max);
     if max_write < 4096 || max_write > limit_max {
         return Err(Error::bad(format!(

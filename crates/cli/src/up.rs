@@ -63,6 +63,9 @@ pub struct UpArgs {
     /// A cache's settings: stored when the cache is created, and given to the daemon.
     #[command(flatten)]
     pub settings: crate::cache::SettingsArgs,
+    /// A new write cache's own settings (--cache write), as for `nvstack cache create`.
+    #[command(flatten)]
+    pub write: crate::wcache::WriteArgs,
     /// File system to make when the device has none.
     #[arg(long, value_enum, default_value_t = FsKind::Ext4)]
     pub fs: FsKind,
@@ -186,12 +189,47 @@ fn load(dir: &Path) -> Result<Option<UpState>> {
     }
 }
 
+/// The write cache's flags: for a new write cache only, and no FAT admission (`up` mounts
+/// ext4 or xfs; a FAT volume is served with `nvstack serve` and used through DIR/disk).
+fn check_write_args(a: &UpArgs, image_kind: Option<crate::kind::Kind>) -> Result<()> {
+    let new_write_cache =
+        image_kind.is_none() && matches!(a.cache, Some(crate::cache::CacheMode::Write));
+    if a.write.admits_fat() {
+        return Err(Error::bad(
+            "--admit fat-metadata: `up` mounts ext4 or xfs, and this kernel has no vfat to \
+             mount a FAT volume; create the cache with `nvstack cache create --cache write \
+             --admit fat-metadata`, serve it with `nvstack serve`, and use DIR/disk with mtools",
+        ));
+    }
+    if new_write_cache {
+        return Ok(());
+    }
+    if image_kind == Some(crate::kind::Kind::WriteCache) && !a.settings.is_empty() {
+        return Err(Error::bad(format!(
+            "{}: an existing write cache is served with the settings stored at create; omit \
+             the cache settings",
+            a.image.as_deref().expect("an image").display()
+        )));
+    }
+    a.write.refuse_for_ubj().map_err(|e| {
+        Error::bad(format!(
+            "{e}: the write cache's flags are for a new write cache (--cache write and an \
+             --image that does not exist yet)"
+        ))
+    })
+}
+
 /// The backend `up` serves, its flags checked (bad input: exit 2, before anything is done).
 fn up_backend(a: &UpArgs) -> Result<Backend> {
-    let image_is_cache = match &a.image {
-        Some(p) if p.exists() => crate::kind::kind(p)? == crate::kind::Kind::Cache,
-        _ => false,
+    let image_kind = match &a.image {
+        Some(p) if p.exists() => Some(crate::kind::kind(p)?),
+        _ => None,
     };
+    let image_is_cache = matches!(
+        image_kind,
+        Some(crate::kind::Kind::Cache | crate::kind::Kind::WriteCache)
+    );
+    check_write_args(a, image_kind)?;
     let b = match a.backend {
         Some(b) => b,
         None if a.cache.is_some() || image_is_cache => Backend::Cache,
@@ -402,10 +440,14 @@ fn create_cache(a: &UpArgs, image: &Path, size: u64) -> Result<String> {
     match a.cache.expect("checked by up_backend") {
         crate::cache::CacheMode::Ubj => {}
         crate::cache::CacheMode::Write => {
-            return Err(Error::bad(
-                "--cache write: `up` brings up UBJ caches only so far (serve does not serve a \
-                 write cache yet); make one with `nvstack cache create --cache write`",
-            ))
+            return crate::wcache::create_for_up(
+                image,
+                size,
+                backing,
+                a.backing_size,
+                &a.settings,
+                &a.write,
+            )
         }
     }
     let o = nvstack_nvcache::image::CreateOptions {
@@ -433,8 +475,14 @@ fn bring_up(a: &UpArgs, backend: Backend, dir: &Path, st: &mut UpState) -> Resul
     let block_bytes = match backend {
         Backend::Nvramdisk => peek(&st.image)?.geometry.block_bytes,
         Backend::Raw => nvstack_export::raw::RAW_BLOCK_BYTES,
+        Backend::Cache if crate::kind::kind(&st.image)? == crate::kind::Kind::WriteCache => {
+            nvstack_nvcache::wimage::peek_wc(&st.image)?.sector_bytes
+        }
         Backend::Cache | Backend::DirectFile => nvstack_nvcache::format::BLOCK_BYTES,
     };
+    // A write cache is served with the settings stored at create (they were given there).
+    let write_cache =
+        backend == Backend::Cache && crate::kind::kind(&st.image)? == crate::kind::Kind::WriteCache;
     let pid_file = dir.join("serve.pid");
     let mut serve = Command::new(exe);
     serve.arg("serve");
@@ -444,7 +492,9 @@ fn bring_up(a: &UpArgs, backend: Backend, dir: &Path, st: &mut UpState) -> Resul
     if let Some(b) = &a.backing {
         serve.arg("--backing").arg(b);
     }
-    serve.args(a.settings.to_args());
+    if !write_cache {
+        serve.args(a.settings.to_args());
+    }
     serve
         .arg("--mountpoint")
         .arg(&st.fuse_dir)
@@ -588,8 +638,9 @@ fn tear_down(dir: &Path, st: &UpState) -> Result<()> {
             crate::say!(
                 "serve: daemon {pid} stopped{}",
                 if st.backend == Backend::Cache.name() {
-                    " (a final commit: every acknowledged write is durable in the cache; no \
-                     checkpoint, `nvstack cache writeback` writes everything back)"
+                    " (its clean stop made every acknowledged write durable: a UBJ cache by a \
+                     final commit, a write cache by a flush of its backing file; nothing is \
+                     written back: `nvstack cache writeback` does that)"
                 } else {
                     ""
                 }

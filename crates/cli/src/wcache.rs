@@ -16,7 +16,7 @@ use nvstack_nvcache::wimage::{self, WcCreateOptions};
 use std::path::Path;
 
 /// The write cache's own flags of `cache create` (refused with `--cache ubj`).
-#[derive(Args, Default)]
+#[derive(Args, Debug, Default)]
 pub struct WriteArgs {
     /// The write cache's sector: 512 (the seed's, default) or 4096 (the backing block).
     #[arg(long)]
@@ -37,6 +37,11 @@ pub struct WriteArgs {
 }
 
 impl WriteArgs {
+    /// `--admit fat-metadata` given.
+    pub fn admits_fat(&self) -> bool {
+        self.admit.iter().any(|v| v == "fat-metadata")
+    }
+
     pub fn refuse_for_ubj(&self) -> Result<()> {
         let set = [
             ("--sector", self.sector.is_some()),
@@ -165,6 +170,39 @@ fn create(path: &Path, o: &WcCreateOptions) -> Result<i32> {
         o.admit.name()
     )?;
     Ok(0)
+}
+
+/// `nvstack up --cache write`: a new write cache image over `backing` (created when absent),
+/// as `cache create` makes it; what it did.
+pub(crate) fn create_for_up(
+    image: &Path,
+    size: u64,
+    backing: &Path,
+    backing_size: Option<u64>,
+    settings: &SettingsArgs,
+    write: &WriteArgs,
+) -> Result<String> {
+    let o = WcCreateOptions {
+        size,
+        sector_bytes: write.sector.unwrap_or(512),
+        backing,
+        backing_size,
+        settings: write.settings(settings)?,
+        admit: parse_admit(&write.admit)?,
+        force: false,
+    };
+    let (sb, abs, created) = wimage::create_wc_image(image, &o)?;
+    Ok(format!(
+        "created write cache {} ({} slots of {} B; {}; admit {}) over {}{} ({} blocks)",
+        image.display(),
+        sb.slots,
+        sb.sector_bytes,
+        settings_line(&sb.settings),
+        o.admit.name(),
+        abs.display(),
+        if created { ", created" } else { "" },
+        sb.blocks
+    ))
 }
 
 /// `--admit fat-metadata` needs the FAT volume on the backing file already (block 0).

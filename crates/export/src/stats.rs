@@ -2,14 +2,19 @@
 //! they survive the daemon's death: after a SIGKILL the kill tests read how many writes had
 //! been acknowledged and how many of those an fsync had covered.
 //!
-//! File format (4096 bytes, little-endian u64 words): 0 magic `NVSTATS1`, 1 version (2),
+//! File format (4096 bytes, little-endian u64 words): 0 magic `NVSTATS1`, 1 version (3),
 //! 2 daemon pid, 3 writes made durable (on a device durable only on flush, such as a UBJ
 //! cache: written, durable at the next fsync), 4 writes acknowledged, 5 fsyncs completed,
 //! 6 writes covered by a completed fsync, 7 discards; then a cache's live state (zero without
-//! one): 8 1 when the device is a UBJ cache, 9 dirty blocks (written since the last commit),
-//! 10 frozen slots, 11 commits, 12 checkpoints completed, 13 1 while a checkpoint runs (from
-//! before its first backing write until after its last slot is unfrozen). Version 1 had words
-//! 0-7 only. Words are updated under one mutex (the cache's words under the cache's lock as
+//! one): 8 the cache's kind (0 none, 1 UBJ, 2 write cache), 9 dirty blocks (UBJ: written
+//! since the last commit; write cache: cached, every cached block being newer than the backing
+//! device's copy), 10 UBJ: frozen slots, write cache: used slots (cached and cleared), 11 UBJ
+//! commits, 12 UBJ checkpoints completed, 13 UBJ: 1 while a checkpoint runs (from before its
+//! first backing write until after its last slot is unfrozen); then the write cache's (zero
+//! otherwise): 14-18 blocks destaged this run for room, by watermark, by max-age, by the
+//! cleaner, by writeback, 19 blocks that bypassed the cache, 20 flushes from above, 21 1 in the
+//! error state. Version 1 had words 0-7 only; version 2 words 0-13, word 8 being 1 for a UBJ
+//! cache. Words are updated under one mutex (the cache's words under the cache's lock as
 //! well, at every change), so the file always shows one consistent moment. Bounds: `writes_acked` counts a write only
 //! after its acknowledgement was sent (a lower bound), and an fsync covers every write counted
 //! durable when it began (an upper bound); so `writes_acked - fsync_covered`, when positive,
@@ -23,7 +28,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 pub const STATS_MAGIC: u64 = u64::from_le_bytes(*b"NVSTATS1");
-pub const STATS_VERSION: u64 = 2;
+pub const STATS_VERSION: u64 = 3;
 pub const STATS_FILE_BYTES: u64 = 4096;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -36,12 +41,34 @@ pub struct StatsSnapshot {
     pub discards: u64,
     /// A UBJ cache's live state (all zero without one).
     pub cache: CacheWords,
+    /// A write cache's live state (all zero without one).
+    pub wcache: WcWords,
 }
 
-/// Words 8-13: a UBJ cache's live state.
+/// Words 14-21: a write cache's live state (its cached and used slots are words 9 and 10).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WcWords {
+    pub destaged_room: u64,
+    pub destaged_watermark: u64,
+    pub destaged_max_age: u64,
+    pub destaged_cleaner: u64,
+    pub destaged_writeback: u64,
+    pub bypassed: u64,
+    pub flushes: u64,
+    pub error: bool,
+}
+
+/// Word 8: which cache the device is.
+pub const CACHE_KIND_UBJ: u64 = 1;
+pub const CACHE_KIND_WRITE: u64 = 2;
+/// Words the file holds (the rest of its 4096 bytes are zero).
+const WORDS: usize = 22;
+
+/// Words 8-13: a cache's live state (UBJ's; a write cache fills words 8-10).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CacheWords {
-    pub is_cache: bool,
+    /// 0 none, [`CACHE_KIND_UBJ`], [`CACHE_KIND_WRITE`].
+    pub kind: u64,
     pub dirty_blocks: u64,
     pub frozen_slots: u64,
     pub commits: u64,
@@ -55,8 +82,8 @@ impl StatsSnapshot {
         self.writes_acked.saturating_sub(self.fsync_covered)
     }
 
-    fn words(&self) -> [u64; 14] {
-        let c = &self.cache;
+    fn words(&self) -> [u64; WORDS] {
+        let (c, w) = (&self.cache, &self.wcache);
         [
             STATS_MAGIC,
             STATS_VERSION,
@@ -66,12 +93,20 @@ impl StatsSnapshot {
             self.fsyncs,
             self.fsync_covered,
             self.discards,
-            u64::from(c.is_cache),
+            c.kind,
             c.dirty_blocks,
             c.frozen_slots,
             c.commits,
             c.checkpoints,
             u64::from(c.checkpointing),
+            w.destaged_room,
+            w.destaged_watermark,
+            w.destaged_max_age,
+            w.destaged_cleaner,
+            w.destaged_writeback,
+            w.bypassed,
+            w.flushes,
+            u64::from(w.error),
         ]
     }
 }
@@ -181,13 +216,34 @@ impl ServeStats {
     pub fn cache_changed(&self, live: &nvstack_nvcache::Live) {
         self.update(|s| {
             s.cache = CacheWords {
-                is_cache: true,
+                kind: CACHE_KIND_UBJ,
                 dirty_blocks: live.dirty,
                 frozen_slots: live.frozen,
                 commits: live.commits,
                 checkpoints: live.checkpoints,
                 checkpointing: live.checkpointing,
             }
+        })
+    }
+    /// A write cache's live state changed (called under the cache's lock).
+    pub fn wcache_changed(&self, live: &nvstack_nvcache::WcLive) {
+        self.update(|s| {
+            s.cache = CacheWords {
+                kind: CACHE_KIND_WRITE,
+                dirty_blocks: live.cached,
+                frozen_slots: live.used_slots,
+                ..CacheWords::default()
+            };
+            s.wcache = WcWords {
+                destaged_room: live.destaged_room,
+                destaged_watermark: live.destaged_watermark,
+                destaged_max_age: live.destaged_max_age,
+                destaged_cleaner: live.destaged_cleaner,
+                destaged_writeback: live.destaged_writeback,
+                bypassed: live.bypassed,
+                flushes: live.flushes,
+                error: live.error,
+            };
         })
     }
     pub fn fsync_done(&self, covered: u64) {
@@ -212,7 +268,7 @@ pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
     let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
     if w(0) != STATS_MAGIC || w(1) != STATS_VERSION {
         return Err(Error::bad(format!(
-            "{}: not a version-2 stats file",
+            "{}: not a version-3 stats file",
             path.display()
         )));
     }
@@ -224,12 +280,22 @@ pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
         fsync_covered: w(6),
         discards: w(7),
         cache: CacheWords {
-            is_cache: w(8) != 0,
+            kind: w(8),
             dirty_blocks: w(9),
             frozen_slots: w(10),
             commits: w(11),
             checkpoints: w(12),
             checkpointing: w(13) != 0,
+        },
+        wcache: WcWords {
+            destaged_room: w(14),
+            destaged_watermark: w(15),
+            destaged_max_age: w(16),
+            destaged_cleaner: w(17),
+            destaged_writeback: w(18),
+            bypassed: w(19),
+            flushes: w(20),
+            error: w(21) != 0,
         },
     })
 }
@@ -238,5 +304,12 @@ pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
 impl nvstack_nvcache::Observer for ServeStats {
     fn changed(&self, live: &nvstack_nvcache::Live) {
         self.cache_changed(live)
+    }
+}
+
+/// The serve daemon's counters as a write cache's observer.
+impl nvstack_nvcache::WcObserver for ServeStats {
+    fn wc_changed(&self, live: &nvstack_nvcache::WcLive) {
+        self.wcache_changed(live)
     }
 }

@@ -26,6 +26,7 @@ pub mod wformat;
 pub mod wimage;
 mod wrecover;
 pub mod writecache;
+pub mod wserve;
 
 pub use backing::FileDevice;
 pub use bugs::Bug;
@@ -34,3 +35,4 @@ pub use ubj::{create, Census, Live, Observer, SlotState, Stats, Timers, Ubj};
 pub use wbugs::WcBug;
 pub use wdestage::Trigger;
 pub use writecache::{create_wc, WriteCache};
+pub use wserve::{ServedWc, WcLive, WcObserver, WcTimer};

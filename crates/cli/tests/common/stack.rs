@@ -563,16 +563,23 @@ impl Rng {
     }
 }
 
-/// Words of the daemon's stats file (crates/export/src/stats.rs, version 2): 0 magic .. 13.
-pub const STATS_WORDS: usize = 14;
+/// Words of the daemon's stats file (crates/export/src/stats.rs, version 3): 0 magic .. 21.
+pub const STATS_WORDS: usize = 22;
 pub const W_ACKED: usize = 4;
 pub const W_FSYNCS: usize = 5;
 pub const W_COVERED: usize = 6;
+/// The cache's kind: 1 UBJ, 2 write cache.
 pub const W_IS_CACHE: usize = 8;
 pub const W_DIRTY: usize = 9;
 pub const W_COMMITS: usize = 11;
 pub const W_CHECKPOINTS: usize = 12;
 pub const W_CHECKPOINTING: usize = 13;
+/// A write cache's used slots (word 10), destages by trigger (14-18: room, watermark,
+/// max-age, cleaner, writeback), bypassed blocks (19).
+pub const W_USED_SLOTS: usize = 10;
+pub const W_DESTAGED_ROOM: usize = 14;
+pub const W_DESTAGED_MAX_AGE: usize = 16;
+pub const W_BYPASSED: usize = 19;
 
 /// Every word of the stats file (the daemon may be dead).
 pub fn stats_words(p: &Path) -> Vec<u64> {
@@ -581,7 +588,7 @@ pub fn stats_words(p: &Path) -> Vec<u64> {
     let w: Vec<u64> = (0..STATS_WORDS)
         .map(|i| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
         .collect();
-    assert_eq!(w[1], 2, "stats file version");
+    assert_eq!(w[1], 3, "stats file version");
     w
 }
 

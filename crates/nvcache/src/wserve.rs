@@ -1,0 +1,322 @@
+//! A write cache served by a long-running process (`nvstack serve`): the device it exports,
+//! its live state told to an observer after every request and every timer tick, and the
+//! timer that runs dm-writecache's timed triggers (max-age and the cleaner).
+//!
+//! Built on the write cache's public API only (writecache.rs, wdestage.rs): every request goes
+//! through [`ServedWc`], which forwards it to the cache and then reads the live state under
+//! the cache's own lock and tells the observer while still holding it, so that observers see
+//! the states in the order the cache went through them. A process killed between a request's
+//! return from the cache and that report leaves the observer one request behind (the state
+//! before it); the cache itself is durable either way.
+
+use crate::wformat::WC_PATH_OFF;
+use crate::writecache::WriteCache;
+use nvstack_core::blockdev::{BlockDevice, Caps};
+use nvstack_core::error::{Error, Result};
+use nvstack_pmem::Region;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// A write cache's live state, as its observer is told it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WcLive {
+    /// Blocks held in the cache: every one is dirty (newer than the backing device's copy).
+    pub cached: u64,
+    /// Slots in use: the cached blocks' and the cleared ones waiting for a fence.
+    pub used_slots: u64,
+    /// This run's blocks destaged, by trigger.
+    pub destaged_room: u64,
+    pub destaged_watermark: u64,
+    pub destaged_max_age: u64,
+    pub destaged_cleaner: u64,
+    pub destaged_writeback: u64,
+    /// This run's blocks written to the backing device past the cache (not admitted).
+    pub bypassed: u64,
+    /// This run's flushes from above.
+    pub flushes: u64,
+    /// The cache is in its error state (a backing device error; writes refused).
+    pub error: bool,
+}
+
+/// Told a write cache's live state after every request and tick, under the cache's lock: it
+/// must not call the cache.
+pub trait WcObserver: Send + Sync {
+    fn wc_changed(&self, live: &WcLive);
+}
+
+/// The device a serve daemon exports: the write cache, reporting its state after each request.
+pub struct ServedWc<R: Region> {
+    cache: Arc<WriteCache<R>>,
+    observer: OnceLock<Arc<dyn WcObserver>>,
+}
+
+impl<R: Region> ServedWc<R> {
+    pub fn new(cache: Arc<WriteCache<R>>) -> ServedWc<R> {
+        ServedWc {
+            cache,
+            observer: OnceLock::new(),
+        }
+    }
+
+    pub fn cache(&self) -> &Arc<WriteCache<R>> {
+        &self.cache
+    }
+
+    /// Set the observer (once) and tell it the state now; false if one was already set.
+    pub fn observe(&self, o: Arc<dyn WcObserver>) -> bool {
+        let set = self.observer.set(o).is_ok();
+        self.report();
+        set
+    }
+
+    /// Read the live state under the cache's lock and tell the observer, holding the lock.
+    pub fn report(&self) {
+        let Some(o) = self.observer.get() else { return };
+        let st = self.cache.lock();
+        let k = st.stats;
+        let live = WcLive {
+            cached: st.index.len() as u64,
+            used_slots: (st.index.len() + st.cleared.len()) as u64,
+            destaged_room: k.destaged_room,
+            destaged_watermark: k.destaged_watermark,
+            destaged_max_age: k.destaged_max_age,
+            destaged_cleaner: k.destaged_cleaner,
+            destaged_writeback: k.destaged_writeback,
+            bypassed: k.write_bypass,
+            flushes: k.flushes,
+            error: st.error.is_some(),
+        };
+        o.wc_changed(&live);
+    }
+
+    fn reported<T>(&self, r: Result<T>) -> Result<T> {
+        self.report();
+        r
+    }
+
+    /// The end of a clean serve: the backing device flushed (bypassed writes durable; admitted
+    /// ones already are, in NVRAM) and the lifetime counters stored. Nothing is destaged: the
+    /// cached blocks stay in NVRAM until a destage trigger, `writeback` or `detach`. Returns
+    /// what it did.
+    pub fn close(&self) -> Result<String> {
+        self.cache.flush_blocks()?;
+        self.cache.save_counters();
+        self.report();
+        let (k, _) = self.cache.lifetime();
+        Ok(format!(
+            "backing device flushed; counters stored ({} blocks written, {} bypassed, {} \
+             destaged, {} bytes written to the backing file over the cache's life); {} blocks \
+             stay cached in NVRAM, not written back (`nvstack cache writeback` or `detach` \
+             writes them back)",
+            k.write_blocks,
+            k.write_bypass,
+            k.destaged_room
+                + k.destaged_watermark
+                + k.destaged_max_age
+                + k.destaged_cleaner
+                + k.destaged_writeback,
+            k.backing_bytes_written,
+            self.cache.cached_blocks()
+        ))
+    }
+}
+
+impl<R: Region> BlockDevice for ServedWc<R> {
+    fn block_bytes(&self) -> u32 {
+        self.cache.block_bytes()
+    }
+    fn blocks(&self) -> u64 {
+        self.cache.blocks()
+    }
+    fn caps(&self) -> Caps {
+        self.cache.caps()
+    }
+    fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+        self.cache.read_blocks(lba, buf)
+    }
+    fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+        self.reported(self.cache.write_blocks(lba, data))
+    }
+    fn discard(&self, lba: u64, count: u64) -> Result<()> {
+        self.reported(self.cache.discard_blocks(lba, count))
+    }
+    fn flush(&self) -> Result<()> {
+        self.reported(self.cache.flush_blocks())
+    }
+}
+
+/// The thread that runs the timed triggers (max-age, the cleaner) every
+/// [`WriteCache::tick_period`] (a quarter of max-age, at least 1 ms; 100 ms with the cleaner)
+/// and reports the state after each tick. Stopped and joined when dropped.
+pub struct WcTimer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WcTimer {
+    /// Start the thread, or None when no timed trigger is on.
+    pub fn start<R: Region + 'static>(served: &Arc<ServedWc<R>>) -> Option<WcTimer> {
+        let period = served.cache.tick_period()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (weak, flag) = (Arc::downgrade(served), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("wcache-timer".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    std::thread::park_timeout(period);
+                    let Some(s) = weak.upgrade() else { return };
+                    // An error is the cache's error state, which the live state and status
+                    // show; keep ticking (a cache in its error state does nothing).
+                    let _ = s.cache.tick(Instant::now());
+                    s.report();
+                }
+            })
+            .ok()?;
+        Some(WcTimer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for WcTimer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+/// The backing file a write cache image names (`over` when given), after validating the image
+/// with plain reads under a shared lock (`wimage::peek_wc`): for a process that loads both
+/// files itself (the serve daemon's power-cut runs).
+pub fn wc_backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
+    crate::wimage::peek_wc(path)?;
+    if let Some(p) = over {
+        return Ok(p.to_path_buf());
+    }
+    let f = std::fs::File::open(path)
+        .map_err(|e| Error::env(format!("{}: cannot open: {e}", path.display())))?;
+    let mut block = vec![0u8; 4096];
+    f.read_exact_at(&mut block, 0)
+        .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
+    crate::format::decode_path(&block[WC_PATH_OFF as usize..])
+        .map(PathBuf::from)
+        .map_err(|e| {
+            Error::bad(format!(
+                "{}: {e}; name the backing file with --backing",
+                path.display()
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backing::FileDevice;
+    use crate::wformat::{Admit, WcSettings};
+    use crate::wimage::{create_wc_image, open_wc_image, WcCreateOptions};
+    use std::sync::Mutex;
+
+    /// A scratch directory under /dev/shm, removed when dropped.
+    struct Scratch(PathBuf);
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            // tmpfs: the image must be mappable as (emulated) NVRAM.
+            let p =
+                Path::new("/dev/shm").join(format!("nvcache-wserve-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir(&p).unwrap();
+            Scratch(p)
+        }
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    struct Seen(Mutex<Vec<WcLive>>);
+    impl WcObserver for Seen {
+        fn wc_changed(&self, live: &WcLive) {
+            self.0.lock().unwrap().push(*live);
+        }
+    }
+
+    fn made(dir: &Path, settings: WcSettings) -> Arc<ServedWc<nvstack_pmem::MmapRegion>> {
+        let (img, back) = (dir.join("wc.img"), dir.join("back"));
+        let o = WcCreateOptions {
+            size: 256 << 10,
+            sector_bytes: 512,
+            backing: &back,
+            backing_size: Some(1 << 20),
+            settings,
+            admit: Admit::All,
+            force: false,
+        };
+        create_wc_image(&img, &o).unwrap();
+        let c = open_wc_image(&img, None, None).unwrap().cache;
+        Arc::new(ServedWc::new(c))
+    }
+
+    #[test]
+    fn reports_the_live_state_after_each_request_and_names_the_backing_file() {
+        let dir = Scratch::new("report");
+        let s = made(dir.path(), WcSettings::default());
+        let seen = Arc::new(Seen(Mutex::new(Vec::new())));
+        assert!(s.observe(seen.clone()));
+        s.write(3, &[7u8; 1024]).unwrap();
+        s.flush().unwrap();
+        let v = seen.0.lock().unwrap().clone();
+        assert_eq!(v.len(), 3, "at observe, after the write, after the flush");
+        assert_eq!(v[0].cached, 0);
+        assert_eq!((v[1].cached, v[1].used_slots), (2, 2));
+        assert_eq!(v[2].flushes, 1);
+        let mut back = vec![0u8; 1024];
+        s.read(3, &mut back).unwrap();
+        assert_eq!(back, vec![7u8; 1024]);
+        let named = wc_backing_of(&dir.path().join("wc.img"), None);
+        // The image is locked exclusively by the open cache: a shared lock is refused.
+        assert!(named.is_err());
+        drop(s);
+        let named = wc_backing_of(&dir.path().join("wc.img"), None).unwrap();
+        assert_eq!(
+            named,
+            std::fs::canonicalize(dir.path().join("back")).unwrap()
+        );
+        assert!(FileDevice::open(&named).is_ok());
+    }
+
+    #[test]
+    fn the_timer_destages_by_max_age_and_reports_it() {
+        let dir = Scratch::new("timer");
+        let settings = WcSettings {
+            max_age_ms: 20,
+            ..WcSettings::default()
+        };
+        let s = made(dir.path(), settings);
+        let seen = Arc::new(Seen(Mutex::new(Vec::new())));
+        s.observe(seen.clone());
+        let timer = WcTimer::start(&s).expect("max-age needs the timer");
+        s.write(0, &[1u8; 512]).unwrap();
+        let t = Instant::now();
+        while s.cache().cached_blocks() > 0 {
+            assert!(t.elapsed().as_secs() < 30, "max-age never destaged");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        drop(timer);
+        let last = *seen.0.lock().unwrap().last().unwrap();
+        assert_eq!(last.cached, 0);
+        assert_eq!(last.destaged_max_age, 1);
+        let done = s.close().unwrap();
+        assert!(done.contains("0 blocks stay cached"), "{done}");
+    }
+}
