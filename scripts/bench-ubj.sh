@@ -134,9 +134,15 @@ trap 'exit 130' INT TERM
 state() { cat "/run/nvstack/$(run_id)/state.json"; }
 field() { /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 loop_sectors() { awk '{print $7}' "/sys/block/${1#/dev/}/stat"; }
+# Flush requests the device completed (field 16 of the stat file): for a and d each one is an
+# fdatasync of the backing file, for b, c and f a cache flush (a UBJ commit).
+loop_flushes() { awk '{print $16}' "/sys/block/${1#/dev/}/stat"; }
 wchar() { awk '/^wchar/ {print $2}' "/proc/$1/io"; }
-cache_written() { # image -> backing bytes written over the cache's life
-  "$B" cache status "$1" --json | field '["counters"]["backing_bytes_written"]'
+cache_written() { # image -> backing bytes written over the cache's life (UBJ: in counters)
+  "$B" cache status "$1" --json | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(d["counters"]["backing_bytes_written"] if "counters" in d else d["backing_bytes_written"])'
 }
 
 up_cache() { # system commit [autocommit_ms] -> a fresh cache, mkfs's blocks written back
@@ -144,9 +150,17 @@ up_cache() { # system commit [autocommit_ms] -> a fresh cache, mkfs's blocks wri
   [ "$1" = ubj-ord ] && mode=ordered
   [ "$1" = wcache ] && { cache=write; extra=(--admit all); }
   [ -n "${3:-}" ] && extra+=(--autocommit-ms "$3")
-  local opts="data=$mode,commit=$2,noinit_itable"
-  "$B" up --image "$shm/cache.img" --size "$nvram" --cache "$cache" --backing "$disk/backing" \
-    --backing-size "$backing" "${extra[@]}" --fs ext4 --mount-options "$opts" --mount "$mnt" >/dev/null
+  local opts="data=$mode,commit=$2,noinit_itable" conf=/etc/mke2fs.conf
+  if [ "$1" = wcache ]; then
+    # mkfs's discard of the whole device reaches the write cache as a discard that it turns
+    # into zeros written to the backing file sector by sector (minutes for 4 GiB): `up`'s
+    # mkfs runs here with Debian's mke2fs.conf plus discard = false.
+    conf=$shm/mke2fs.conf
+    sed 's/^\[defaults\]$/[defaults]\n\tdiscard = false/' /etc/mke2fs.conf > "$conf"
+  fi
+  MKE2FS_CONFIG=$conf "$B" up --image "$shm/cache.img" --size "$nvram" --cache "$cache" \
+    --backing "$disk/backing" --backing-size "$backing" "${extra[@]}" --fs ext4 \
+    --mount-options "$opts" --mount "$mnt" >/dev/null
   # Start the workload with mkfs's blocks written back and the counters stored: the backing
   # bytes counted are the workload's alone.
   "$B" down --mount "$mnt" >/dev/null
@@ -192,6 +206,7 @@ loop_of() { # system -> the loop device under $mnt
 teardown() { # system -> sets td="backing_bytes device_bytes nvram_bytes" (uses loop, before;
   # not run in a subshell: it detaches row d's journal device and forgets it here)
   local dev_bytes=$(( ($(loop_sectors "$loop") - before) * 512 ))
+  flushes=$(( $(loop_flushes "$loop") - fbefore ))
   case "$1" in
     plain|extjnl)
       local w nv=0
@@ -253,15 +268,15 @@ one() { # phase commit autocommit_ms workload system round -> one measured run, 
   base_wchar=0 jbefore=0
   case "$s" in plain|extjnl) base_wchar=$(wchar "$(state | field '["daemon_pid"]')") ;; esac
   if [ "$s" = extjnl ]; then jbefore=$(loop_sectors "$jdev"); fi
-  loop=$(loop_of "$s"); before=$(loop_sectors "$loop")
+  loop=$(loop_of "$s"); before=$(loop_sectors "$loop"); fbefore=$(loop_flushes "$loop")
   read -r score app < <(workload "$w")
   [ -n "${app:-}" ] || die "$w on $s printed no result" 1
   td=""; teardown "$s"
   read -r back devb nvb <<<"$td"
   [ -n "${nvb:-}" ] || die "teardown of $s printed no byte counts" 1
-  echo "$phase $c $ac $w $s $r $score $app $back $devb $nvb" >> "$results"
+  echo "$phase $c $ac $w $s $r $score $app $back $devb $nvb $flushes" >> "$results"
   done_runs=$((done_runs + 1))
-  echo "  [$done_runs/$total_runs] $phase commit=$c autocommit=$ac round $r $w $s: $score, app $app B, backing $back B, device $devb B, nvram $nvb B" >&2
+  echo "  [$done_runs/$total_runs] $phase commit=$c autocommit=$ac round $r $w $s: $score, app $app B, backing $back B, device $devb B, nvram $nvb B, flushes $flushes" >&2
 }
 
 n=${#systems[@]} m=${#ac_list[@]}

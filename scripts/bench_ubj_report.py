@@ -2,7 +2,9 @@
 
 Input: the run file the script writes, one line per measured run:
   phase commit_s autocommit_ms workload system round score app_bytes backing_bytes
-  device_bytes nvram_bytes
+  device_bytes nvram_bytes [fs_device_flushes]
+(the flushes, the flush requests of the file system's device, are absent from runs of
+versions before they were counted)
 phase is "grid" (every row at each ext4 commit interval) or "autocommit" (row b alone at
 each UBJ --autocommit-ms, ext4 commit=5 s). Medians over rounds; every ratio against row a
 at the same commit interval, and row b against every row.
@@ -34,6 +36,8 @@ def cell(runs):
         "backing_bytes_per_app_byte": round(per("backing"), 3),
         "device_bytes_per_app_byte": round(per("device"), 3),
         "nvram_bytes_per_app_byte": round(per("nvram"), 3),
+        "fs_device_flushes": statistics.median(r["flushes"] for r in runs)
+        if all(r["flushes"] is not None for r in runs) else None,
     }
 
 
@@ -46,12 +50,13 @@ def load(path):
     out = []
     for line in open(path):
         f = line.split()
-        if len(f) != 11:
+        if len(f) not in (11, 12):
             sys.exit(f"bench-ubj: malformed result line: {line!r}")
         r = dict(zip(keys, f[:6]))
         r["commit"] = int(r["commit"])
         r["score"] = float(f[6])
         r["app"], r["backing"], r["device"], r["nvram"] = (int(x) for x in f[7:11])
+        r["flushes"] = int(f[11]) if len(f) == 12 else None
         out.append(r)
     return out
 
@@ -109,14 +114,17 @@ def fmt(x, spec=".2f"):
 
 def print_tables(rounds, settings, grid, summ, acs):
     print(f"bench-ubj: medians of {rounds} rounds; {settings}")
-    print("bytes: per byte the application wrote, to the backing file / what ext4 sent to its devices / to an NVRAM device")
-    print(f"{'commit':>6} {'workload':9} {'row':44} {'median':>13} {'vs a':>6} {'b/this':>6} {'backing':>8} {'device':>7} {'nvram':>6}  runs")
+    print("bytes: per byte the application wrote, to the backing file / what ext4 sent to its devices / to an NVRAM device;")
+    print("flushes: flush requests ext4 sent to its file system's device (a, d: each an fdatasync of the backing file)")
+    print(f"{'commit':>6} {'workload':9} {'row':44} {'median':>13} {'vs a':>6} {'b/this':>6} {'backing':>8} {'device':>7} {'nvram':>6} {'flushes':>7}  runs")
     for r in grid:
         print(f"{r['commit_s']:>5}s {r['workload']:9} {r['row'] + ' ' + r['name']:44} {r['median']:>8.1f} {r['unit']:4} "
               f"{fmt(r['vs_a']):>6} {fmt(r['b_vs_this']):>6} {r['backing_bytes_per_app_byte']:>8.3f} "
-              f"{r['device_bytes_per_app_byte']:>7.3f} {r['nvram_bytes_per_app_byte']:>6.3f}  "
-              + " ".join(f"{x:g}" for x in r["runs"]))
+              f"{r['device_bytes_per_app_byte']:>7.3f} {r['nvram_bytes_per_app_byte']:>6.3f} "
+              f"{fmt(r['fs_device_flushes'], '.0f'):>7}  " + " ".join(f"{x:g}" for x in r["runs"]))
     for s in summ:
+        if not s["b_vs_a"] and not s["b_vs_d"]:
+            continue
         line = f"commit={s['commit_s']} s: b/a " + ", ".join(f"{w} {v:.2f}" for w, v in s["b_vs_a"].items())
         if "b_vs_a_mean" in s:
             line += (f"; mean {s['b_vs_a_mean']:.2f} ({s['b_vs_a_mean_gain_pct']:+.0f} %), best "

@@ -84,6 +84,10 @@ fn check_bytes(e: &Value) {
         "d" => assert!(nv > 0.0 && nv < dev && back > 0.0, "row {row} {w}: {e}"),
         _ => panic!("unknown row {row}"),
     }
+    if w == "fio-rand" {
+        // fio fsyncs every 32 writes: every row's file system sends flushes to its device.
+        assert!(num(e, "fs_device_flushes") > 0.0, "row {row} {w}: no flush: {e}");
+    }
     if row != "c" {
         // data=journal: every application byte is written to the device at least twice
         // (journal, then home), so ext4 sends at least as many bytes as the application wrote.
