@@ -47,7 +47,10 @@ fn assert_nothing_left(dirs: &[String]) {
     let loops = ok(30, &["losetup", "-a"]);
     for d in dirs {
         assert!(!Path::new(d).exists(), "bench-ubj left {d}");
-        assert!(!mounts.contains(d.as_str()), "bench-ubj left a mount on {d}");
+        assert!(
+            !mounts.contains(d.as_str()),
+            "bench-ubj left a mount on {d}"
+        );
         // A served row's loop device sits on /run/nvstack/<id>/fuse/disk, <id> its mount path.
         let id = d.trim_start_matches('/').replace('/', "-");
         assert!(
@@ -74,7 +77,10 @@ fn check_bytes(e: &Value) {
         num(e, "device_bytes_per_app_byte"),
         num(e, "nvram_bytes_per_app_byte"),
     );
-    assert!(dev > 0.0, "row {row} {w}: ext4 sent nothing to its device: {e}");
+    assert!(
+        dev > 0.0,
+        "row {row} {w}: ext4 sent nothing to its device: {e}"
+    );
     match row {
         // No NVRAM: everything ext4 sent goes to the disk.
         "a" | "e" => assert!(nv == 0.0 && back > 0.0, "row {row} {w}: {e}"),
@@ -86,12 +92,18 @@ fn check_bytes(e: &Value) {
     }
     if w == "fio-rand" {
         // fio fsyncs every 32 writes: every row's file system sends flushes to its device.
-        assert!(num(e, "fs_device_flushes") > 0.0, "row {row} {w}: no flush: {e}");
+        assert!(
+            num(e, "fs_device_flushes") > 0.0,
+            "row {row} {w}: no flush: {e}"
+        );
     }
     if row != "c" {
         // data=journal: every application byte is written to the device at least twice
         // (journal, then home), so ext4 sends at least as many bytes as the application wrote.
-        assert!(dev >= 1.0, "row {row} {w}: device bytes per app byte {dev}: {e}");
+        assert!(
+            dev >= 1.0,
+            "row {row} {w}: device bytes per app byte {dev}: {e}"
+        );
     }
 }
 
@@ -128,7 +140,11 @@ fn check_summary(v: &Value, workloads: &[&str]) {
     assert!(num(s, "b_vs_a_mean") > 0.0, "{s}");
     assert!(s["b_vs_a_best_workload"].is_string(), "{s}");
     let ac = v["autocommit"].as_array().expect("autocommit");
-    assert_eq!(ac.len(), workloads.len(), "one sweep entry per workload: {v}");
+    assert_eq!(
+        ac.len(),
+        workloads.len(),
+        "one sweep entry per workload: {v}"
+    );
     for e in ac {
         assert_eq!(e["autocommit_ms"], 100, "{e}");
         assert!(num(e, "median") > 0.0, "{e}");
@@ -161,7 +177,11 @@ fn quick_run_measures_every_row_and_leaves_nothing() {
     let dirs = work_dirs(&stderr);
     assert_eq!(dirs.len(), 4, "{stderr}");
     assert_nothing_left(&dirs);
-    assert!(o.status.success(), "bench-ubj failed ({}): {stderr}", o.status);
+    assert!(
+        o.status.success(),
+        "bench-ubj failed ({}): {stderr}",
+        o.status
+    );
     let v: Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
     check_grid(&v, &workloads);
