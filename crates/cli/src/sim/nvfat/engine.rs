@@ -504,10 +504,13 @@ impl Run {
 
     fn read(&mut self, lba: u64, n: u64) -> Result<()> {
         if let Some(nv) = &self.nv {
-            let mut buf = vec![0u8; (n * SECTOR_BYTES) as usize];
-            // Through the cache's read path, so that LRU and CLOCK see read hits.
             let cached: Vec<bool> = (lba..lba + n).map(|l| nv.wc.is_cached(l)).collect();
-            nv.wc.read_blocks(lba, &mut buf)?;
+            // Through the cache's read path, so that LRU and CLOCK see read hits (LRW's order
+            // is the writes' alone: a read changes nothing it keeps).
+            if self.job.policy != DestagePolicy::Lrw {
+                let mut buf = vec![0u8; (n * SECTOR_BYTES) as usize];
+                nv.wc.read_blocks(lba, &mut buf)?;
+            }
             for (i, &c) in cached.iter().enumerate() {
                 let l = lba + i as u64;
                 if self.vol.is_some() && self.volatile(l, Op::Read)? {
