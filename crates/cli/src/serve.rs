@@ -569,11 +569,7 @@ fn open_raw(a: &ServeArgs, img: &Path) -> Result<Served> {
     let bb = a.block_size.unwrap_or(nvstack_export::raw::RAW_BLOCK_BYTES);
     let dev = RawDevice::with_block_bytes(Arc::new(r), bb)
         .map_err(|e| Error::bad(format!("--block-size {bb}: {e}")))?;
-    Ok(Served::plain(
-        Arc::new(dev),
-        "raw".into(),
-        None,
-    ))
+    Ok(Served::plain(Arc::new(dev), "raw".into(), None))
 }
 
 /// Loop devices whose backing file is `file` (from /sys/block/loop*/loop/backing_file).
@@ -616,7 +612,11 @@ fn check_no_loop(file: &Path, what: &str) -> Result<()> {
 }
 
 /// A recording's output file, refused if it exists unless `force`.
-fn create_record_file(path: &Path, flag: &str, force: bool) -> Result<Box<dyn std::io::Write + Send>> {
+fn create_record_file(
+    path: &Path,
+    flag: &str,
+    force: bool,
+) -> Result<Box<dyn std::io::Write + Send>> {
     let mut o = std::fs::OpenOptions::new();
     o.write(true);
     if force {
@@ -645,7 +645,10 @@ fn recording(a: &ServeArgs, dev: Arc<dyn BlockDevice>) -> Result<Recording> {
     let out = create_record_file(path, "--record-trace", a.force)?;
     let t = Arc::new(TraceWriter::new(out, dev.block_bytes(), dev.blocks())?);
     if let Some(p) = &a.record_data {
-        t.log_data(create_record_file(p, "--record-data", a.force)?, dev.block_bytes())?;
+        t.log_data(
+            create_record_file(p, "--record-data", a.force)?,
+            dev.block_bytes(),
+        )?;
     }
     let rec: Arc<dyn BlockDevice> = Arc::new(RecordingDevice::new(dev, t.clone()));
     Ok((rec, Some(t)))

@@ -19,7 +19,12 @@ fn s(p: &Path) -> &str {
 fn refused(args: &[&str], what: &str) {
     let r = run(args);
     assert_eq!(r.code, 2, "{}: {}{}", r.what, r.stdout, r.stderr);
-    assert!(r.stderr.contains(what), "{}: wanted '{what}' in: {}", r.what, r.stderr);
+    assert!(
+        r.stderr.contains(what),
+        "{}: wanted '{what}' in: {}",
+        r.what,
+        r.stderr
+    );
 }
 
 fn need(tool: &str) {
@@ -27,12 +32,22 @@ fn need(tool: &str) {
         .args(["-c", &format!("command -v {tool}")])
         .output()
         .is_ok_and(|o| o.status.success());
-    assert!(ok, "{tool} is missing: run `bash scripts/deps.sh` (it installs fusefat, postmark, dosfstools)");
+    assert!(
+        ok,
+        "{tool} is missing: run `bash scripts/deps.sh` (it installs fusefat, postmark, dosfstools)"
+    );
 }
 
 /// A short real recording into `dir/rec`.
 fn record(dir: &Path) -> PathBuf {
-    for t in ["fusefat", "postmark", "mkfs.fat", "fsck.fat", "fusermount", "fusermount3"] {
+    for t in [
+        "fusefat",
+        "postmark",
+        "mkfs.fat",
+        "fsck.fat",
+        "fusermount",
+        "fusermount3",
+    ] {
         need(t);
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nvfat-record.sh");
@@ -77,7 +92,15 @@ fn a_recorded_postmark_replays_with_the_seeds_trends_and_bad_input_is_refused() 
     let rec = record(dir.path());
     let trace = rec.join("trace");
     let plots = dir.path().join("plots");
-    let r = run(&["sim", "nvfat", "--trace", s(&trace), "--json", "--plot", s(&plots)]);
+    let r = run(&[
+        "sim",
+        "nvfat",
+        "--trace",
+        s(&trace),
+        "--json",
+        "--plot",
+        s(&plots),
+    ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v = r.json();
     let sync = sizes(&v, "sync");
@@ -86,7 +109,10 @@ fn a_recorded_postmark_replays_with_the_seeds_trends_and_bad_input_is_refused() 
     assert_eq!(v["not_representable_kib"], serde_json::json!([1, 2, 4]));
     // Each quantity never rises with the NVRAM size, and falls overall.
     for w in sync.windows(2) {
-        assert!(w[1].1 <= w[0].1 && w[1].2 <= w[0].2 && w[1].3 <= w[0].3, "{sync:?}");
+        assert!(
+            w[1].1 <= w[0].1 && w[1].2 <= w[0].2 && w[1].3 <= w[0].3,
+            "{sync:?}"
+        );
     }
     let (first, last) = (sync[0], sync[sync.len() - 1]);
     assert!(first.1 > last.1 && first.2 > last.2, "{sync:?}");
@@ -102,10 +128,23 @@ fn a_recorded_postmark_replays_with_the_seeds_trends_and_bad_input_is_refused() 
     let runs = v["runs"].as_array().unwrap();
     for o in runs.iter().filter(|o| o["mode"] == "sync") {
         let ftl = u(&o["flash"], "host_page_writes");
-        assert_eq!(ftl, u(o, "bypassed") + u(o, "destaged") + if u(o, "nvram_bytes") == 0 { writes } else { 0 }, "{o}");
-        assert_eq!(u(o, "nvram_sector_writes") + u(o, "bypassed"), if u(o, "nvram_bytes") == 0 { 0 } else { writes });
+        assert_eq!(
+            ftl,
+            u(o, "bypassed") + u(o, "destaged") + if u(o, "nvram_bytes") == 0 { writes } else { 0 },
+            "{o}"
+        );
+        assert_eq!(
+            u(o, "nvram_sector_writes") + u(o, "bypassed"),
+            if u(o, "nvram_bytes") == 0 { 0 } else { writes }
+        );
     }
-    for fig in ["nvfat-fig4-time.svg", "nvfat-fig5-ftl-writes.svg", "nvfat-fig6-flash-programs.svg", "nvfat-fig7-erases.svg", "nvfat-fig8-energy.svg"] {
+    for fig in [
+        "nvfat-fig4-time.svg",
+        "nvfat-fig5-ftl-writes.svg",
+        "nvfat-fig6-flash-programs.svg",
+        "nvfat-fig7-erases.svg",
+        "nvfat-fig8-energy.svg",
+    ] {
         let svg = std::fs::read_to_string(plots.join(fig)).unwrap();
         assert!(svg.starts_with("<svg"), "{fig}");
     }
@@ -116,46 +155,106 @@ fn a_recorded_postmark_replays_with_the_seeds_trends_and_bad_input_is_refused() 
 fn refusals(dir: &Path, rec: &Path) {
     let trace = rec.join("trace");
     let t = s(&trace);
-    refused(&["sim", "nvfat", "--trace", t, "--nvram-kib", "8,16"], "needs 0");
-    refused(&["sim", "nvfat", "--trace", t, "--nvram-kib", "0,100000"], "at most 65536");
+    refused(
+        &["sim", "nvfat", "--trace", t, "--nvram-kib", "8,16"],
+        "needs 0",
+    );
+    refused(
+        &["sim", "nvfat", "--trace", t, "--nvram-kib", "0,100000"],
+        "at most 65536",
+    );
     let missing = dir.join("nothing");
-    refused(&["sim", "nvfat", "--trace", t, "--data", s(&missing)], "cannot open the data log");
+    refused(
+        &["sim", "nvfat", "--trace", t, "--data", s(&missing)],
+        "cannot open the data log",
+    );
     // The data log cut short: no trailer.
     let data = std::fs::read(rec.join("data")).unwrap();
     let cut = dir.join("cut.data");
     std::fs::write(&cut, &data[..data.len() - 7]).unwrap();
-    refused(&["sim", "nvfat", "--trace", t, "--data", s(&cut)], "trailer");
+    refused(
+        &["sim", "nvfat", "--trace", t, "--data", s(&cut)],
+        "trailer",
+    );
     // A changed byte of data: the checksum.
     let mut bad = data.clone();
     bad[100] ^= 0xFF;
     let changed = dir.join("changed.data");
     std::fs::write(&changed, &bad).unwrap();
-    refused(&["sim", "nvfat", "--trace", t, "--data", s(&changed)], "do not match");
+    refused(
+        &["sim", "nvfat", "--trace", t, "--data", s(&changed)],
+        "do not match",
+    );
     // An image of another size.
     let img = dir.join("small.img");
     std::fs::write(&img, vec![0u8; 4096]).unwrap();
-    refused(&["sim", "nvfat", "--trace", t, "--image", s(&img)], "not the volume");
+    refused(
+        &["sim", "nvfat", "--trace", t, "--image", s(&img)],
+        "not the volume",
+    );
     // A trace cut short (a killed daemon): no end line.
     let text = std::fs::read_to_string(&trace).unwrap();
     let short = dir.join("short.trace");
     let lines: Vec<&str> = text.lines().collect();
     std::fs::write(&short, lines[..lines.len() - 1].join("\n") + "\n").unwrap();
-    refused(&["sim", "nvfat", "--trace", s(&short), "--data", s(&rec.join("data")), "--image", s(&rec.join("image"))], "end");
+    refused(
+        &[
+            "sim",
+            "nvfat",
+            "--trace",
+            s(&short),
+            "--data",
+            s(&rec.join("data")),
+            "--image",
+            s(&rec.join("image")),
+        ],
+        "end",
+    );
     // A trace of 4 KiB blocks.
     let big = dir.join("big.trace");
-    std::fs::write(&big, "nvstack-trace 1 block_bytes=4096 blocks=16\nend 0 00000000\n").unwrap();
+    std::fs::write(
+        &big,
+        "nvstack-trace 1 block_bytes=4096 blocks=16\nend 0 00000000\n",
+    )
+    .unwrap();
     refused(&["sim", "nvfat", "--trace", s(&big)], "512-byte sectors");
     // A run record that is not one.
     let runj = dir.join("run.json");
     std::fs::write(&runj, "{\"elapsed_s\": -1, \"cpu_s\": {}}").unwrap();
-    refused(&["sim", "nvfat", "--trace", t, "--run", s(&runj)], "elapsed_s must be positive");
+    refused(
+        &["sim", "nvfat", "--trace", t, "--run", s(&runj)],
+        "elapsed_s must be positive",
+    );
     // serve: a block size raw does not serve, and one for another backend.
     let mnt = dir.join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let shm = tempfile::Builder::new().prefix("nvfat-test").tempfile_in("/dev/shm").unwrap();
+    let shm = tempfile::Builder::new()
+        .prefix("nvfat-test")
+        .tempfile_in("/dev/shm")
+        .unwrap();
     shm.as_file().set_len(1 << 20).unwrap();
-    refused(&["serve", s(shm.path()), "--backend", "raw", "--block-size", "1024", "--mountpoint", s(&mnt), "--foreground"], "512 or 4096");
-    let r = run(&["serve", s(shm.path()), "--record-data", s(&dir.join("d")), "--mountpoint", s(&mnt)]);
+    refused(
+        &[
+            "serve",
+            s(shm.path()),
+            "--backend",
+            "raw",
+            "--block-size",
+            "1024",
+            "--mountpoint",
+            s(&mnt),
+            "--foreground",
+        ],
+        "512 or 4096",
+    );
+    let r = run(&[
+        "serve",
+        s(shm.path()),
+        "--record-data",
+        s(&dir.join("d")),
+        "--mountpoint",
+        s(&mnt),
+    ]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("--record-trace"), "{}", r.stderr);
 }

@@ -841,9 +841,7 @@ impl Cache {
     /// The keys still dirty, oldest first (what an unmount would write back).
     pub fn dirty_keys(&self) -> Vec<u64> {
         match &self.state {
-            ModelState::Volatile(m) => {
-                m.dirty.iter().map(|slot| m.key[slot as usize]).collect()
-            }
+            ModelState::Volatile(m) => m.dirty.iter().map(|slot| m.key[slot as usize]).collect(),
             _ => Vec::new(),
         }
     }

@@ -6,8 +6,8 @@ pub mod commit;
 pub mod commit_record;
 pub mod commit_sqlite;
 pub mod flash;
-pub mod nvfat;
 pub mod lfs;
+pub mod nvfat;
 pub mod stat;
 pub mod values;
 

@@ -116,8 +116,8 @@ impl DataReader {
     /// Open `path` for a trace of `block_bytes` blocks.
     pub fn open(path: &Path, block_bytes: u64) -> Result<DataReader> {
         let bad = |m: String| Error::bad(format!("{}: {m}", path.display()));
-        let mut f = std::fs::File::open(path)
-            .map_err(|e| bad(format!("cannot open the data log: {e}")))?;
+        let mut f =
+            std::fs::File::open(path).map_err(|e| bad(format!("cannot open the data log: {e}")))?;
         let len = f
             .metadata()
             .map_err(|e| bad(format!("cannot read the data log: {e}")))?
@@ -137,7 +137,9 @@ impl DataReader {
         }
         let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
         if version != DATA_VERSION {
-            return Err(bad(format!("data log version {version}: this build reads {DATA_VERSION}")));
+            return Err(bad(format!(
+                "data log version {version}: this build reads {DATA_VERSION}"
+            )));
         }
         let bb = u32::from_le_bytes(h[12..16].try_into().expect("4 bytes"));
         if u64::from(bb) != block_bytes {
@@ -170,7 +172,10 @@ impl DataReader {
             )));
         }
         self.input.read_exact(buf).map_err(|e| {
-            Error::bad(format!("{}: cannot read the data log: {e}", self.path.display()))
+            Error::bad(format!(
+                "{}: cannot read the data log: {e}",
+                self.path.display()
+            ))
         })?;
         self.read.writes += 1;
         self.read.bytes += buf.len() as u64;

@@ -129,7 +129,8 @@ impl Flash {
     fn op(&mut self, write: bool, lba: u64) -> Result<u64> {
         let c = self.replay.counters();
         let (r, p, e) = (c.reads, c.programs, c.erases);
-        self.replay.request(write, lba * SECTOR_BYTES, SECTOR_BYTES)?;
+        self.replay
+            .request(write, lba * SECTOR_BYTES, SECTOR_BYTES)?;
         let c = self.replay.counters();
         Ok(self
             .timing
@@ -296,8 +297,7 @@ pub fn run(input: &Input, job: Job, dev: Device) -> Result<Outcome> {
             Some(c)
         }
     };
-    let need_fat =
-        job.check_admission || (job.mode == Mode::Async && job.nvram_bytes == 0);
+    let need_fat = job.check_admission || (job.mode == Mode::Async && job.nvram_bytes == 0);
     let fat = if need_fat {
         Some(FatTracker::new(input.image.clone())?)
     } else {
@@ -457,7 +457,11 @@ impl Run {
         let unnamed = destaged.saturating_sub(named.len() as u64);
         self.out.destaged += destaged;
         self.out.destaged_unnamed += unnamed;
-        for l in named.iter().copied().chain(std::iter::repeat_n(lba, unnamed as usize)) {
+        for l in named
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(lba, unnamed as usize))
+        {
             self.now = self.flash.foreground(self.now, true, l)?;
         }
         for (k, &t) in taken.iter().enumerate() {

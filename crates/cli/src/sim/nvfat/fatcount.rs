@@ -62,7 +62,9 @@ impl Layout {
             f => f,
         };
         if spc == 0 || !spc.is_power_of_two() || reserved == 0 || fats == 0 || fat_sectors == 0 {
-            return Err(bad("a zero or invalid sectors-per-cluster, reserved, FAT count or FAT size"));
+            return Err(bad(
+                "a zero or invalid sectors-per-cluster, reserved, FAT count or FAT size",
+            ));
         }
         let root_sectors = (root_entries * 32).div_ceil(512);
         let data_start = reserved + fats * fat_sectors + root_sectors;
@@ -84,7 +86,11 @@ impl Layout {
             data_start,
             sectors_per_cluster: spc,
             clusters,
-            root_cluster: if bits == Bits::Fat32 { le(boot, 44, 4) } else { 0 },
+            root_cluster: if bits == Bits::Fat32 {
+                le(boot, 44, 4)
+            } else {
+                0
+            },
         })
     }
 

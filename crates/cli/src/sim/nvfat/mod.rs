@@ -137,7 +137,12 @@ fn jobs(kib: &[u64], seed_only: bool) -> Vec<Job> {
         keep_pages: false,
         check_admission: false,
     };
-    let top = kib.iter().copied().filter(|&k| representable(k)).max().unwrap_or(0);
+    let top = kib
+        .iter()
+        .copied()
+        .filter(|&k| representable(k))
+        .max()
+        .unwrap_or(0);
     let mut out = vec![Job {
         mode: Mode::VfatAsync,
         ..base
@@ -167,7 +172,11 @@ fn jobs(kib: &[u64], seed_only: bool) -> Vec<Job> {
         if k == 0 {
             continue;
         }
-        for p in [DestagePolicy::Lru, DestagePolicy::Clock, DestagePolicy::Random] {
+        for p in [
+            DestagePolicy::Lru,
+            DestagePolicy::Clock,
+            DestagePolicy::Random,
+        ] {
             out.push(Job {
                 nvram_bytes: b,
                 policy: p,

@@ -369,7 +369,10 @@ impl Report {
 
     fn print_comparison(&self) -> Result<()> {
         let c = &self.comparison;
-        crate::say!("\nOurs beside the seed's (Sync-PostMark, 0 KiB against {} KiB):", c.top_kib)?;
+        crate::say!(
+            "\nOurs beside the seed's (Sync-PostMark, 0 KiB against {} KiB):",
+            c.top_kib
+        )?;
         let cells = vec![
             vec![
                 "execution time".into(),
@@ -391,7 +394,10 @@ impl Report {
                     "{:.2}/{:.2} -> {:.2}/{:.2}",
                     c.erase_mean.0, c.erase_sd.0, c.erase_mean.1, c.erase_sd.1
                 ),
-                format!("sd {:.2}x", c.erase_sd.0 / c.erase_sd.1.max(f64::MIN_POSITIVE)),
+                format!(
+                    "sd {:.2}x",
+                    c.erase_sd.0 / c.erase_sd.1.max(f64::MIN_POSITIVE)
+                ),
                 "both fall (Fig. 7)".into(),
                 "-".into(),
             ],
@@ -443,7 +449,9 @@ impl Report {
         if lines.is_empty() {
             return Ok(());
         }
-        crate::say!("\nBeyond the seed (Sync-PostMark): destage policies, --admit all, the page-mapped FTL")?;
+        crate::say!(
+            "\nBeyond the seed (Sync-PostMark): destage policies, --admit all, the page-mapped FTL"
+        )?;
         let mut cells = Vec::new();
         for l in lines {
             for p in &l.points {
@@ -458,7 +466,9 @@ impl Report {
                 ]);
             }
         }
-        let hdr = ["run", "NVRAM", "time s", "energy J", "erase sd", "programs", "destaged"];
+        let hdr = [
+            "run", "NVRAM", "time s", "energy J", "erase sd", "programs", "destaged",
+        ];
         let mut right = vec![true; hdr.len()];
         right[0] = false;
         right[1] = false;
@@ -574,11 +584,25 @@ pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
             .iter()
             .map(|l| series(&l.name, &l.points, |p| p.energy_j))
             .collect();
-        ss.extend(r.admit_all.iter().map(|l| series(&l.name, &l.points, |p| p.energy_j)));
-        ss.extend(r.page_ftl.iter().map(|l| series(&l.name, &l.points, |p| p.energy_j)));
+        ss.extend(
+            r.admit_all
+                .iter()
+                .map(|l| series(&l.name, &l.points, |p| p.energy_j)),
+        );
+        ss.extend(
+            r.page_ftl
+                .iter()
+                .map(|l| series(&l.name, &l.points, |p| p.energy_j)),
+        );
         charts.push((
             "nvfat-beyond-energy.svg",
-            chart("Beyond the seed: flash energy (Sync-PostMark)", X_LABEL, "energy (J)", Scale::Linear, ss),
+            chart(
+                "Beyond the seed: flash energy (Sync-PostMark)",
+                X_LABEL,
+                "energy (J)",
+                Scale::Linear,
+                ss,
+            ),
         ));
     }
     let per_page = |f: &dyn Fn(&Outcome) -> &[u32]| -> Vec<Series> {
