@@ -154,7 +154,7 @@ impl FatTracker {
             Bits::Fat12 => {
                 let at = fat + (c + c / 2) as usize;
                 let v = le(&self.img, at, 2);
-                if c % 2 == 0 {
+                if c.is_multiple_of(2) {
                     v & 0xFFF
                 } else {
                     v >> 4

@@ -119,7 +119,7 @@ pub fn load(p: &Paths) -> Result<Input> {
             header.block_bytes
         )));
     }
-    if (header.blocks * SECTOR_BYTES) % 4096 != 0 {
+    if !(header.blocks * SECTOR_BYTES).is_multiple_of(4096) {
         return Err(Error::bad(format!(
             "{}: {} sectors: the write cache's backing device needs whole 4 KiB blocks",
             p.trace.display(),

@@ -119,7 +119,7 @@ fn check_sizes(kib: &[u64]) -> Result<()> {
             )));
         }
     }
-    if !kib.iter().any(|&k| k == 0) {
+    if !kib.contains(&0) {
         return Err(Error::bad(
             "--nvram-kib: the sweep needs 0 (the VFAT baseline every ratio is taken against)",
         ));
