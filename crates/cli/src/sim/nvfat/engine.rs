@@ -220,6 +220,22 @@ impl Region for Window {
 struct Nvram {
     wc: WriteCache<Window>,
     held: HashSet<u64>,
+    /// The volume under the cache: an asynchronous run's file data is written into it
+    /// directly (those sectors are not cached), so the FAT walk reads what the run wrote.
+    backing: Arc<dyn BlockDevice>,
+}
+
+impl Nvram {
+    /// A sector the cache does not hold, written into the volume (read-modify-write of its
+    /// 4 KiB block).
+    fn write_through(&self, lba: u64, sector: &[u8]) -> Result<()> {
+        let per = 4096 / SECTOR_BYTES;
+        let mut block = vec![0u8; 4096];
+        self.backing.read(lba / per, &mut block)?;
+        let at = ((lba % per) * SECTOR_BYTES) as usize;
+        block[at..at + sector.len()].copy_from_slice(sector);
+        self.backing.write(lba / per, &block)
+    }
 }
 
 fn nvram(input: &Input, job: &Job) -> Result<Option<(Nvram, u32)>> {
@@ -249,11 +265,12 @@ fn nvram(input: &Input, job: &Job) -> Result<Option<(Nvram, u32)>> {
             sb.slots, sb.blocks, input.header.blocks
         )));
     }
-    let wc = WriteCache::open(region, backing, None)?;
+    let wc = WriteCache::open(region, backing.clone(), None)?;
     Ok(Some((
         Nvram {
             wc,
             held: HashSet::new(),
+            backing,
         },
         slots,
     )))
@@ -413,9 +430,14 @@ impl Run {
             }
         }
         for (i, &s) in sync.iter().enumerate() {
-            if !s {
-                self.volatile(lba + i as u64, Op::Write)?;
+            if s {
+                continue;
             }
+            if let Some(nv) = &self.nv {
+                let at = i * SECTOR_BYTES as usize;
+                nv.write_through(lba + i as u64, &bytes[at..at + SECTOR_BYTES as usize])?;
+            }
+            self.volatile(lba + i as u64, Op::Write)?;
         }
         Ok(())
     }
