@@ -19,6 +19,9 @@ command -v mkfs.fat >/dev/null 2>&1 || need_pkgs+=(dosfstools)
 command -v mcopy >/dev/null 2>&1 || need_pkgs+=(mtools)
 # PostMark (Debian's postmark): a workload of scripts/bench-ubj.sh.
 command -v postmark >/dev/null 2>&1 || need_pkgs+=(postmark)
+# fusefat (Debian's, 0.1a, FUSE 2): a FAT volume driven from user space for the NVFAT
+# recording (scripts/nvfat-record.sh, crates/cli/tests/sim_nvfat.rs); fusermount comes with it.
+command -v fusefat >/dev/null 2>&1 || need_pkgs+=(fusefat)
 command -v sqlite3 >/dev/null 2>&1 || need_pkgs+=(sqlite3)
 [ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || [ -e /usr/lib/libsqlite3.so ] || need_pkgs+=(libsqlite3-dev)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)

@@ -103,6 +103,15 @@ pub struct ServeArgs {
     /// An existing FILE is refused without --force.
     #[arg(long, value_name = "FILE")]
     pub record_trace: Option<PathBuf>,
+    /// With --record-trace: also log every write's bytes into FILE, in the trace's order
+    /// (docs/format.md section 13.1), for replays that need the volume's contents (`nvstack sim
+    /// nvfat`). An existing FILE is refused without --force.
+    #[arg(long, value_name = "FILE", requires = "record_trace")]
+    pub record_data: Option<PathBuf>,
+    /// With --backend raw: the device's block size, 512 (disk sectors, for recording a FAT
+    /// volume sector by sector) or 4096 (default).
+    #[arg(long, value_name = "BYTES")]
+    pub block_size: Option<u32>,
     /// Testing only: run on the simulated region and cut power DELAY_MS after the daemon
     /// receives SIGUSR1, MODEL:SEED:DELAY_MS (see crates/export/src/powercut.rs).
     #[arg(long, hide = true)]
@@ -162,6 +171,10 @@ pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
         _ if backend != Backend::Cache && !a.settings.is_empty() => Err(Error::bad(format!(
             "cache settings (--autocommit, --checkpoint-ms, ...) are for a cache image, not \
              --backend {}",
+            backend.name()
+        ))),
+        _ if backend != Backend::Raw && a.block_size.is_some() => Err(Error::bad(format!(
+            "--block-size is for --backend raw, not --backend {}",
             backend.name()
         ))),
         _ => Ok(backend),
@@ -639,11 +652,10 @@ fn open_raw(a: &ServeArgs, img: &Path) -> Result<Served> {
         }
     }
     let r = MmapRegion::map_file(f, img, Access::Shared)?;
-    Ok(Served::plain(
-        Arc::new(RawDevice::new(Arc::new(r))?),
-        "raw".into(),
-        None,
-    ))
+    let bb = a.block_size.unwrap_or(nvstack_export::raw::RAW_BLOCK_BYTES);
+    let dev = RawDevice::with_block_bytes(Arc::new(r), bb)
+        .map_err(|e| Error::bad(format!("--block-size {bb}: {e}")))?;
+    Ok(Served::plain(Arc::new(dev), "raw".into(), None))
 }
 
 /// Loop devices whose backing file is `file` (from /sys/block/loop*/loop/backing_file).
@@ -685,6 +697,29 @@ fn check_no_loop(file: &Path, what: &str) -> Result<()> {
     )))
 }
 
+/// A recording's output file, refused if it exists unless `force`.
+fn create_record_file(
+    path: &Path,
+    flag: &str,
+    force: bool,
+) -> Result<Box<dyn std::io::Write + Send>> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true);
+    if force {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    let f = o.open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => Error::bad(format!(
+            "{flag} {}: exists; pass --force to replace it",
+            path.display()
+        )),
+        _ => Error::env(format!("{flag} {}: cannot create: {e}", path.display())),
+    })?;
+    Ok(Box::new(std::io::BufWriter::with_capacity(1 << 20, f)))
+}
+
 /// The device to serve and the trace it records into, if any.
 type Recording = (Arc<dyn BlockDevice>, Option<Arc<TraceWriter>>);
 
@@ -693,25 +728,14 @@ fn recording(a: &ServeArgs, dev: Arc<dyn BlockDevice>) -> Result<Recording> {
     let Some(path) = &a.record_trace else {
         return Ok((dev, None));
     };
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true);
-    if a.force {
-        o.create(true).truncate(true);
-    } else {
-        o.create_new(true);
-    }
-    let f = o.open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => Error::bad(format!(
-            "--record-trace {}: exists; pass --force to replace it",
-            path.display()
-        )),
-        _ => Error::env(format!(
-            "--record-trace {}: cannot create: {e}",
-            path.display()
-        )),
-    })?;
-    let out = Box::new(std::io::BufWriter::with_capacity(1 << 20, f));
+    let out = create_record_file(path, "--record-trace", a.force)?;
     let t = Arc::new(TraceWriter::new(out, dev.block_bytes(), dev.blocks())?);
+    if let Some(p) = &a.record_data {
+        t.log_data(
+            create_record_file(p, "--record-data", a.force)?,
+            dev.block_bytes(),
+        )?;
+    }
     let rec: Arc<dyn BlockDevice> = Arc::new(RecordingDevice::new(dev, t.clone()));
     Ok((rec, Some(t)))
 }

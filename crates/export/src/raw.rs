@@ -12,32 +12,51 @@ use std::sync::Arc;
 
 pub const RAW_BLOCK_BYTES: u32 = 4096;
 
+/// Block sizes the raw backend serves: 512 (a disk sector: seed 004's FAT experiment records
+/// what a FAT file system writes sector by sector) or 4096 (the default, nvramdisk's page).
+pub const RAW_BLOCK_BYTES_CHOICES: [u32; 2] = [512, RAW_BLOCK_BYTES];
+
 pub struct RawDevice<R: Region> {
     region: Arc<R>,
     blocks: u64,
+    block_bytes: u32,
 }
 
 impl<R: Region> RawDevice<R> {
     /// The whole region, in 4096-byte blocks (a trailing partial block is not used).
     pub fn new(region: Arc<R>) -> Result<RawDevice<R>> {
-        let blocks = region.len() / RAW_BLOCK_BYTES as u64;
+        RawDevice::with_block_bytes(region, RAW_BLOCK_BYTES)
+    }
+
+    /// The whole region in blocks of `block_bytes` (one of [`RAW_BLOCK_BYTES_CHOICES`]).
+    pub fn with_block_bytes(region: Arc<R>, block_bytes: u32) -> Result<RawDevice<R>> {
+        if !RAW_BLOCK_BYTES_CHOICES.contains(&block_bytes) {
+            return Err(Error::bad(format!(
+                "raw block size {block_bytes} B: 512 or 4096"
+            )));
+        }
+        let blocks = region.len() / u64::from(block_bytes);
         if blocks == 0 {
             return Err(Error::bad(format!(
-                "region of {} bytes holds no {RAW_BLOCK_BYTES}-byte block",
+                "region of {} bytes holds no {block_bytes}-byte block",
                 region.len()
             )));
         }
-        Ok(RawDevice { region, blocks })
+        Ok(RawDevice {
+            region,
+            blocks,
+            block_bytes,
+        })
     }
 
     fn range(&self, lba: u64, bytes: usize) -> Result<u64> {
-        nvstack_core::blockdev::extent(self.blocks, RAW_BLOCK_BYTES, lba, bytes)
+        nvstack_core::blockdev::extent(self.blocks, self.block_bytes, lba, bytes)
     }
 }
 
 impl<R: Region> BlockDevice for RawDevice<R> {
     fn block_bytes(&self) -> u32 {
-        RAW_BLOCK_BYTES
+        self.block_bytes
     }
     fn blocks(&self) -> u64 {
         self.blocks
@@ -63,15 +82,15 @@ impl<R: Region> BlockDevice for RawDevice<R> {
         Ok(())
     }
     fn discard(&self, lba: u64, count: u64) -> Result<()> {
+        let bb = u64::from(self.block_bytes);
         let bytes = count
-            .checked_mul(RAW_BLOCK_BYTES as u64)
+            .checked_mul(bb)
             .and_then(|b| usize::try_from(b).ok())
             .ok_or_else(|| Error::bad(format!("discard of {count} blocks is too large")))?;
         let off = self.range(lba, bytes)?;
-        let zeros = vec![0u8; RAW_BLOCK_BYTES as usize];
+        let zeros = vec![0u8; bb as usize];
         for i in 0..count {
-            self.region
-                .write_nt(off + i * RAW_BLOCK_BYTES as u64, &zeros);
+            self.region.write_nt(off + i * bb, &zeros);
         }
         self.region.fence();
         Ok(())
@@ -115,5 +134,22 @@ mod tests {
         d.write(0, &data).unwrap();
         d.read(0, &mut back).unwrap();
         assert!(back == data);
+    }
+
+    #[test]
+    fn serves_512_byte_sectors_and_refuses_other_sizes() {
+        let r = Arc::new(MmapRegion::anonymous(8192).unwrap());
+        let d = RawDevice::with_block_bytes(r.clone(), 512).unwrap();
+        assert_eq!((d.block_bytes(), d.blocks()), (512, 16));
+        d.write(3, &[9u8; 512]).unwrap();
+        let mut b = vec![0u8; 1024];
+        d.read(2, &mut b).unwrap();
+        assert!(b[..512].iter().all(|&x| x == 0) && b[512..].iter().all(|&x| x == 9));
+        d.discard(3, 1).unwrap();
+        d.read(3, &mut b[..512]).unwrap();
+        assert!(b[..512].iter().all(|&x| x == 0));
+        let e = RawDevice::with_block_bytes(r, 1024).err().unwrap();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("512 or 4096"), "{e}");
     }
 }

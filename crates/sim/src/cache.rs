@@ -296,6 +296,8 @@ struct Volatile {
     lru: SlotList,
     /// Dirty slots in the order they became dirty (the cleaner's queue).
     dirty: SlotList,
+    /// The keys written back, in order, when a caller asked for them ([`Cache::log_writebacks`]).
+    log: Option<Vec<u64>>,
 }
 
 impl Volatile {
@@ -309,6 +311,13 @@ impl Volatile {
             dirty_since: Vec::new(),
             lru: SlotList::new(),
             dirty: SlotList::new(),
+            log: None,
+        }
+    }
+
+    fn logged(&mut self, slot: u32) {
+        if let Some(l) = self.log.as_mut() {
+            l.push(self.key[slot as usize]);
         }
     }
 
@@ -329,6 +338,7 @@ impl Volatile {
             }
             self.dirty.remove(slot);
             self.dirty_since[slot as usize] = CLEAN;
+            self.logged(slot);
             s.writebacks += 1;
             s.writebacks_cleaner += 1;
             s.bus_blocks += 1;
@@ -355,6 +365,9 @@ impl Volatile {
                 }
                 if self.slots.cap == 0 {
                     if write {
+                        if let Some(l) = self.log.as_mut() {
+                            l.push(a.key);
+                        }
                         s.writebacks += 1;
                         s.writebacks_through += 1;
                         s.bus_blocks += 1;
@@ -367,6 +380,7 @@ impl Volatile {
                     if self.dirty_since[victim as usize] != CLEAN {
                         self.dirty.remove(victim);
                         self.dirty_since[victim as usize] = CLEAN;
+                        self.logged(victim);
                         s.writebacks += 1;
                         s.writebacks_eviction += 1;
                         s.bus_blocks += 1;
@@ -396,6 +410,7 @@ impl Volatile {
         if a.sync {
             self.dirty.remove(slot);
             self.dirty_since[si] = CLEAN;
+            self.logged(slot);
             s.writebacks += 1;
             s.writebacks_sync += 1;
             s.bus_blocks += 1;
@@ -793,6 +808,41 @@ impl Cache {
             ModelState::Volatile(m) => m.access(a, s),
             ModelState::WriteAside(m) => m.access(a, t, s),
             ModelState::Unified(m) => m.access(a, t, s),
+        }
+    }
+
+    /// Keep the keys the volatile model writes back (eviction, cleaner, sync, write-through),
+    /// for a caller that replays them on a device (`nvstack sim nvfat`). Other models refuse.
+    pub fn log_writebacks(&mut self) -> Result<()> {
+        match &mut self.state {
+            ModelState::Volatile(m) => {
+                m.log = Some(Vec::new());
+                Ok(())
+            }
+            _ => Err(Error::bad(
+                "write-back logging is for the volatile model only",
+            )),
+        }
+    }
+
+    /// The counts so far (the finishing counts come from [`Cache::finish`]).
+    pub fn stats(&self) -> &CacheStats {
+        &self.stats
+    }
+
+    /// The keys written back since the last call (empty unless logging).
+    pub fn take_writebacks(&mut self) -> Vec<u64> {
+        match &mut self.state {
+            ModelState::Volatile(Volatile { log: Some(l), .. }) => std::mem::take(l),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The keys still dirty, oldest first (what an unmount would write back).
+    pub fn dirty_keys(&self) -> Vec<u64> {
+        match &self.state {
+            ModelState::Volatile(m) => m.dirty.iter().map(|slot| m.key[slot as usize]).collect(),
+            _ => Vec::new(),
         }
     }
 

@@ -678,3 +678,35 @@ fn names_parse_back_and_are_what_json_writes() {
     assert_eq!(TraceFormat::parse("tpc"), None);
     assert_eq!(Model::parse("write_aside"), None);
 }
+
+#[test]
+fn the_volatile_models_write_backs_are_logged_in_order_when_asked() {
+    let c = cfg(Model::Volatile, PolicyKind::Lru, 2, 0, Some(30));
+    let mut cache = Cache::new(&c).unwrap();
+    cache.log_writebacks().unwrap();
+    // Blocks 1 and 2 dirty at 0 s; block 3 evicts 1 (LRU, dirty): logged.
+    for x in [a(0, 1, 'w'), a(0, 2, 'w'), a(1, 3, 'w')] {
+        cache.access(&x, NEVER);
+    }
+    assert_eq!(cache.take_writebacks(), vec![1]);
+    assert!(cache.take_writebacks().is_empty(), "taken once");
+    // A sync write is written back at once.
+    cache.access(&a(2, 2, 's'), NEVER);
+    assert_eq!(cache.take_writebacks(), vec![2]);
+    assert_eq!(cache.dirty_keys(), vec![3]);
+    // The cleaner at the first tick more than 30 s after block 3 became dirty (35 s).
+    cache.access(&a(40, 2, 'r'), NEVER);
+    assert_eq!(cache.take_writebacks(), vec![3]);
+    assert!(cache.dirty_keys().is_empty());
+    assert_eq!(cache.stats().writebacks, 3);
+    // The other models have no log.
+    let u = cfg(Model::Unified, PolicyKind::Lru, 2, 2, None);
+    assert_eq!(
+        Cache::new(&u)
+            .unwrap()
+            .log_writebacks()
+            .unwrap_err()
+            .exit_code(),
+        2
+    );
+}

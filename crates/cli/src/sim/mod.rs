@@ -7,6 +7,7 @@ pub mod commit_record;
 pub mod commit_sqlite;
 pub mod flash;
 pub mod lfs;
+pub mod nvfat;
 pub mod stat;
 pub mod values;
 
@@ -104,6 +105,10 @@ enum SimCmd {
     /// A trace replayed on NAND under an FTL (seed 004): writes per logical and physical
     /// page, erase counts, merges, time and energy.
     Flash(crate::sim::flash::FlashSimArgs),
+    /// Seed 004's NVFAT experiment from a recording (scripts/nvfat-record.sh): every NVRAM
+    /// size replayed through the write cache onto NAND; Figures 4-8, the seed's numbers beside
+    /// ours, destage policies, --admit all, the page-mapped FTL, the admission checked.
+    Nvfat(crate::sim::nvfat::NvfatArgs),
     /// The committing simulator (seed 003): one run of a kernel or a recorded trace under
     /// global, fine-grained, ADR or eADR committing (docs/mcsim.md).
     Commit(crate::sim::commit::CommitArgs),
@@ -181,6 +186,7 @@ fn dispatch(a: SimArgs) -> Result<i32> {
         SimCmd::Lfs(a) => crate::sim::lfs::run(a),
         SimCmd::Stat(a) => crate::sim::stat::run(a),
         SimCmd::Flash(a) => crate::sim::flash::run(a),
+        SimCmd::Nvfat(a) => crate::sim::nvfat::run(a),
     }
 }
 

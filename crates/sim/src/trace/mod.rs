@@ -34,6 +34,7 @@ mod fio;
 pub mod libcachesim;
 mod lines;
 mod msr;
+pub mod nvdata;
 pub mod nvstack;
 mod stat;
 

@@ -445,6 +445,8 @@ pub struct TraceWriter {
 
 struct WriterState {
     out: Option<Box<dyn Write + Send>>,
+    /// The data log (`--record-data`): each write line's bytes, in line order.
+    data: Option<super::nvdata::DataWriter>,
     tally: Tally,
     /// The first write error: recording stops, and [`TraceWriter::close`] reports it.
     failed: Option<String>,
@@ -464,6 +466,7 @@ impl TraceWriter {
         Ok(TraceWriter {
             inner: Mutex::new(WriterState {
                 out: Some(out),
+                data: None,
                 tally: Tally::default(),
                 failed: None,
             }),
@@ -471,9 +474,22 @@ impl TraceWriter {
         })
     }
 
+    /// Also log every write's bytes into `out` (docs/format.md section 13.1).
+    pub fn log_data(&self, out: Box<dyn Write + Send>, block_bytes: u32) -> Result<()> {
+        let w = super::nvdata::DataWriter::new(out, block_bytes)
+            .map_err(|e| Error::env(format!("cannot write the data log: {e}")))?;
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).data = Some(w);
+        Ok(())
+    }
+
     /// Record a request that started at `started` and has just finished. The finish time is
     /// taken under the lock, so the lines' times never decrease.
     pub fn record(&self, op: DeviceOp, lba: u64, blocks: u64, started: Instant) {
+        self.record_data(op, lba, blocks, started, &[]);
+    }
+
+    /// [`TraceWriter::record`] with a write's bytes for the data log (if one is kept).
+    pub fn record_data(&self, op: DeviceOp, lba: u64, blocks: u64, started: Instant, data: &[u8]) {
         if blocks == 0 && op != DeviceOp::Flush {
             return; // An empty request touches nothing; the format has no line for it.
         }
@@ -483,10 +499,21 @@ impl TraceWriter {
         // A request that started before the recording did counts from the recording's start.
         let wait_ns = now.duration_since(started.max(self.start)).as_nanos() as u64;
         let line = format!("{time_ns} {wait_ns} {} {lba} {blocks}", op.letter());
-        let WriterState { out, tally, failed } = &mut *st;
+        let WriterState {
+            out,
+            data: log,
+            tally,
+            failed,
+        } = &mut *st;
         let (Some(w), None) = (out.as_mut(), failed.as_ref()) else {
             return;
         };
+        if let (Some(d), DeviceOp::Write) = (log.as_mut(), op) {
+            if let Err(e) = d.add(data) {
+                *failed = Some(format!("cannot write the data log: {e}"));
+                return;
+            }
+        }
         match writeln!(w, "{line}") {
             Ok(()) => tally.add(line.as_bytes()),
             Err(e) => *failed = Some(format!("cannot write the trace: {e}")),
@@ -504,6 +531,10 @@ impl TraceWriter {
         let Some(mut w) = st.out.take() else {
             return Err(Error::env("the trace was already closed"));
         };
+        if let Some(d) = st.data.as_mut() {
+            d.finish()
+                .map_err(|e| Error::env(format!("cannot write the data log: {e}")))?;
+        }
         writeln!(w, "{end}")
             .and_then(|()| w.flush())
             .map_err(|e| Error::env(format!("cannot write the trace: {e}")))?;
@@ -550,16 +581,18 @@ impl BlockDevice for RecordingDevice {
     fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
         let started = Instant::now();
         self.inner.write(lba, data)?;
+        let n = self.blocks_of(data.len());
         self.trace
-            .record(DeviceOp::Write, lba, self.blocks_of(data.len()), started);
+            .record_data(DeviceOp::Write, lba, n, started, data);
         Ok(())
     }
     /// One line per block (the format has no scattered write), all with the same times.
     fn write_scattered(&self, lbas: &[u64], data: &[u8]) -> Result<()> {
         let started = Instant::now();
         self.inner.write_scattered(lbas, data)?;
-        for &lba in lbas {
-            self.trace.record(DeviceOp::Write, lba, 1, started);
+        let bb = self.inner.block_bytes() as usize;
+        for (&lba, d) in lbas.iter().zip(data.chunks(bb)) {
+            self.trace.record_data(DeviceOp::Write, lba, 1, started, d);
         }
         Ok(())
     }

@@ -1,0 +1,600 @@
+//! One replay of a recording in virtual time: the trace's requests through nvcache's write
+//! cache (the same code `nvstack cache --cache write` runs, on an anonymous memory region, in
+//! front of a memory-backed 4 KiB device holding the volume's bytes) and onto NAND under an FTL
+//! (`nvstack_flash::replay`, no bytes kept), with the simulator's volatile write-back model for
+//! the asynchronous runs.
+//!
+//! Time: a virtual clock advances by each request's host gap (input.rs), then by the device
+//! time the request waits for: NVRAM sector accesses, and flash operations (its datasheet
+//! times from the operation counts) which queue behind the flash's background write-backs.
+//! Execution time is the clock after the last request.
+
+use super::fatcount::FatTracker;
+use super::input::{Input, SECTOR_BYTES};
+use nvstack_core::blockdev::BlockDevice;
+use nvstack_core::error::{Error, Result};
+use nvstack_export::raw::RawDevice;
+use nvstack_flash::ftl::{FtlConfig, FtlKind};
+use nvstack_flash::geometry::{Geometry, Timing};
+use nvstack_flash::replay::Replay;
+use nvstack_nvcache::wformat::{Admit, DestagePolicy, WcLayout, WcSettings};
+use nvstack_nvcache::{create_wc, WriteCache};
+use nvstack_pmem::{FlushKind, MmapRegion, Region};
+use nvstack_sim::cache::{Cache, CacheConfig, Model};
+use nvstack_sim::trace::nvstack::DeviceOp;
+use nvstack_sim::trace::{BlockAccess, Op};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// How the file system writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Sync-PostMark: every write reaches the device when made (the recorded trace).
+    Sync,
+    /// Async-PostMark on NVFAT: metadata to the NVRAM write cache when made, file data through
+    /// the volatile write-back model.
+    Async,
+    /// The seed's VFAT baseline under Async-PostMark: every write through the volatile model.
+    VfatAsync,
+}
+
+/// What the admission takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdmitKind {
+    FatMetadata,
+    All,
+}
+
+/// One replay's settings.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Job {
+    pub mode: Mode,
+    /// NVRAM data capacity, bytes (0: no write cache).
+    pub nvram_bytes: u64,
+    pub policy: DestagePolicy,
+    pub admit: AdmitKind,
+    pub ftl: FtlKind,
+    /// Keep per-page counts (Figures 5 and 6).
+    #[serde(skip)]
+    pub keep_pages: bool,
+    /// Count metadata writes with the independent counter (the admission check).
+    #[serde(skip)]
+    pub check_admission: bool,
+}
+
+/// Device settings shared by every job.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Device {
+    pub geometry: Geometry,
+    pub timing: Timing,
+    pub log_blocks: u32,
+    /// One 512-byte NVRAM sector access, ns.
+    pub nvram_sector_ns: u64,
+    /// The volatile model's cleaner age (Sprite's and Linux's 30 s).
+    pub delayed_writeback_ns: u64,
+    /// The volatile cache, blocks (the seed's board: RAM twice the partition).
+    pub volatile_blocks: u64,
+}
+
+/// The admission check's counts (sectors written).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct AdmissionCheck {
+    /// Sector writes the independent counter calls metadata.
+    pub metadata_writes: u64,
+    /// Of them, taken by the write cache.
+    pub caught: u64,
+    /// Sector writes the cache took that the counter calls file data.
+    pub admitted_data: u64,
+    pub directory_sectors_at_end: u64,
+    pub caught_pct: f64,
+}
+
+/// What one replay measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Outcome {
+    #[serde(flatten)]
+    pub job: Job,
+    pub slots: u32,
+    pub exec_ns: u64,
+    pub host_ns: u64,
+    /// Device time the application waited for (NVRAM and flash).
+    pub foreground_device_ns: u64,
+    pub nvram_sector_writes: u64,
+    pub nvram_sector_reads: u64,
+    pub destaged: u64,
+    /// Destaged sectors that could not be named (destaged and re-cached in one request).
+    pub destaged_unnamed: u64,
+    pub bypassed: u64,
+    pub volatile_writebacks: u64,
+    pub held_in_nvram_at_end: u64,
+    pub flash: nvstack_flash::replay::ReplayReport,
+    pub admission: Option<AdmissionCheck>,
+    #[serde(skip)]
+    pub logical_writes: Vec<u32>,
+    #[serde(skip)]
+    pub page_programs: Vec<u32>,
+}
+
+/// The flash and its clock: when it is free, and each operation's device time.
+struct Flash {
+    replay: Replay,
+    geo: Geometry,
+    timing: Timing,
+    free_at_ns: u64,
+}
+
+impl Flash {
+    fn op(&mut self, write: bool, lba: u64) -> Result<u64> {
+        let c = self.replay.counters();
+        let (r, p, e) = (c.reads, c.programs, c.erases);
+        self.replay
+            .request(write, lba * SECTOR_BYTES, SECTOR_BYTES)?;
+        let c = self.replay.counters();
+        Ok(self
+            .timing
+            .time_ns(&self.geo, c.reads - r, c.programs - p, c.erases - e))
+    }
+
+    /// A request the application waits for, issued at `now`: returns when it ends.
+    fn foreground(&mut self, now: u64, write: bool, lba: u64) -> Result<u64> {
+        let t = self.op(write, lba)?;
+        let end = now.max(self.free_at_ns) + t;
+        self.free_at_ns = end;
+        Ok(end)
+    }
+
+    /// A write-back queued at `now` that nobody waits for.
+    fn background(&mut self, now: u64, lba: u64) -> Result<()> {
+        let t = self.op(true, lba)?;
+        self.free_at_ns = now.max(self.free_at_ns) + t;
+        Ok(())
+    }
+}
+
+/// The first `len` bytes of anonymous memory (mapped in whole pages) as a region: the write
+/// cache sizes itself by its region's length, and the seed's sizes are not whole pages.
+pub struct Window {
+    inner: MmapRegion,
+    len: u64,
+}
+
+impl Window {
+    pub fn new(len: u64) -> Result<Window> {
+        Ok(Window {
+            inner: MmapRegion::anonymous(len.div_ceil(4096).max(1) * 4096)?,
+            len,
+        })
+    }
+
+    fn check(&self, off: u64, n: usize) {
+        assert!(
+            off.checked_add(n as u64).is_some_and(|e| e <= self.len),
+            "access {off}+{n} past the window's {} bytes",
+            self.len
+        );
+    }
+}
+
+impl Region for Window {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        self.check(off, dst.len());
+        self.inner.read(off, dst)
+    }
+    fn load_u64(&self, off: u64) -> u64 {
+        self.check(off, 8);
+        self.inner.load_u64(off)
+    }
+    fn write(&self, off: u64, src: &[u8]) {
+        self.check(off, src.len());
+        self.inner.write(off, src)
+    }
+    fn store_u64(&self, off: u64, v: u64) {
+        self.check(off, 8);
+        self.inner.store_u64(off, v)
+    }
+    fn write_nt(&self, off: u64, src: &[u8]) {
+        self.check(off, src.len());
+        self.inner.write_nt(off, src)
+    }
+    fn store_u64_nt(&self, off: u64, v: u64) {
+        self.check(off, 8);
+        self.inner.store_u64_nt(off, v)
+    }
+    fn flush(&self, off: u64, len: u64, kind: FlushKind) {
+        self.inner.flush(off, len, kind)
+    }
+    fn fence(&self) {
+        self.inner.fence()
+    }
+    fn has_flush(&self, kind: FlushKind) -> bool {
+        self.inner.has_flush(kind)
+    }
+}
+
+/// The write cache over the volume's bytes, and the blocks it holds as far as we know.
+struct Nvram {
+    wc: WriteCache<Window>,
+    held: HashSet<u64>,
+    /// The volume under the cache: an asynchronous run's file data is written into it
+    /// directly (those sectors are not cached), so the FAT walk reads what the run wrote.
+    backing: Arc<dyn BlockDevice>,
+}
+
+impl Nvram {
+    /// A sector the cache does not hold, written into the volume (read-modify-write of its
+    /// 4 KiB block).
+    fn write_through(&self, lba: u64, sector: &[u8]) -> Result<()> {
+        let per = 4096 / SECTOR_BYTES;
+        let mut block = vec![0u8; 4096];
+        self.backing.read(lba / per, &mut block)?;
+        let at = ((lba % per) * SECTOR_BYTES) as usize;
+        block[at..at + sector.len()].copy_from_slice(sector);
+        self.backing.write(lba / per, &block)
+    }
+}
+
+fn nvram(input: &Input, job: &Job) -> Result<Option<(Nvram, u32)>> {
+    if job.nvram_bytes == 0 {
+        return Ok(None);
+    }
+    // The seed's size counts sectors of data; nvcache keeps one slot spare for overwrites.
+    let slots = u32::try_from(job.nvram_bytes / SECTOR_BYTES + 1)
+        .map_err(|_| Error::bad("--nvram: too large"))?;
+    let layout = WcLayout::new(slots, SECTOR_BYTES as u32);
+    let region = Arc::new(Window::new(layout.region_bytes)?);
+    let backing_region = Arc::new(MmapRegion::anonymous(input.image.len() as u64 + 4096)?);
+    let backing: Arc<dyn BlockDevice> = Arc::new(RawDevice::new(backing_region)?);
+    backing.write(0, &input.image)?;
+    let settings = WcSettings {
+        policy: job.policy,
+        ..WcSettings::default()
+    };
+    let admit = match job.admit {
+        AdmitKind::FatMetadata => Admit::FatMetadata,
+        AdmitKind::All => Admit::All,
+    };
+    let sb = create_wc(&*region, &*backing, SECTOR_BYTES as u32, settings, &admit)?;
+    if sb.slots != slots || sb.blocks != input.header.blocks {
+        return Err(Error::env(format!(
+            "the write cache made {} slots over {} sectors; wanted {slots} over {}",
+            sb.slots, sb.blocks, input.header.blocks
+        )));
+    }
+    let wc = WriteCache::open(region, backing.clone(), None)?;
+    Ok(Some((
+        Nvram {
+            wc,
+            held: HashSet::new(),
+            backing,
+        },
+        slots,
+    )))
+}
+
+/// A replay in progress.
+struct Run {
+    job: Job,
+    dev: Device,
+    flash: Flash,
+    nv: Option<Nvram>,
+    vol: Option<Cache>,
+    /// The independent counter: the admission check, and the metadata classifier of an
+    /// asynchronous run with no NVRAM.
+    fat: Option<FatTracker>,
+    check: AdmissionCheck,
+    now: u64,
+    out: Outcome,
+}
+
+pub fn run(input: &Input, job: Job, dev: Device) -> Result<Outcome> {
+    let cfg = FtlConfig {
+        kind: job.ftl,
+        log_blocks: dev.log_blocks,
+    };
+    let replay = Replay::new(dev.geometry, cfg, dev.timing)?;
+    let made = nvram(input, &job)?;
+    let slots = made.as_ref().map_or(0, |(_, s)| *s);
+    let vol = match job.mode {
+        Mode::Sync => None,
+        Mode::Async | Mode::VfatAsync => {
+            let mut c = Cache::new(&CacheConfig {
+                model: Model::Volatile,
+                policy: nvstack_policy::PolicyKind::Lru,
+                volatile_blocks: dev.volatile_blocks,
+                nvram_blocks: 0,
+                delayed_writeback_ns: Some(dev.delayed_writeback_ns),
+                seed: 0,
+            })?;
+            c.log_writebacks()?;
+            Some(c)
+        }
+    };
+    let need_fat = job.check_admission || (job.mode == Mode::Async && job.nvram_bytes == 0);
+    let fat = if need_fat {
+        Some(FatTracker::new(input.image.clone())?)
+    } else {
+        None
+    };
+    let mut r = Run {
+        job,
+        dev,
+        flash: Flash {
+            replay,
+            geo: dev.geometry,
+            timing: dev.timing,
+            free_at_ns: 0,
+        },
+        nv: made.map(|(n, _)| n),
+        vol,
+        fat,
+        check: AdmissionCheck::default(),
+        now: 0,
+        out: empty_outcome(job, slots),
+    };
+    for ev in &input.events {
+        r.now += ev.gap_ns;
+        r.out.host_ns += ev.gap_ns;
+        let before = r.now;
+        match ev.op {
+            DeviceOp::Write => {
+                let at = ev.data_off as usize;
+                let bytes = &input.data[at..at + (ev.blocks * SECTOR_BYTES) as usize];
+                r.write(ev.lba, bytes)?;
+            }
+            DeviceOp::Read => r.read(ev.lba, ev.blocks)?,
+            DeviceOp::Flush => {
+                if let Some(n) = &r.nv {
+                    n.wc.flush_blocks()?;
+                }
+            }
+            DeviceOp::Discard => {
+                if let Some(n) = &r.nv {
+                    n.wc.discard_blocks(ev.lba, ev.blocks)?;
+                }
+            }
+        }
+        r.out.foreground_device_ns += r.now - before;
+    }
+    r.finish()
+}
+
+fn empty_outcome(job: Job, slots: u32) -> Outcome {
+    Outcome {
+        job,
+        slots,
+        exec_ns: 0,
+        host_ns: 0,
+        foreground_device_ns: 0,
+        nvram_sector_writes: 0,
+        nvram_sector_reads: 0,
+        destaged: 0,
+        destaged_unnamed: 0,
+        bypassed: 0,
+        volatile_writebacks: 0,
+        held_in_nvram_at_end: 0,
+        flash: Replay::new(
+            Geometry::SMALL_BLOCK,
+            FtlConfig {
+                kind: FtlKind::LogBlock,
+                log_blocks: 64,
+            },
+            Timing::SMALL_BLOCK,
+        )
+        .expect("the default geometry is valid")
+        .report(),
+        admission: None,
+        logical_writes: Vec::new(),
+        page_programs: Vec::new(),
+    }
+}
+
+impl Run {
+    /// A write request: per sector, metadata (or all, by the admission) the application waits
+    /// for, the rest through the volatile model when the run is asynchronous.
+    fn write(&mut self, lba: u64, bytes: &[u8]) -> Result<()> {
+        let n = bytes.len() as u64 / SECTOR_BYTES;
+        let taken: Vec<bool> = match &self.nv {
+            Some(nv) => (lba..lba + n).map(|l| nv.wc.takes(l)).collect(),
+            None => vec![false; n as usize],
+        };
+        let truth = match self.fat.as_mut() {
+            Some(f) => f.write(lba, bytes),
+            None => Vec::new(),
+        };
+        if self.job.check_admission {
+            for (i, &m) in truth.iter().enumerate() {
+                self.check.metadata_writes += u64::from(m);
+                self.check.caught += u64::from(m && taken[i]);
+                self.check.admitted_data += u64::from(!m && taken[i]);
+            }
+        }
+        let sync_of = |i: usize| match self.job.mode {
+            Mode::Sync => true,
+            Mode::VfatAsync => false,
+            Mode::Async if self.nv.is_some() => taken[i],
+            Mode::Async => truth[i],
+        };
+        let sync: Vec<bool> = (0..n as usize).map(sync_of).collect();
+        if self.nv.is_some() && self.job.mode != Mode::VfatAsync {
+            self.cache_write(lba, bytes, &taken, &sync)?;
+        } else {
+            for (i, &s) in sync.iter().enumerate() {
+                if s {
+                    self.now = self.flash.foreground(self.now, true, lba + i as u64)?;
+                }
+            }
+        }
+        for (i, &s) in sync.iter().enumerate() {
+            if s {
+                continue;
+            }
+            if let Some(nv) = &self.nv {
+                let at = i * SECTOR_BYTES as usize;
+                nv.write_through(lba + i as u64, &bytes[at..at + SECTOR_BYTES as usize])?;
+            }
+            self.volatile(lba + i as u64, Op::Write)?;
+        }
+        Ok(())
+    }
+
+    /// The write cache's part of a write: the whole request in a synchronous run (bypassed
+    /// sectors go to the flash), the admitted sectors alone in an asynchronous one.
+    fn cache_write(&mut self, lba: u64, bytes: &[u8], taken: &[bool], sync: &[bool]) -> Result<()> {
+        let nv = self.nv.as_mut().expect("a write cache");
+        let d0 = nv.wc.stats().destaged();
+        let s = SECTOR_BYTES as usize;
+        let mut i = 0;
+        while i < sync.len() {
+            if !sync[i] {
+                i += 1;
+                continue;
+            }
+            let j = (i..sync.len()).find(|&k| !sync[k]).unwrap_or(sync.len());
+            nv.wc.write_blocks(lba + i as u64, &bytes[i * s..j * s])?;
+            i = j;
+        }
+        for (k, &t) in taken.iter().enumerate() {
+            if t && sync[k] {
+                nv.held.insert(lba + k as u64);
+            }
+        }
+        let destaged = nv.wc.stats().destaged() - d0;
+        let mut named = Vec::new();
+        if destaged > 0 {
+            let wc = &nv.wc;
+            nv.held.retain(|&l| {
+                let keep = wc.is_cached(l);
+                if !keep {
+                    named.push(l);
+                }
+                keep
+            });
+        }
+        named.sort_unstable();
+        let unnamed = destaged.saturating_sub(named.len() as u64);
+        self.out.destaged += destaged;
+        self.out.destaged_unnamed += unnamed;
+        for l in named
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(lba, unnamed as usize))
+        {
+            self.now = self.flash.foreground(self.now, true, l)?;
+        }
+        for (k, &t) in taken.iter().enumerate() {
+            if !sync[k] {
+                continue;
+            }
+            if t {
+                self.out.nvram_sector_writes += 1;
+                self.now += self.dev.nvram_sector_ns;
+            } else {
+                self.out.bypassed += 1;
+                self.now = self.flash.foreground(self.now, true, lba + k as u64)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A block access of the volatile model (asynchronous runs): whether it was a hit.
+    fn volatile(&mut self, lba: u64, op: Op) -> Result<bool> {
+        let Some(v) = self.vol.as_mut() else {
+            return Ok(false);
+        };
+        let misses = |c: &Cache| c.stats().read_misses;
+        let m0 = misses(v);
+        v.access(
+            &BlockAccess {
+                time_ns: self.now,
+                key: lba,
+                op,
+                sync: false,
+                last_of_request: true,
+            },
+            nvstack_policy::NEVER,
+        );
+        let hit = misses(v) == m0;
+        // Write-backs made during the access are queued at once.
+        let wbs = v.take_writebacks();
+        for l in wbs {
+            self.out.volatile_writebacks += 1;
+            self.flash.background(self.now, l)?;
+        }
+        Ok(hit)
+    }
+
+    fn read(&mut self, lba: u64, n: u64) -> Result<()> {
+        if let Some(nv) = &self.nv {
+            let cached: Vec<bool> = (lba..lba + n).map(|l| nv.wc.is_cached(l)).collect();
+            // Through the cache's read path, so that LRU and CLOCK see read hits (LRW's order
+            // is the writes' alone: a read changes nothing it keeps).
+            if self.job.policy != DestagePolicy::Lrw {
+                let mut buf = vec![0u8; (n * SECTOR_BYTES) as usize];
+                nv.wc.read_blocks(lba, &mut buf)?;
+            }
+            for (i, &c) in cached.iter().enumerate() {
+                let l = lba + i as u64;
+                if self.vol.is_some() && self.volatile(l, Op::Read)? {
+                    continue;
+                }
+                if c {
+                    self.out.nvram_sector_reads += 1;
+                    self.now += self.dev.nvram_sector_ns;
+                } else {
+                    self.now = self.flash.foreground(self.now, false, l)?;
+                }
+            }
+            return Ok(());
+        }
+        for l in lba..lba + n {
+            if self.vol.is_some() && self.volatile(l, Op::Read)? {
+                continue;
+            }
+            self.now = self.flash.foreground(self.now, false, l)?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Outcome> {
+        self.out.exec_ns = self.now;
+        // An unmount writes the volatile model's dirty blocks back (counted on the flash, not
+        // in the execution time, which ends with the last request as PostMark's clock does).
+        if let Some(v) = self.vol.as_mut() {
+            let dirty = v.dirty_keys();
+            for l in dirty {
+                self.out.volatile_writebacks += 1;
+                self.flash.background(self.now, l)?;
+            }
+        }
+        if let Some(nv) = &self.nv {
+            self.out.held_in_nvram_at_end = nv.wc.cached_blocks();
+            if let Some(e) = nv.wc.error() {
+                return Err(Error::env(format!("the write cache failed: {e}")));
+            }
+        }
+        if self.job.check_admission {
+            let c = &mut self.check;
+            c.directory_sectors_at_end = self
+                .fat
+                .as_ref()
+                .map_or(0, |f| f.directory_sectors() as u64);
+            c.caught_pct = if c.metadata_writes == 0 {
+                100.0
+            } else {
+                100.0 * c.caught as f64 / c.metadata_writes as f64
+            };
+            self.out.admission = Some(*c);
+        }
+        self.out.flash = self.flash.replay.report();
+        if self.job.keep_pages {
+            self.out.logical_writes = self.flash.replay.logical_writes.clone();
+            self.out.page_programs = self.flash.replay.counters().page_programs.clone();
+        }
+        Ok(self.out)
+    }
+}

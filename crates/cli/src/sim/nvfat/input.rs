@@ -1,0 +1,217 @@
+//! A recording read whole for the replays: the device trace's lines, every write's bytes from
+//! the data log, the volume as it stood when the recording started, and the run's times.
+
+use nvstack_core::error::{Error, Result};
+use nvstack_sim::trace::nvdata::DataReader;
+use nvstack_sim::trace::nvstack::{DeviceEvents, DeviceOp, TraceHeader};
+use std::path::{Path, PathBuf};
+
+/// The replay's sector (seed 004's; the write cache's 512-byte slots and the flash's pages).
+pub const SECTOR_BYTES: u64 = 512;
+
+/// One trace line, with the host time before it.
+#[derive(Clone, Copy, Debug)]
+pub struct Ev {
+    /// Host time between the previous request's end and this one's start, ns (scaled to the
+    /// run's CPU time when the run's record is given).
+    pub gap_ns: u64,
+    pub op: DeviceOp,
+    pub lba: u64,
+    pub blocks: u64,
+    /// Where a write's bytes start in [`Input::data`].
+    pub data_off: u64,
+}
+
+/// Where the host time came from.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct HostTime {
+    /// `cpu` (the run record's CPU seconds minus the device's waits) or `wall` (the trace's
+    /// span minus the waits: no run record).
+    pub source: String,
+    pub host_ns: u64,
+    pub trace_span_ns: u64,
+    pub device_wait_ns: u64,
+    pub run_cpu_ns: Option<u64>,
+    pub run_elapsed_ns: Option<u64>,
+    /// Requests that started before the previous one ended (a gap of 0 was used).
+    pub overlapping_requests: u64,
+}
+
+pub struct Input {
+    pub trace: PathBuf,
+    pub header: TraceHeader,
+    pub events: Vec<Ev>,
+    pub data: Vec<u8>,
+    pub image: Vec<u8>,
+    pub host: HostTime,
+    pub counts: OpCounts,
+}
+
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct OpCounts {
+    pub reads: u64,
+    pub writes: u64,
+    pub flushes: u64,
+    pub discards: u64,
+    pub read_blocks: u64,
+    pub write_blocks: u64,
+}
+
+/// The paths of a recording (`scripts/nvfat-record.sh` writes them side by side).
+pub struct Paths {
+    pub trace: PathBuf,
+    pub data: PathBuf,
+    pub image: PathBuf,
+    pub run: Option<PathBuf>,
+}
+
+/// The run record's times, seconds.
+#[derive(serde::Deserialize)]
+struct RunRecord {
+    elapsed_s: f64,
+    cpu_s: std::collections::BTreeMap<String, f64>,
+}
+
+fn read_run(p: &Path) -> Result<RunRecord> {
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| Error::bad(format!("--run {}: cannot read: {e}", p.display())))?;
+    let r: RunRecord = serde_json::from_str(&text).map_err(|e| {
+        Error::bad(format!(
+            "--run {}: not a run record (elapsed_s, cpu_s): {e}",
+            p.display()
+        ))
+    })?;
+    if !(r.elapsed_s.is_finite() && r.elapsed_s > 0.0)
+        || r.cpu_s.values().any(|v| !v.is_finite() || *v < 0.0)
+    {
+        return Err(Error::bad(format!(
+            "--run {}: elapsed_s must be positive and every cpu_s finite and not negative",
+            p.display()
+        )));
+    }
+    Ok(r)
+}
+
+fn read_image(p: &Path, h: &TraceHeader) -> Result<Vec<u8>> {
+    let img = std::fs::read(p)
+        .map_err(|e| Error::bad(format!("--image {}: cannot read: {e}", p.display())))?;
+    let want = h.blocks * h.block_bytes;
+    if img.len() as u64 != want {
+        return Err(Error::bad(format!(
+            "--image {}: {} bytes, the trace's device has {want} ({} blocks of {}): not the \
+             volume this trace was recorded on",
+            p.display(),
+            img.len(),
+            h.blocks,
+            h.block_bytes
+        )));
+    }
+    Ok(img)
+}
+
+pub fn load(p: &Paths) -> Result<Input> {
+    let (header, events) = DeviceEvents::open(&p.trace)?;
+    if header.block_bytes != SECTOR_BYTES {
+        return Err(Error::bad(format!(
+            "{}: {}-byte blocks; sim nvfat replays 512-byte sectors (record with `nvstack serve \
+             --backend raw --block-size 512`, as scripts/nvfat-record.sh does)",
+            p.trace.display(),
+            header.block_bytes
+        )));
+    }
+    if !(header.blocks * SECTOR_BYTES).is_multiple_of(4096) {
+        return Err(Error::bad(format!(
+            "{}: {} sectors: the write cache's backing device needs whole 4 KiB blocks",
+            p.trace.display(),
+            header.blocks
+        )));
+    }
+    let image = read_image(&p.image, &header)?;
+    let mut log = DataReader::open(&p.data, header.block_bytes)?;
+    let mut evs = Vec::new();
+    let mut data = Vec::new();
+    let mut counts = OpCounts::default();
+    let (mut last_end, mut waits, mut overl, mut first_start) = (None::<u64>, 0u64, 0u64, 0u64);
+    for ev in events {
+        let ev = ev?;
+        let start = ev.time_ns - ev.wait_ns;
+        let gap_ns = match last_end {
+            None => {
+                first_start = start;
+                0
+            }
+            Some(end) if start < end => {
+                overl += 1;
+                0
+            }
+            Some(end) => start - end,
+        };
+        last_end = Some(ev.time_ns);
+        waits += ev.wait_ns;
+        let data_off = data.len() as u64;
+        match ev.op {
+            DeviceOp::Write => {
+                let n = (ev.blocks * SECTOR_BYTES) as usize;
+                data.resize(data.len() + n, 0);
+                log.next_write(&mut data[data_off as usize..])?;
+                counts.writes += 1;
+                counts.write_blocks += ev.blocks;
+            }
+            DeviceOp::Read => {
+                counts.reads += 1;
+                counts.read_blocks += ev.blocks;
+            }
+            DeviceOp::Flush => counts.flushes += 1,
+            DeviceOp::Discard => counts.discards += 1,
+        }
+        evs.push(Ev {
+            gap_ns,
+            op: ev.op,
+            lba: ev.lba,
+            blocks: ev.blocks,
+            data_off,
+        });
+    }
+    log.finish()?;
+    let span = last_end.unwrap_or(0) - first_start;
+    let host = host_time(p, &mut evs, span, waits, overl)?;
+    Ok(Input {
+        trace: p.trace.clone(),
+        header,
+        events: evs,
+        data,
+        image,
+        host,
+        counts,
+    })
+}
+
+/// The host time between requests: the recorded gaps, scaled so that they add up to the run's
+/// CPU time minus the device's waits when the run record is given.
+fn host_time(p: &Paths, evs: &mut [Ev], span: u64, waits: u64, overl: u64) -> Result<HostTime> {
+    let gaps: u64 = evs.iter().map(|e| e.gap_ns).sum();
+    let mut h = HostTime {
+        source: "wall".into(),
+        host_ns: gaps,
+        trace_span_ns: span,
+        device_wait_ns: waits,
+        run_cpu_ns: None,
+        run_elapsed_ns: None,
+        overlapping_requests: overl,
+    };
+    let Some(rp) = &p.run else { return Ok(h) };
+    let r = read_run(rp)?;
+    let cpu_ns = (r.cpu_s.values().sum::<f64>() * 1e9) as u64;
+    h.run_cpu_ns = Some(cpu_ns);
+    h.run_elapsed_ns = Some((r.elapsed_s * 1e9) as u64);
+    let host = cpu_ns.saturating_sub(waits);
+    if gaps > 0 && host > 0 {
+        let k = host as f64 / gaps as f64;
+        for e in evs.iter_mut() {
+            e.gap_ns = (e.gap_ns as f64 * k) as u64;
+        }
+        h.host_ns = evs.iter().map(|e| e.gap_ns).sum();
+        h.source = "cpu".into();
+    }
+    Ok(h)
+}

@@ -1,0 +1,648 @@
+//! The figures of seed 004 from the replays: tables for people, `--json`, SVG.
+
+use super::engine::{AdmissionCheck, AdmitKind, Device, Mode, Outcome};
+use super::input::{HostTime, Input, OpCounts};
+use nvstack_core::error::{Error, Result};
+use nvstack_core::report::{fmt_count, render};
+use nvstack_flash::ftl::FtlKind;
+use nvstack_nvcache::wformat::DestagePolicy;
+use nvstack_plot::{LineChart, Scale, Series};
+use std::path::{Path, PathBuf};
+
+/// The seed's numbers (Sync-PostMark, log-block FTL, 0 against 128 KB of NVRAM).
+pub const SEED_EXEC_S: (f64, f64) = (14_883.0, 1_096.0);
+pub const SEED_ENERGY_J: (f64, f64) = (114.2, 7.9);
+
+/// One replay, summarised.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Point {
+    pub kib: u64,
+    pub exec_s: f64,
+    pub energy_j: f64,
+    pub erase_mean: f64,
+    pub erase_sd: f64,
+    pub block_erases: u64,
+    pub page_programs: u64,
+    pub host_page_writes: u64,
+    pub logical_writes_max: u32,
+    pub physical_programs_max: u32,
+    pub nvram_sector_writes: u64,
+    pub destaged: u64,
+    pub bypassed: u64,
+}
+
+fn point(o: &Outcome) -> Point {
+    let f = &o.flash;
+    Point {
+        kib: o.job.nvram_bytes / 1024,
+        exec_s: o.exec_ns as f64 * 1e-9,
+        energy_j: f.energy_j,
+        erase_mean: f.erase_mean,
+        erase_sd: f.erase_sd,
+        block_erases: f.block_erases,
+        page_programs: f.page_programs,
+        host_page_writes: f.stats.host_page_writes,
+        logical_writes_max: f.logical_writes_max,
+        physical_programs_max: f.physical_programs_max,
+        nvram_sector_writes: o.nvram_sector_writes,
+        destaged: o.destaged,
+        bypassed: o.bypassed,
+    }
+}
+
+/// A named series of points against NVRAM size.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Line {
+    pub name: String,
+    pub points: Vec<Point>,
+}
+
+/// Whether each figure's quantity never rises with NVRAM size (sync, log-block, LRW).
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Trends {
+    pub exec_falls: bool,
+    pub energy_falls: bool,
+    pub erase_mean_falls: bool,
+    pub erase_sd_falls: bool,
+    pub programs_fall: bool,
+    pub async_exec_falls: bool,
+}
+
+/// Ours beside the seed's, 0 against the largest size run.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Comparison {
+    pub top_kib: u64,
+    pub sync_exec_s: (f64, f64),
+    pub sync_exec_ratio: f64,
+    pub energy_j: (f64, f64),
+    pub energy_ratio: f64,
+    pub erase_sd: (f64, f64),
+    pub erase_mean: (f64, f64),
+    pub async_exec_s: (f64, f64),
+    pub vfat_async_exec_s: f64,
+    pub seed_exec_s: (f64, f64),
+    pub seed_exec_ratio: f64,
+    pub seed_energy_j: (f64, f64),
+    pub seed_energy_ratio: f64,
+}
+
+/// The hottest logical pages (Figure 5's columns).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Hot {
+    pub kib: u64,
+    pub top: Vec<(u64, u32)>,
+    pub logical_writes_max: u32,
+    pub physical_programs_max: u32,
+    pub pages_programmed_over_54: u64,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Report {
+    pub trace: String,
+    pub host: HostTime,
+    pub requests: OpCounts,
+    pub device: Device,
+    /// Sizes of the sweep that nvcache cannot make (under 16 slots), KiB.
+    pub not_representable_kib: Vec<u64>,
+    pub sync: Line,
+    pub r#async: Line,
+    pub vfat_async: Point,
+    pub trends: Trends,
+    pub comparison: Comparison,
+    pub hot: Vec<Hot>,
+    pub policies: Vec<Line>,
+    pub admit_all: Option<Line>,
+    pub page_ftl: Option<Line>,
+    pub page_ftl_vfat_async: Option<Point>,
+    pub admission: Option<AdmissionCheck>,
+    pub seconds: f64,
+    pub runs: Vec<Outcome>,
+    pub figures: Vec<String>,
+    #[serde(skip)]
+    keep: Vec<Outcome>,
+}
+
+fn line(name: &str, runs: &[Outcome], f: impl Fn(&Outcome) -> bool) -> Line {
+    let mut points: Vec<Point> = runs.iter().filter(|o| f(o)).map(point).collect();
+    points.sort_by_key(|p| p.kib);
+    Line {
+        name: name.into(),
+        points,
+    }
+}
+
+fn falls(ps: &[Point], q: impl Fn(&Point) -> f64) -> bool {
+    ps.windows(2).all(|w| q(&w[1]) <= q(&w[0]))
+}
+
+fn hot(o: &Outcome) -> Hot {
+    let mut top: Vec<(u64, u32)> = o
+        .logical_writes
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| (i as u64, w))
+        .collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(5);
+    Hot {
+        kib: o.job.nvram_bytes / 1024,
+        top,
+        logical_writes_max: o.flash.logical_writes_max,
+        physical_programs_max: o.flash.physical_programs_max,
+        pages_programmed_over_54: o.page_programs.iter().filter(|&&p| p > 54).count() as u64,
+    }
+}
+
+fn is_seed(o: &Outcome, mode: Mode) -> bool {
+    o.job.mode == mode
+        && o.job.ftl == FtlKind::LogBlock
+        && o.job.policy == DestagePolicy::Lrw
+        && o.job.admit == AdmitKind::FatMetadata
+}
+
+impl Report {
+    pub fn new(
+        input: &Input,
+        device: Device,
+        kib: &[u64],
+        runs: Vec<Outcome>,
+        took: std::time::Duration,
+    ) -> Report {
+        let sync = line("NVFAT Sync-PostMark", &runs, |o| is_seed(o, Mode::Sync));
+        let asy = line("NVFAT Async-PostMark", &runs, |o| is_seed(o, Mode::Async));
+        let vfat = runs
+            .iter()
+            .find(|o| is_seed(o, Mode::VfatAsync))
+            .map(point)
+            .expect("the VFAT run is always made");
+        let ps = &sync.points;
+        let trends = Trends {
+            exec_falls: falls(ps, |p| p.exec_s),
+            energy_falls: falls(ps, |p| p.energy_j),
+            erase_mean_falls: falls(ps, |p| p.erase_mean),
+            erase_sd_falls: falls(ps, |p| p.erase_sd),
+            programs_fall: falls(ps, |p| p.page_programs as f64),
+            async_exec_falls: falls(&asy.points, |p| p.exec_s),
+        };
+        let (first, last) = (ps[0], *ps.last().expect("0 is always run"));
+        let (afirst, alast) = (asy.points[0], *asy.points.last().expect("0 is always run"));
+        let comparison = Comparison {
+            top_kib: last.kib,
+            sync_exec_s: (first.exec_s, last.exec_s),
+            sync_exec_ratio: first.exec_s / last.exec_s,
+            energy_j: (first.energy_j, last.energy_j),
+            energy_ratio: first.energy_j / last.energy_j,
+            erase_sd: (first.erase_sd, last.erase_sd),
+            erase_mean: (first.erase_mean, last.erase_mean),
+            async_exec_s: (afirst.exec_s, alast.exec_s),
+            vfat_async_exec_s: vfat.exec_s,
+            seed_exec_s: SEED_EXEC_S,
+            seed_exec_ratio: SEED_EXEC_S.0 / SEED_EXEC_S.1,
+            seed_energy_j: SEED_ENERGY_J,
+            seed_energy_ratio: SEED_ENERGY_J.0 / SEED_ENERGY_J.1,
+        };
+        let keep: Vec<Outcome> = runs
+            .iter()
+            .filter(|o| !o.logical_writes.is_empty())
+            .cloned()
+            .collect();
+        let sync_of = |p: DestagePolicy| {
+            line(&format!("sync, {}", p.name()), &runs, move |o| {
+                o.job.mode == Mode::Sync
+                    && o.job.ftl == FtlKind::LogBlock
+                    && o.job.admit == AdmitKind::FatMetadata
+                    && (o.job.policy == p || o.job.nvram_bytes == 0)
+            })
+        };
+        let policies: Vec<Line> = [
+            DestagePolicy::Lrw,
+            DestagePolicy::Lru,
+            DestagePolicy::Clock,
+            DestagePolicy::Random,
+        ]
+        .into_iter()
+        .map(sync_of)
+        .filter(|l| l.points.len() > 1)
+        .collect();
+        let admit_all = line("sync, --admit all", &runs, |o| {
+            o.job.mode == Mode::Sync
+                && o.job.ftl == FtlKind::LogBlock
+                && o.job.policy == DestagePolicy::Lrw
+                && (o.job.admit == AdmitKind::All || o.job.nvram_bytes == 0)
+        });
+        let page = line("sync, page-mapped FTL", &runs, |o| {
+            o.job.mode == Mode::Sync && o.job.ftl == FtlKind::Page
+        });
+        let page_vfat = runs
+            .iter()
+            .find(|o| o.job.mode == Mode::VfatAsync && o.job.ftl == FtlKind::Page)
+            .map(point);
+        Report {
+            trace: input.trace.display().to_string(),
+            host: input.host.clone(),
+            requests: input.counts,
+            device,
+            not_representable_kib: kib
+                .iter()
+                .copied()
+                .filter(|&k| !super::representable(k))
+                .collect(),
+            trends,
+            comparison,
+            hot: keep.iter().map(hot).collect(),
+            policies,
+            admit_all: (admit_all.points.len() > 1).then_some(admit_all),
+            page_ftl: (!page.points.is_empty()).then_some(page),
+            page_ftl_vfat_async: page_vfat,
+            admission: runs.iter().find_map(|o| o.admission),
+            seconds: took.as_secs_f64(),
+            sync,
+            r#async: asy,
+            vfat_async: vfat,
+            runs,
+            figures: Vec::new(),
+            keep,
+        }
+    }
+
+    pub fn with_figures(mut self, f: Vec<PathBuf>) -> Report {
+        self.figures = f.iter().map(|p| p.display().to_string()).collect();
+        self
+    }
+
+    pub fn print(&self) -> Result<()> {
+        let h = &self.host;
+        let q = &self.requests;
+        crate::say!(
+            "trace {}: {} reads ({} sectors), {} writes ({} sectors), {} flushes, {} discards",
+            self.trace,
+            fmt_count(q.reads as f64),
+            fmt_count(q.read_blocks as f64),
+            fmt_count(q.writes as f64),
+            fmt_count(q.write_blocks as f64),
+            q.flushes,
+            q.discards
+        )?;
+        crate::say!(
+            "host time {:.3} s ({}: run CPU {} s, device waits {:.3} s, trace span {:.3} s); \
+             execution time = host time + the device time the application waits for",
+            h.host_ns as f64 * 1e-9,
+            h.source,
+            h.run_cpu_ns
+                .map_or("-".into(), |c| format!("{:.3}", c as f64 * 1e-9)),
+            h.device_wait_ns as f64 * 1e-9,
+            h.trace_span_ns as f64 * 1e-9
+        )?;
+        if !self.not_representable_kib.is_empty() {
+            crate::say!(
+                "not run: {:?} KiB (nvcache's write cache has at least 16 slots, one kept spare: 7.5 KiB)",
+                self.not_representable_kib
+            )?;
+        }
+        self.print_sweep()?;
+        self.print_comparison()?;
+        self.print_hot()?;
+        self.print_beyond()?;
+        if let Some(a) = &self.admission {
+            crate::say!(
+                "\nFAT-metadata admission (independent FAT-layout counter, {} KiB run): {} of {} \
+                 metadata sector writes admitted ({:.3} %); {} file-data sector writes admitted; \
+                 {} directory sectors at the end",
+                self.comparison.top_kib,
+                fmt_count(a.caught as f64),
+                fmt_count(a.metadata_writes as f64),
+                a.caught_pct,
+                fmt_count(a.admitted_data as f64),
+                a.directory_sectors_at_end
+            )?;
+        }
+        crate::say!("{} replays in {:.1} s", self.runs.len(), self.seconds)
+    }
+
+    fn print_sweep(&self) -> Result<()> {
+        crate::say!("\nFigures 4, 7, 8 (log-block FTL, LRW destage, FAT-metadata admission):")?;
+        let mut cells = Vec::new();
+        for (i, p) in self.sync.points.iter().enumerate() {
+            let a = self.r#async.points.get(i);
+            cells.push(vec![
+                format!("{} KiB", p.kib),
+                format!("{:.1}", p.exec_s),
+                a.map_or("-".into(), |a| format!("{:.1}", a.exec_s)),
+                format!("{:.1}", self.vfat_async.exec_s),
+                format!("{:.3}", p.erase_mean),
+                format!("{:.3}", p.erase_sd),
+                format!("{:.3}", p.energy_j),
+                a.map_or("-".into(), |a| format!("{:.3}", a.energy_j)),
+                fmt_count(p.host_page_writes as f64),
+                fmt_count(p.page_programs as f64),
+                fmt_count(p.block_erases as f64),
+            ]);
+        }
+        let hdr = [
+            "NVRAM",
+            "sync s",
+            "async s",
+            "VFAT async s",
+            "erase mean",
+            "erase sd",
+            "sync J",
+            "async J",
+            "FTL writes",
+            "programs",
+            "erases",
+        ];
+        let mut right = vec![true; hdr.len()];
+        right[0] = false;
+        crate::output::out(render(&hdr, &cells, &right).as_bytes())?;
+        let t = &self.trends;
+        crate::say!(
+            "falls with NVRAM size (sync): time {}, energy {}, erase mean {}, erase sd {}, \
+             programs {}; async time {}",
+            t.exec_falls,
+            t.energy_falls,
+            t.erase_mean_falls,
+            t.erase_sd_falls,
+            t.programs_fall,
+            t.async_exec_falls
+        )
+    }
+
+    fn print_comparison(&self) -> Result<()> {
+        let c = &self.comparison;
+        crate::say!(
+            "\nOurs beside the seed's (Sync-PostMark, 0 KiB against {} KiB):",
+            c.top_kib
+        )?;
+        let cells = vec![
+            vec![
+                "execution time".into(),
+                format!("{:.1} s -> {:.1} s", c.sync_exec_s.0, c.sync_exec_s.1),
+                format!("{:.2}x", c.sync_exec_ratio),
+                format!("{:.0} s -> {:.0} s", c.seed_exec_s.0, c.seed_exec_s.1),
+                format!("{:.1}x", c.seed_exec_ratio),
+            ],
+            vec![
+                "flash energy".into(),
+                format!("{:.3} J -> {:.3} J", c.energy_j.0, c.energy_j.1),
+                format!("{:.2}x", c.energy_ratio),
+                format!("{:.1} J -> {:.1} J", c.seed_energy_j.0, c.seed_energy_j.1),
+                format!("{:.1}x", c.seed_energy_ratio),
+            ],
+            vec![
+                "erase count mean / sd".into(),
+                format!(
+                    "{:.2}/{:.2} -> {:.2}/{:.2}",
+                    c.erase_mean.0, c.erase_sd.0, c.erase_mean.1, c.erase_sd.1
+                ),
+                format!(
+                    "sd {:.2}x",
+                    c.erase_sd.0 / c.erase_sd.1.max(f64::MIN_POSITIVE)
+                ),
+                "both fall (Fig. 7)".into(),
+                "-".into(),
+            ],
+            vec![
+                "Async-PostMark time".into(),
+                format!("{:.1} s -> {:.1} s", c.async_exec_s.0, c.async_exec_s.1),
+                format!("VFAT {:.1} s", c.vfat_async_exec_s),
+                "NVFAT beats VFAT by 32.5 % at 128 KB".into(),
+                "-".into(),
+            ],
+        ];
+        let hdr = ["quantity", "ours", "ratio", "seed", "seed ratio"];
+        crate::output::out(render(&hdr, &cells, &[false, true, true, true, true]).as_bytes())
+    }
+
+    fn print_hot(&self) -> Result<()> {
+        crate::say!("\nFigures 5 and 6 (Sync-PostMark): the hottest logical pages and programs per physical page")?;
+        let cells: Vec<Vec<String>> = self
+            .hot
+            .iter()
+            .map(|h| {
+                vec![
+                    format!("{} KiB", h.kib),
+                    h.top
+                        .iter()
+                        .map(|(l, w)| format!("{l}:{w}"))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    fmt_count(f64::from(h.logical_writes_max)),
+                    fmt_count(f64::from(h.physical_programs_max)),
+                    fmt_count(h.pages_programmed_over_54 as f64),
+                ]
+            })
+            .collect();
+        let hdr = [
+            "NVRAM",
+            "hottest LBNs (lbn:writes)",
+            "max writes/LBN",
+            "max programs/page",
+            "pages > 54 programs",
+        ];
+        crate::output::out(render(&hdr, &cells, &[false, false, true, true, true]).as_bytes())
+    }
+
+    fn print_beyond(&self) -> Result<()> {
+        let mut lines: Vec<&Line> = self.policies.iter().collect();
+        lines.extend(self.admit_all.iter());
+        lines.extend(self.page_ftl.iter());
+        if lines.is_empty() {
+            return Ok(());
+        }
+        crate::say!(
+            "\nBeyond the seed (Sync-PostMark): destage policies, --admit all, the page-mapped FTL"
+        )?;
+        let mut cells = Vec::new();
+        for l in lines {
+            for p in &l.points {
+                cells.push(vec![
+                    l.name.clone(),
+                    format!("{} KiB", p.kib),
+                    format!("{:.1}", p.exec_s),
+                    format!("{:.3}", p.energy_j),
+                    format!("{:.3}", p.erase_sd),
+                    fmt_count(p.page_programs as f64),
+                    fmt_count(p.destaged as f64),
+                ]);
+            }
+        }
+        let hdr = [
+            "run", "NVRAM", "time s", "energy J", "erase sd", "programs", "destaged",
+        ];
+        let mut right = vec![true; hdr.len()];
+        right[0] = false;
+        right[1] = false;
+        crate::output::out(render(&hdr, &cells, &right).as_bytes())?;
+        if let Some(v) = &self.page_ftl_vfat_async {
+            crate::say!(
+                "page-mapped FTL, VFAT Async-PostMark: {:.1} s, {:.3} J",
+                v.exec_s,
+                v.energy_j
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// At most this many points a per-page figure (the maximum of each run of pages).
+const POINTS_MAX: usize = 1024;
+
+fn peaks(xs: &[u32]) -> Vec<(f64, f64)> {
+    let width = xs.len().div_ceil(POINTS_MAX).max(1);
+    xs.chunks(width)
+        .enumerate()
+        .map(|(i, c)| ((i * width) as f64, f64::from(*c.iter().max().unwrap_or(&0))))
+        .collect()
+}
+
+/// The x position of a size: its step of the seed's axis (0, 1, 2, 4, ... KiB evenly spaced).
+fn step(kib: u64) -> f64 {
+    if kib == 0 {
+        0.0
+    } else {
+        (kib as f64).log2() + 1.0
+    }
+}
+
+fn series(name: &str, ps: &[Point], q: impl Fn(&Point) -> f64) -> Series {
+    Series {
+        name: name.into(),
+        points: ps.iter().map(|p| (step(p.kib), q(p))).collect(),
+    }
+}
+
+const X_LABEL: &str = "NVRAM size (step: 0 = none, k = 2^(k-1) KiB; 8 = 128 KiB)";
+
+fn chart(title: &str, x: &str, y: &str, y_scale: Scale, series: Vec<Series>) -> LineChart {
+    LineChart {
+        title: title.into(),
+        x_label: x.into(),
+        y_label: y.into(),
+        x_scale: Scale::Linear,
+        y_scale,
+        series,
+    }
+}
+
+fn flat(name: &str, ps: &[Point], v: f64) -> Series {
+    Series {
+        name: name.into(),
+        points: ps.iter().map(|p| (step(p.kib), v)).collect(),
+    }
+}
+
+pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::env(format!("--plot {}: cannot create: {e}", dir.display())))?;
+    let (s, a) = (&r.sync.points, &r.r#async.points);
+    let mut charts = vec![
+        (
+            "nvfat-fig4-time.svg",
+            chart(
+                "Execution time against NVRAM size (seed 004 Fig. 4)",
+                X_LABEL,
+                "execution time (s)",
+                Scale::Log10,
+                vec![
+                    series("NVFAT Sync-PostMark", s, |p| p.exec_s),
+                    flat("VFAT Sync-PostMark", s, s[0].exec_s),
+                    series("NVFAT Async-PostMark", a, |p| p.exec_s),
+                    flat("VFAT Async-PostMark", s, r.vfat_async.exec_s),
+                ],
+            ),
+        ),
+        (
+            "nvfat-fig7-erases.svg",
+            chart(
+                "Erase count per block against NVRAM size (seed 004 Fig. 7)",
+                X_LABEL,
+                "erases per block",
+                Scale::Linear,
+                vec![
+                    series("mean", s, |p| p.erase_mean),
+                    series("standard deviation", s, |p| p.erase_sd),
+                ],
+            ),
+        ),
+        (
+            "nvfat-fig8-energy.svg",
+            chart(
+                "Flash energy against NVRAM size (seed 004 Fig. 8)",
+                X_LABEL,
+                "energy (J)",
+                Scale::Linear,
+                vec![
+                    series("Sync-PostMark", s, |p| p.energy_j),
+                    series("Async-PostMark", a, |p| p.energy_j),
+                ],
+            ),
+        ),
+    ];
+    if !r.policies.is_empty() {
+        let mut ss: Vec<Series> = r
+            .policies
+            .iter()
+            .map(|l| series(&l.name, &l.points, |p| p.energy_j))
+            .collect();
+        ss.extend(
+            r.admit_all
+                .iter()
+                .map(|l| series(&l.name, &l.points, |p| p.energy_j)),
+        );
+        ss.extend(
+            r.page_ftl
+                .iter()
+                .map(|l| series(&l.name, &l.points, |p| p.energy_j)),
+        );
+        charts.push((
+            "nvfat-beyond-energy.svg",
+            chart(
+                "Beyond the seed: flash energy (Sync-PostMark)",
+                X_LABEL,
+                "energy (J)",
+                Scale::Linear,
+                ss,
+            ),
+        ));
+    }
+    let per_page = |f: &dyn Fn(&Outcome) -> &[u32]| -> Vec<Series> {
+        r.keep
+            .iter()
+            .map(|o| Series {
+                name: if o.job.nvram_bytes == 0 {
+                    "VFAT (no NVRAM)".into()
+                } else {
+                    format!("NVFAT {} KiB", o.job.nvram_bytes / 1024)
+                },
+                points: peaks(f(o)),
+            })
+            .collect()
+    };
+    charts.push((
+        "nvfat-fig5-ftl-writes.svg",
+        chart(
+            "Writes per logical block seen by the FTL, Sync-PostMark (seed 004 Fig. 5)",
+            "logical block number",
+            "writes (max over neighbouring blocks)",
+            Scale::Linear,
+            per_page(&|o| &o.logical_writes),
+        ),
+    ));
+    charts.push((
+        "nvfat-fig6-flash-programs.svg",
+        chart(
+            "Programs per physical page, Sync-PostMark (seed 004 Fig. 6)",
+            "physical page",
+            "programs (max over neighbouring pages)",
+            Scale::Linear,
+            per_page(&|o| &o.page_programs),
+        ),
+    ));
+    let mut out = Vec::new();
+    for (file, c) in charts {
+        let p = dir.join(file);
+        c.write_svg(&p)?;
+        out.push(p);
+    }
+    Ok(out)
+}
