@@ -83,7 +83,7 @@ impl Layout {
 }
 
 /// A crc32c folded to 16 bits: the check bits of entries and commit words.
-pub(crate) fn check16(words: &[u64]) -> u64 {
+fn check16(words: &[u64]) -> u64 {
     let mut crc = 0u32;
     for w in words {
         crc = crc32c::crc32c_append(crc, &w.to_le_bytes());

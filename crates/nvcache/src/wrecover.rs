@@ -139,7 +139,7 @@ fn state<R: Region + ?Sized>(
         slots: vec![None; layout.slots as usize],
         free: Vec::new(),
         pending_clears: Vec::new(),
-        order: Order::new(settings.policy, seq ^ 0x5eed),
+        order: Order::new(settings.policy, seq ^ 0x5eed, layout.slots),
         stats: Default::default(),
         stored: read_wc_counters(region),
         bypass_unflushed: false,

@@ -31,7 +31,7 @@ use crate::wformat::{
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
-use nvstack_policy::{Lrw, Policy, PolicyKind, Touch, NEVER};
+use nvstack_policy::{Policy, PolicyKind, Touch, NEVER};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -93,16 +93,73 @@ impl Hasher for LbaHasher {
 /// Block number -> the slot of its newest copy.
 pub(crate) type Index = HashMap<u64, u32, BuildHasherDefault<LbaHasher>>;
 
+/// Least recently written, kept lazily: the write order is a queue of (slot, stamp) and a
+/// slot's current stamp (0: not in the order). Leaving the order stores the stamp alone, and a
+/// write appends, so neither reads a line of a random slot (the linked list of
+/// `nvstack_policy::Lrw` read three on every overwrite: cache misses on the write's path after
+/// its fence); entries whose stamp is no longer current are skipped when a victim is sought.
+/// The same order as `Lrw`'s.
+pub(crate) struct LazyLrw {
+    queue: std::collections::VecDeque<(u32, u64)>,
+    stamp: Vec<u64>,
+    next: u64,
+    live: usize,
+}
+
+impl LazyLrw {
+    pub(crate) fn new(slots: u32) -> LazyLrw {
+        LazyLrw {
+            queue: std::collections::VecDeque::new(),
+            stamp: vec![0; slots as usize],
+            next: 0,
+            live: 0,
+        }
+    }
+
+    fn written(&mut self, slot: u32) {
+        self.remove(slot);
+        self.next += 1;
+        self.stamp[slot as usize] = self.next;
+        self.queue.push_back((slot, self.next));
+        self.live += 1;
+        // Stale entries at most as many as the live ones (plus a margin): amortized O(1).
+        if self.queue.len() > 2 * self.live + 64 {
+            let stamp = &self.stamp;
+            self.queue.retain(|&(s, t)| stamp[s as usize] == t);
+        }
+        debug_assert!(self.queue.len() >= self.live);
+    }
+
+    fn remove(&mut self, slot: u32) {
+        let s = &mut self.stamp[slot as usize];
+        if *s != 0 {
+            *s = 0;
+            self.live -= 1;
+        }
+    }
+
+    fn victim(&mut self) -> Option<u32> {
+        while let Some(&(slot, t)) = self.queue.front() {
+            if self.stamp[slot as usize] == t {
+                return Some(slot);
+            }
+            self.queue.pop_front();
+        }
+        debug_assert_eq!(self.live, 0);
+        None
+    }
+}
+
 /// The destage order: LRW (writes only) or one of the replacement policies (reads count).
 pub(crate) enum Order {
-    Lrw(Lrw),
+    Lrw(LazyLrw),
     Other(Policy, u64),
 }
 
 impl Order {
-    pub(crate) fn new(p: DestagePolicy, seed: u64) -> Order {
+    pub(crate) fn new(p: DestagePolicy, seed: u64, slots: u32) -> Order {
         let kind = match p {
-            DestagePolicy::Lrw => return Order::Lrw(Lrw::new()),
+            DestagePolicy::Lrw => return Order::Lrw(LazyLrw::new(slots)),
             DestagePolicy::Lru => PolicyKind::Lru,
             DestagePolicy::Clock => PolicyKind::Clock,
             DestagePolicy::Random => PolicyKind::Random,
@@ -523,6 +580,18 @@ impl<R: Region> WriteCache<R> {
         st.order.remove(slot);
     }
 
+    /// A copy replaced by a newer one in `new`: its slot is free at once (its clear pending),
+    /// the index names `new`. Only stores touch the old slot's lines (no load waits on a miss
+    /// after the write's fence).
+    fn replace_slot(&self, st: &mut WState, lba: u64, old: u32, new: u32) {
+        debug_assert_eq!(st.slots[old as usize].map(|c| c.lba), Some(lba));
+        st.slots[old as usize] = None;
+        st.order.remove(old);
+        st.free.push(old);
+        st.pending_clears.push(old);
+        *st.index.get_mut(&lba).expect("a cached block") = new;
+    }
+
     /// Store the clears the last write left pending (no fence: the caller's next one).
     pub(crate) fn store_pending_clears(&self, st: &mut WState) {
         for slot in std::mem::take(&mut st.pending_clears) {
@@ -740,11 +809,12 @@ impl<R: Region> WriteCache<R> {
                 Some(old) if old == slot => st.order.remove(slot), // seeded bug: in place
                 Some(old) => {
                     st.stats.write_hits_committed += 1;
-                    self.forget_slot(st, old);
-                    st.free.push(old);
-                    st.pending_clears.push(old);
+                    self.replace_slot(st, lba, old, slot);
                 }
-                None => st.stats.write_allocated += 1,
+                None => {
+                    st.stats.write_allocated += 1;
+                    st.index.insert(lba, slot);
+                }
             }
             st.slots[slot as usize] = Some(Cached {
                 lba,
@@ -754,7 +824,6 @@ impl<R: Region> WriteCache<R> {
                 crc,
                 written_at,
             });
-            st.index.insert(lba, slot);
             st.order.inserted(slot);
         }
         self.assert_invariants(st);
