@@ -103,7 +103,6 @@ pub(crate) struct LazyLrw {
     queue: std::collections::VecDeque<(u32, u64)>,
     stamp: Vec<u64>,
     next: u64,
-    live: usize,
 }
 
 impl LazyLrw {
@@ -112,30 +111,24 @@ impl LazyLrw {
             queue: std::collections::VecDeque::new(),
             stamp: vec![0; slots as usize],
             next: 0,
-            live: 0,
         }
     }
 
     fn written(&mut self, slot: u32) {
-        self.remove(slot);
         self.next += 1;
         self.stamp[slot as usize] = self.next;
         self.queue.push_back((slot, self.next));
-        self.live += 1;
-        // Stale entries at most as many as the live ones (plus a margin): amortized O(1).
-        if self.queue.len() > 2 * self.live + 64 {
+        // At most one live entry per slot: compacting when the queue holds twice the slots
+        // costs O(1) a write, amortized.
+        if self.queue.len() > 2 * self.stamp.len() {
             let stamp = &self.stamp;
             self.queue.retain(|&(s, t)| stamp[s as usize] == t);
         }
-        debug_assert!(self.queue.len() >= self.live);
     }
 
+    /// A store alone (no load of the slot's line).
     fn remove(&mut self, slot: u32) {
-        let s = &mut self.stamp[slot as usize];
-        if *s != 0 {
-            *s = 0;
-            self.live -= 1;
-        }
+        self.stamp[slot as usize] = 0;
     }
 
     fn victim(&mut self) -> Option<u32> {
@@ -145,7 +138,6 @@ impl LazyLrw {
             }
             self.queue.pop_front();
         }
-        debug_assert_eq!(self.live, 0);
         None
     }
 }
@@ -642,6 +634,10 @@ impl<R: Region> WriteCache<R> {
     pub fn write_blocks(&self, lba: u64, data: &[u8]) -> Result<()> {
         self.check_range(lba, data.len())?;
         let s = self.sb.sector_bytes as usize;
+        if data.len() == s {
+            // One block (a metadata write): no 64-entry arrays to set up.
+            return self.write_unit::<1>(lba, &[Some(data)]);
+        }
         let unit = self.unit_blocks() as usize * s;
         let mut blocks: [Option<&[u8]>; UNIT_MAX] = [None; UNIT_MAX];
         for (i, chunk) in data.chunks(unit).enumerate() {
@@ -650,7 +646,7 @@ impl<R: Region> WriteCache<R> {
             for (b, d) in blocks.iter_mut().zip(chunk.chunks(s)) {
                 *b = Some(d);
             }
-            self.write_unit(at, &blocks[..n])?;
+            self.write_unit::<UNIT_MAX>(at, &blocks[..n])?;
         }
         Ok(())
     }
@@ -667,7 +663,7 @@ impl<R: Region> WriteCache<R> {
         let mut at = lba;
         while at < lba + count {
             let n = unit.min(lba + count - at);
-            self.write_unit(at, &vec![None; n as usize])?;
+            self.write_unit::<UNIT_MAX>(at, &vec![None; n as usize])?;
             self.lock().stats.discarded_blocks += n;
             at += n;
         }
@@ -675,11 +671,12 @@ impl<R: Region> WriteCache<R> {
     }
 
     /// One unit: bypassed blocks to the backing device, the others into the cache together.
-    fn write_unit(&self, lba: u64, blocks: &[Option<&[u8]>]) -> Result<()> {
-        debug_assert!(blocks.len() <= self.unit_blocks() as usize);
+    /// `N`: the most blocks `blocks` holds (1 or UNIT_MAX), the size of its stack arrays.
+    fn write_unit<const N: usize>(&self, lba: u64, blocks: &[Option<&[u8]>]) -> Result<()> {
+        assert!(blocks.len() <= N.min(self.unit_blocks() as usize));
         let mut st = self.lock();
         self.writable(&st)?;
-        let mut cached: [(u64, Option<&[u8]>); UNIT_MAX] = [(0, None); UNIT_MAX];
+        let mut cached: [(u64, Option<&[u8]>); N] = [(0, None); N];
         let (mut n, mut new) = (0, 0);
         for (i, &b) in blocks.iter().enumerate() {
             let l = lba + i as u64;
@@ -701,7 +698,7 @@ impl<R: Region> WriteCache<R> {
         }
         if n > 0 {
             self.make_room(&mut st, new, n)?;
-            self.commit_write(&mut st, &cached[..n]);
+            self.commit_write::<N>(&mut st, &cached[..n]);
         }
         if matches!(st.admit, crate::admit::Admission::Fat(_))
             && (lba..lba + blocks.len() as u64).any(|l| st.admit.admits(l))
@@ -717,11 +714,11 @@ impl<R: Region> WriteCache<R> {
 
     /// Store `blocks` in new slots with the previous write's clears; fence (a multi-block
     /// write: then its commit words, fence); then the copies they replace are freed.
-    fn commit_write(&self, st: &mut WState, blocks: &[(u64, Option<&[u8]>)]) {
+    fn commit_write<const N: usize>(&self, st: &mut WState, blocks: &[(u64, Option<&[u8]>)]) {
         let seq = st.seq + 1;
         assert!(seq <= SEQ_MAX, "sequence numbers exhausted");
         let multi = blocks.len() > 1;
-        let mut placed = [(0u32, 0u32); UNIT_MAX];
+        let mut placed = [(0u32, 0u32); N];
         for (i, &(lba, data)) in blocks.iter().enumerate() {
             let slot = self.take_slot(st, lba);
             let e = WcEntry {
