@@ -16,7 +16,8 @@ const FLAGS: u64 = FLAG_TOMBSTONE | FLAG_MULTI;
 const PAYLOAD: u64 = (1 << 48) - 1;
 /// Tags keeping the three words' check bits and the entry CRC apart.
 const TAG: [u64; 3] = [0xF0, 0xF1, 0xF2];
-const TAG_CRC: u8 = 0xF3;
+
+const TAG_CRC: u64 = 0xF3;
 
 /// A slot's copy of one block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,15 +46,17 @@ pub enum WcDecoded {
     Damaged(&'static str),
 }
 
-/// 16 check bits over the word's tag, the slot and the payload: one CRC-32C of 16 bytes,
-/// folded (a write computes three; the CRC's per-call cost dominated when each took three
-/// calls). Never zero, so a stored word is never zero.
+/// 16 check bits over the word's tag, the slot and the payload: bit 15 set (a stored word is
+/// never zero) and the top 15 bits of x x K mod 2^64, x the 48-bit payload XOR a key mixing
+/// the tag and the slot, K odd. Every single flipped bit is caught (the unit test flips each
+/// one): flipping payload bit b (b < 48) adds or subtracts K x 2^b, which changes the top 15
+/// bits by K's bits 49 - b .. 64 - b plus a carry of 0 or 1, and no 15-bit window of K is all
+/// zeros or all ones; a flipped check bit fails the comparison. A multiply instead of a
+/// CRC-32C call per word: three calls measured about 60 ns of a 512 B write's 360.
 fn word_check(i: usize, slot: u32, payload: u64) -> u64 {
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&(TAG[i] << 32 | u64::from(slot)).to_le_bytes());
-    b[8..].copy_from_slice(&payload.to_le_bytes());
-    let crc = crc32c::crc32c(&b);
-    u64::from((crc ^ (crc >> 16)) & 0xffff).max(1)
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let key = (u64::from(slot) << 2 | TAG[i] & 3).wrapping_mul(0xd6e8_feb8_6659_fd93);
+    ((payload ^ key) & PAYLOAD).wrapping_mul(K) >> 49 | 0x8000
 }
 
 fn word(i: usize, slot: u32, payload: u64) -> u64 {
@@ -65,16 +68,19 @@ fn flags(e: &WcEntry) -> u64 {
     (if e.tombstone { FLAG_TOMBSTONE } else { 0 }) | if e.multi { FLAG_MULTI } else { 0 }
 }
 
-/// CRC-32C over the slot, the entry's fields and (unless a tombstone) its data. `data: None`
-/// with a data block is seeded bug checksum-skips-data (the header alone).
+/// CRC-32C over four little-endian u64 words (tag 0xF3 << 32 | slot, block, sequence, flags),
+/// then (unless a tombstone) the data. `data: None` with a data block is seeded bug
+/// checksum-skips-data (the header alone). The header is 8-byte aligned: the CRC's hardware
+/// path then takes it in four 8-byte steps, not byte by byte.
 pub fn crc_of(slot: u32, e: &WcEntry, data: Option<&[u8]>) -> u32 {
-    let mut h = [0u8; 29];
-    h[0] = TAG_CRC;
-    h[1..5].copy_from_slice(&slot.to_le_bytes());
-    h[5..13].copy_from_slice(&e.lba.to_le_bytes());
-    h[13..21].copy_from_slice(&e.seq.to_le_bytes());
-    h[21..29].copy_from_slice(&flags(e).to_le_bytes());
-    let crc = crc32c::crc32c(&h);
+    #[repr(C, align(8))]
+    struct Header([u8; 32]);
+    let mut h = Header([0u8; 32]);
+    let words = [TAG_CRC << 32 | u64::from(slot), e.lba, e.seq, flags(e)];
+    for (i, w) in words.iter().enumerate() {
+        h.0[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&h.0);
     match data {
         Some(d) if !e.tombstone => crc32c::crc32c_append(crc, d),
         _ => crc,
