@@ -158,7 +158,10 @@ mod tests {
         assert_eq!(decode(3, w), WcDecoded::Entry { entry: e, crc });
         assert_ne!(crc, crc_of(3, &e, Some(&[6u8; 512])), "the data is covered");
         assert_ne!(crc, crc_of(4, &e, Some(&data)), "the slot is covered");
-        assert!(matches!(decode(4, w), WcDecoded::Damaged(_)), "another slot's entry");
+        assert!(
+            matches!(decode(4, w), WcDecoded::Damaged(_)),
+            "another slot's entry"
+        );
         for word in 0..4 {
             for bit in 0..64 {
                 let mut f = w;

@@ -74,7 +74,6 @@ impl WcLayout {
         debug_assert!(slot < self.slots);
         self.data_off + u64::from(slot) * u64::from(self.sector_bytes)
     }
-
 }
 
 /// 512 bytes (the seed's sector) or 4096 (a backing device's block).

@@ -478,7 +478,10 @@ impl<R: Region> WriteCache<R> {
                 "a slot is used or free"
             );
             for &p in &st.pending_clears {
-                assert!(st.slots[p as usize].is_none(), "a pending clear is of a free slot");
+                assert!(
+                    st.slots[p as usize].is_none(),
+                    "a pending clear is of a free slot"
+                );
             }
             for (&lba, &slot) in &st.index {
                 assert_eq!(st.slots[slot as usize].map(|c| c.lba), Some(lba));
@@ -588,8 +591,7 @@ impl<R: Region> WriteCache<R> {
     pub(crate) fn store_pending_clears(&self, st: &mut WState) {
         for slot in std::mem::take(&mut st.pending_clears) {
             debug_assert!(st.slots[slot as usize].is_none());
-            self.region
-                .store_u64_nt(self.layout.entry_off(slot) + 8, 0);
+            self.region.store_u64_nt(self.layout.entry_off(slot) + 8, 0);
         }
     }
 

@@ -255,4 +255,3 @@ impl CrashTarget for WcTarget {
         1 << 12
     }
 }
-
