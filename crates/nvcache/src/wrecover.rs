@@ -117,7 +117,12 @@ pub(crate) fn recover<R: Region + ?Sized>(
         clears.push(loser);
         copies[loser as usize] = None;
     }
-    assert!(seq < SEQ_MAX, "sequence numbers exhausted");
+    if seq >= SEQ_MAX {
+        return Err(Error::bad(format!(
+            "write cache: sequence number {seq} leaves no room for another write (2^48 - 1 \
+             is the last)"
+        )));
+    }
     for &slot in &clears {
         region.store_u64_nt(layout.entry_off(slot) + 8, 0);
     }
