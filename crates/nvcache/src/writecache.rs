@@ -761,7 +761,7 @@ impl<R: Region> WriteCache<R> {
     fn commit_fences(&self, st: &mut WState, seq: u64, multi: bool) {
         // Seeded bug commit-unfenced: the write returns before the fence that commits it.
         let unfenced = self.bug == Some(WcBug::CommitUnfenced);
-        if !(unfenced && !multi) {
+        if !unfenced || multi {
             self.fence(st);
         }
         if multi {
