@@ -1,7 +1,7 @@
 //! The write cache's rows of the nvcache suite (issue 22, item 5), in one run:
 //!
 //! - **A synchronous metadata write**: one 512-byte sector written into the write cache
-//!   (`wc-write-512`, admit all: durable and atomic on return, two fences) against one
+//!   (`wc-write-512`, admit all: durable and atomic on return, one fence) against one
 //!   512-byte block written to nvramdisk (`nvramdisk-fast-512`, fast protocol, durable on
 //!   return), the same random sectors of the same span, one thread, each op timed on its own.
 //!   The cache holds every sector of the span (no destage inside a timed call); its backing
@@ -138,7 +138,7 @@ fn latency_rows(ctx: &mut Ctx) -> Result<()> {
     }
     let row = Row::new(SUITE, "wc-write-512", "write", S, 1)
         .protocol("write-cache")
-        .method("nt 512 B + nt entry + sfence + 2 nt commit words + sfence")
+        .method("nt 512 B + nt 32 B entry (CRC-32C over entry and data) + sfence")
         .baseline("nvramdisk-fast-512")
         .note("durable and atomic on return (admit all); the backing device untouched")
         .timed(&t, mapped_page_bytes(image.path()).unwrap_or(0));

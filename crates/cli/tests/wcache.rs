@@ -2,7 +2,7 @@
 //! backing file on disk, written, read, written back, detached (the backing file alone then
 //! holds everything); `status` prints dm-writecache's 14 fields in its documentation's order;
 //! FAT-aware admission on a real FAT16 volume made by mkfs.fat and changed with mtools; and bad
-//! input refused with exit 2, changing nothing.
+//! input (a format version 1 image among it) refused with exit 2, changing nothing.
 
 mod common;
 
@@ -295,6 +295,21 @@ fn bad_input_is_refused_with_exit_2_changing_nothing() {
     let out = expect(2, &["read", s(&img), "--lba", "2048", "--count", "1"]);
     assert!(out.contains("out of range"), "{out}");
     assert_eq!(std::fs::read(&img).unwrap(), before, "nothing changed");
+    // An image of format version 1 (the two-fence protocol) is refused, saying what to do.
+    let mut v1 = before.clone();
+    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&img, &v1).unwrap();
+    for cmd in [
+        &["cache", "status", s(&img)][..],
+        &["read", s(&img), "--lba", "0", "--count", "1"],
+    ] {
+        let out = expect(2, cmd);
+        assert!(
+            out.contains("write cache format version 1") && out.contains("cache detach"),
+            "{cmd:?}: {out}"
+        );
+    }
+    assert_eq!(std::fs::read(&img).unwrap(), v1, "nothing changed");
     // clear-stats is the write cache's.
     let (u, ub) = (t.image("u.img"), t.backing("u.img"));
     expect(

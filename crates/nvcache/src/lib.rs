@@ -22,6 +22,7 @@ mod sys;
 pub mod ubj;
 pub mod wbugs;
 mod wdestage;
+pub mod wentry;
 pub mod wformat;
 pub mod wimage;
 mod wrecover;

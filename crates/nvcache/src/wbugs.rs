@@ -2,29 +2,37 @@
 //! crash tests must catch (each deviation is marked `// Seeded bug` where it acts). A cache
 //! opened without one runs none of them.
 
-/// One deliberate mistake in the write cache's protocol.
+/// One deliberate mistake in the write cache's protocol (format version 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum WcBug {
-    /// A write persists its index entries and commit word before its data.
+    /// A write fences its entries (a multi-block write its commit word too) before its data.
     EntryBeforeData,
-    /// A write returns before the fence that makes its commit word durable.
+    /// A write returns before the fence that commits it.
     CommitUnfenced,
     /// A destage frees its slots (entries cleared and fenced) before the backing flush.
     FreedBeforeBackingFlush,
     /// A write that bypasses the cache leaves the block's cached copy in place.
     BypassKeepsCachedCopy,
-    /// A destage clears a block's entry while the clear of its older copy is not yet fenced.
+    /// A destage clears a block's entry while the clears of its replaced copies are not yet
+    /// stored and fenced.
     StaleClearUnfenced,
-    /// A freed slot is reused before the fence that makes its clear durable.
+    /// A replaced copy's slot is reused before the write replacing it is fenced: the overwrite
+    /// lands in place, over the block's only durable copy.
     ReuseBeforeFence,
-    /// Recovery keeps the entries of the write in flight at the crash (not committed).
+    /// Recovery keeps a multi-block write above the commit word (in flight at the crash).
     RecoveryKeepsUncommitted,
     /// Recovery takes a block's oldest copy instead of its newest.
     RecoveryOldestCopy,
+    /// An entry's CRC-32C covers its header but not its data.
+    ChecksumSkipsData,
+    /// Recovery keeps an entry whose CRC-32C fails (a write a crash cut).
+    RecoverySkipsChecksum,
+    /// Recovery keeps the first copy of a block it finds, not comparing sequence numbers.
+    RecoveryFirstCopy,
 }
 
 impl WcBug {
-    pub const ALL: [WcBug; 8] = [
+    pub const ALL: [WcBug; 11] = [
         WcBug::EntryBeforeData,
         WcBug::CommitUnfenced,
         WcBug::FreedBeforeBackingFlush,
@@ -33,6 +41,9 @@ impl WcBug {
         WcBug::ReuseBeforeFence,
         WcBug::RecoveryKeepsUncommitted,
         WcBug::RecoveryOldestCopy,
+        WcBug::ChecksumSkipsData,
+        WcBug::RecoverySkipsChecksum,
+        WcBug::RecoveryFirstCopy,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +56,9 @@ impl WcBug {
             WcBug::ReuseBeforeFence => "reuse-before-fence",
             WcBug::RecoveryKeepsUncommitted => "wc-recovery-keeps-uncommitted",
             WcBug::RecoveryOldestCopy => "wc-recovery-oldest-copy",
+            WcBug::ChecksumSkipsData => "checksum-skips-data",
+            WcBug::RecoverySkipsChecksum => "wc-recovery-skips-checksum",
+            WcBug::RecoveryFirstCopy => "wc-recovery-first-copy",
         }
     }
 
@@ -52,9 +66,9 @@ impl WcBug {
     pub fn what(self) -> &'static str {
         match self {
             WcBug::EntryBeforeData => {
-                "a write persists its index entries and commit word before its data"
+                "a write fences its entries (a multi-block write its commit word too) before its data"
             }
-            WcBug::CommitUnfenced => "a write returns before its commit word is fenced",
+            WcBug::CommitUnfenced => "a write returns before the fence that commits it",
             WcBug::FreedBeforeBackingFlush => {
                 "a destage frees its slots before the destaged copies are flushed on the backing device"
             }
@@ -62,13 +76,22 @@ impl WcBug {
                 "a write that bypasses the cache leaves the block's cached copy in place"
             }
             WcBug::StaleClearUnfenced => {
-                "a destage clears a block's entry before the clear of its older copy is fenced"
+                "a destage clears a block's entry before the clears of its replaced copies are fenced"
             }
-            WcBug::ReuseBeforeFence => "a freed slot is reused before its clear is fenced",
+            WcBug::ReuseBeforeFence => {
+                "a replaced copy's slot is reused before the write replacing it is fenced (in place)"
+            }
             WcBug::RecoveryKeepsUncommitted => {
-                "recovery keeps the entries of the write in flight at the crash"
+                "recovery keeps a multi-block write above the commit word (in flight at the crash)"
             }
             WcBug::RecoveryOldestCopy => "recovery takes a block's oldest copy instead of its newest",
+            WcBug::ChecksumSkipsData => "an entry's checksum covers its header but not its data",
+            WcBug::RecoverySkipsChecksum => {
+                "recovery keeps an entry whose checksum fails (a write a crash cut)"
+            }
+            WcBug::RecoveryFirstCopy => {
+                "recovery keeps the first copy of a block it finds, not comparing sequence numbers"
+            }
         }
     }
 
@@ -80,7 +103,10 @@ impl WcBug {
     pub fn in_recovery(self) -> bool {
         matches!(
             self,
-            WcBug::RecoveryKeepsUncommitted | WcBug::RecoveryOldestCopy
+            WcBug::RecoveryKeepsUncommitted
+                | WcBug::RecoveryOldestCopy
+                | WcBug::RecoverySkipsChecksum
+                | WcBug::RecoveryFirstCopy
         )
     }
 }

@@ -78,8 +78,10 @@ impl<R: Region> WriteCache<R> {
         if lbas.is_empty() {
             return Ok(());
         }
-        // An older copy's clear must be durable before its newer copy's clear is.
-        if !st.cleared.is_empty() && self.bug != Some(WcBug::StaleClearUnfenced) {
+        // An older copy's clear must be durable before its newer copy's clear is: the clears
+        // the last write left pending are stored and fenced first.
+        if !st.pending_clears.is_empty() && self.bug != Some(WcBug::StaleClearUnfenced) {
+            self.store_pending_clears(st);
             self.fence(st);
         }
         let jobs = match st.settings.writeback_jobs {
@@ -94,7 +96,7 @@ impl<R: Region> WriteCache<R> {
                 if c.tombstone {
                     self.backing_write_sector(st, lba, None)?;
                 } else {
-                    self.region.read(self.layout.data_off(slot), &mut buf);
+                    self.read_slot_data(&c, slot, &mut buf)?;
                     self.backing_write_sector(st, lba, Some(&buf))?;
                 }
             }
@@ -154,7 +156,11 @@ impl<R: Region> WriteCache<R> {
                 }
             }
         }
-        self.timed(st, Instant::now())
+        // The clock is read only when a timed trigger is on (a write reads none otherwise).
+        if s.cleaner || s.max_age_ms > 0 {
+            return self.timed(st, Instant::now());
+        }
+        Ok(())
     }
 
     /// The timed triggers due at `now`: max-age and the cleaner.

@@ -1,16 +1,18 @@
 //! The on-media format of a write cache (docs/format.md section 12): its superblock, settings,
-//! admission record and counters. The commit words and the slot entries are UBJ's encodings
-//! (format.rs, docs/format.md 10.4 and 10.5) at the same offsets, so recovery's table
-//! (recover.rs) reads both; the slots' data is `sector_bytes` per slot.
+//! admission record and counters. The commit words are UBJ's encoding (format.rs,
+//! docs/format.md 10.4) at the same offsets; the slot entries are the write cache's own
+//! (wentry.rs, 12.5); the slots' data is `sector_bytes` per slot.
 
-use crate::format::{COMMIT_OFF, ENTRY_BYTES, SLOTS_MAX, SLOTS_MIN, TABLE_OFF};
+use crate::format::{COMMIT_OFF, SLOTS_MAX, SLOTS_MIN, TABLE_OFF};
+use crate::wentry::WC_ENTRY_BYTES as ENTRY_BYTES;
 use nvstack_core::error::{Error, Result};
 use std::ops::Range;
 
 /// The write cache superblock's magic: "NVSWCACH".
 pub const WC_MAGIC: u64 = u64::from_le_bytes(*b"NVSWCACH");
-/// The format version this code writes and reads.
-pub const WC_VERSION: u32 = 1;
+/// The format version this code writes and reads (2: one-fence writes, entries checksumming
+/// their data; a version 1 image is refused, naming what to do).
+pub const WC_VERSION: u32 = 2;
 /// Bytes the superblock is stored as.
 pub const WC_SB_BYTES: usize = 128;
 /// Offset of the counters record (outside every write: a crash loses counts, never data).
@@ -71,11 +73,6 @@ impl WcLayout {
     pub fn data_off(&self, slot: u32) -> u64 {
         debug_assert!(slot < self.slots);
         self.data_off + u64::from(slot) * u64::from(self.sector_bytes)
-    }
-
-    /// UBJ's layout of the same table (recovery's scan reads only the table).
-    pub fn table(&self) -> crate::format::Layout {
-        crate::format::Layout::new(self.slots)
     }
 }
 
@@ -331,6 +328,13 @@ impl WcSuperblock {
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         if b.len() < WC_SB_BYTES || u64_at(0) != WC_MAGIC {
             return Err(Error::bad("not a write cache image (no NVSWCACH magic)"));
+        }
+        if u32_at(8) == 1 {
+            return Err(Error::bad(format!(
+                "write cache format version 1 (the two-fence protocol of an older nvstack; this \
+                 program reads version {WC_VERSION}): run `nvstack cache detach` with the \
+                 nvstack that made it, then create a new cache over the backing file"
+            )));
         }
         if u32_at(8) != WC_VERSION {
             return Err(Error::bad(format!(

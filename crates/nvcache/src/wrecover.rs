@@ -1,17 +1,70 @@
-//! The write cache's recovery at open: recover.rs's table (docs/format.md 10.8) read against
-//! the commit word, then one rule of its own (section 12): of a block's committed copies the
-//! newest is kept and the others are cleared; they are copies a write replaced, whose clears a
-//! crash cut off before a fence made them durable.
+//! The write cache's recovery at open (docs/format.md 12.6, format version 2). `C` is the
+//! newest valid commit word: the last multi-block write known whole. Each slot:
+//!
+//! | case | what the slot holds | recovery |
+//! |---|---|---|
+//! | V0 | sequence word zero | free |
+//! | V1 | a word failing its own check bits, or a reserved word not zero | refuse, naming the slot: damage at rest (no store writes such a word) |
+//! | V2 | a word still zero beside a sequence word, or the CRC-32C over entry and data fails | a write a crash cut: cleared |
+//! | V3 | whole, part of a multi-block write above C | that write was in flight: cleared |
+//! | V4 | whole (a single-block write, or a multi-block one at most C) | a copy of its block |
+//! | W1 | two or more V4 copies of one block | the highest sequence number is the block; the others (copies a write replaced, whose clears a crash cut off) are cleared |
+//! | W2 | two V4 copies of one block with one sequence number | no write stores that: refuse, naming both slots |
+//!
+//! Then one fence. The next write's sequence number is above every whole entry's and C.
 
-use crate::format::Entry;
-use crate::recover;
+use crate::format::SEQ_MAX;
 use crate::wbugs::WcBug;
+use crate::wentry::{crc_of, decode, WcDecoded, WcEntry};
 use crate::wformat::{WcLayout, WcSettings};
-use crate::writecache::{read_wc_counters, Cached, Order, WState};
-use nvstack_core::error::Result;
+use crate::writecache::{read_wc_counters, Cached, Index, Order, WState};
+use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
-use std::collections::HashMap;
 use std::time::Instant;
+
+/// What one slot holds, decided (V0 to V4).
+enum SlotCase {
+    Free,
+    Cut,
+    Copy(WcEntry, u32),
+}
+
+/// Read and decide one slot (V0 to V4); Err for V1.
+fn read_slot<R: Region + ?Sized>(
+    region: &R,
+    layout: &WcLayout,
+    slot: u32,
+    commit: u64,
+    bug: Option<WcBug>,
+    buf: &mut [u8],
+) -> Result<SlotCase> {
+    let off = layout.entry_off(slot);
+    let w: [u64; 4] = std::array::from_fn(|i| region.load_u64(off + 8 * i as u64));
+    let (e, crc) = match decode(slot, w) {
+        WcDecoded::Empty => return Ok(SlotCase::Free),
+        WcDecoded::Torn => return Ok(SlotCase::Cut),
+        WcDecoded::Damaged(what) => {
+            return Err(Error::bad(format!(
+                "write cache slot {slot}: the entry's {what} fails its check bits (damaged at \
+                 rest)"
+            )))
+        }
+        WcDecoded::Entry { entry, crc } => (entry, crc),
+    };
+    let data = (!e.tombstone).then(|| {
+        region.read(layout.data_off(slot), buf);
+        &buf[..]
+    });
+    // Seeded bug wc-recovery-skips-checksum: a cut write's entry is kept.
+    if crc != crc_of(slot, &e, data) && bug != Some(WcBug::RecoverySkipsChecksum) {
+        return Ok(SlotCase::Cut);
+    }
+    // Seeded bug wc-recovery-keeps-uncommitted: a multi-block write in flight is kept.
+    if e.multi && e.seq > commit && bug != Some(WcBug::RecoveryKeepsUncommitted) {
+        return Ok(SlotCase::Cut);
+    }
+    Ok(SlotCase::Copy(e, crc))
+}
 
 /// Rebuild the DRAM state (the hash index) from the table, storing recovery's clears; returns
 /// it with the number of entries cleared.
@@ -21,69 +74,99 @@ pub(crate) fn recover<R: Region + ?Sized>(
     settings: WcSettings,
     bug: Option<WcBug>,
 ) -> Result<(WState, usize)> {
-    let keep = bug == Some(WcBug::RecoveryKeepsUncommitted);
-    let found = recover::scan(region, &layout.table(), keep)?;
-    let mut clears = found.dropped.clone();
-    // Per block: the slot of the copy kept.
-    let mut best: HashMap<u64, (u32, Entry)> = HashMap::new();
-    for (slot, kept) in found.kept.iter().enumerate() {
-        let Some(e) = *kept else { continue };
-        let slot = slot as u32;
-        match best.get(&e.lba).copied() {
-            None => {
-                best.insert(e.lba, (slot, e));
+    let commit = crate::recover::committed_epoch(region)?;
+    let mut clears = Vec::new();
+    let mut best = Index::default();
+    let mut copies: Vec<Option<(WcEntry, u32)>> = vec![None; layout.slots as usize];
+    let mut seq = commit;
+    let mut buf = vec![0u8; layout.sector_bytes as usize];
+    for slot in 0..layout.slots {
+        let (e, crc) = match read_slot(region, layout, slot, commit, bug, &mut buf)? {
+            SlotCase::Free => continue,
+            SlotCase::Cut => {
+                clears.push(slot);
+                continue;
             }
-            Some((other, o)) => {
-                // Seeded bug wc-recovery-oldest-copy: the older copy wins.
-                let newer = (e.seq > o.seq) != (bug == Some(WcBug::RecoveryOldestCopy));
-                if newer {
-                    clears.push(other);
-                    best.insert(e.lba, (slot, e));
-                } else {
-                    clears.push(slot);
-                }
-            }
+            SlotCase::Copy(e, crc) => (e, crc),
+        };
+        seq = seq.max(e.seq);
+        copies[slot as usize] = Some((e, crc));
+        let Some(other) = best.get(&e.lba).copied() else {
+            best.insert(e.lba, slot);
+            continue;
+        };
+        let o = copies[other as usize].expect("kept").0;
+        if o.seq == e.seq {
+            return Err(Error::bad(format!(
+                "write cache slots {other} and {slot} both hold block {} of write {}",
+                e.lba, e.seq
+            )));
         }
+        // Seeded bugs: the older copy wins (oldest-copy), or the first found (first-copy).
+        let newer = match bug {
+            Some(WcBug::RecoveryOldestCopy) => e.seq < o.seq,
+            Some(WcBug::RecoveryFirstCopy) => false,
+            _ => e.seq > o.seq,
+        };
+        let loser = if newer {
+            best.insert(e.lba, slot);
+            other
+        } else {
+            slot
+        };
+        clears.push(loser);
+        copies[loser as usize] = None;
+    }
+    if seq >= SEQ_MAX {
+        return Err(Error::bad(format!(
+            "write cache: sequence number {seq} leaves no room for another write (2^48 - 1 \
+             is the last)"
+        )));
     }
     for &slot in &clears {
         region.store_u64_nt(layout.entry_off(slot) + 8, 0);
     }
     region.fence();
-    Ok((
-        state(layout, settings, found.epoch, best, region),
-        clears.len(),
-    ))
+    Ok((state(layout, settings, seq, copies, region), clears.len()))
 }
 
 fn state<R: Region + ?Sized>(
     layout: &WcLayout,
     settings: WcSettings,
     seq: u64,
-    best: HashMap<u64, (u32, Entry)>,
+    copies: Vec<Option<(WcEntry, u32)>>,
     region: &R,
 ) -> WState {
     let now = Instant::now();
     let mut st = WState {
         seq,
-        index: HashMap::with_capacity(best.len()),
+        index: Index::default(),
         slots: vec![None; layout.slots as usize],
         free: Vec::new(),
-        cleared: Vec::new(),
-        order: Order::new(settings.policy, seq ^ 0x5eed),
+        pending_clears: Vec::new(),
+        order: Order::new(settings.policy, seq ^ 0x5eed, layout.slots),
         stats: Default::default(),
         stored: read_wc_counters(region),
         bypass_unflushed: false,
         error: None,
         settings,
         admit: crate::admit::Admission::All,
+        opened_at: now,
     };
     // The destage order starts as the write order (oldest first).
-    let mut kept: Vec<(u32, Entry)> = best.into_values().collect();
-    kept.sort_unstable_by_key(|(slot, e)| (e.seq, *slot));
-    for (slot, e) in kept {
+    let mut kept: Vec<(u32, WcEntry, u32)> = copies
+        .iter()
+        .enumerate()
+        .filter_map(|(s, c)| c.map(|(e, crc)| (s as u32, e, crc)))
+        .collect();
+    kept.sort_unstable_by_key(|(slot, e, _)| (e.seq, *slot));
+    for (slot, e, crc) in kept {
         st.slots[slot as usize] = Some(Cached {
             lba: e.lba,
             tombstone: e.tombstone,
+            crc,
+            seq: e.seq,
+            multi: e.multi,
             written_at: now,
         });
         st.index.insert(e.lba, slot);

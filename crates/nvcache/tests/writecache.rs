@@ -209,3 +209,35 @@ fn a_backing_error_puts_the_cache_in_its_error_state_and_keeps_the_data() {
     assert!(e.contains("error state"), "{e}");
     assert_eq!(read(&wc, 1), sector(5), "data kept");
 }
+
+/// Format version 2's write: a single block takes one fence, with nothing stored after it (a
+/// store after the fence would drain when the lock is released); several blocks take two (the
+/// commit word's). An overwrite's old slot is reused by the next write without a clear.
+#[test]
+fn a_single_block_write_takes_one_fence_and_stores_nothing_after_it() {
+    use nvstack_pmem::crash::SimEvent;
+    let (region, disk, wc) = fresh(32, WcSettings::default(), Admit::All);
+    wc.write_blocks(3, &sector(1)).unwrap();
+    for (lba, n, fences) in [(3, 1, 1), (4, 1, 1), (8, 4, 2), (3, 1, 1)] {
+        let data: Vec<u8> = (0..n).flat_map(|i| sector(i as u8 + 9)).collect();
+        region.start_recording();
+        wc.write_blocks(lba, &data).unwrap();
+        let ev = region.take_events();
+        let fenced = ev.iter().filter(|e| matches!(e, SimEvent::Fence)).count();
+        assert_eq!(fenced, fences, "{n} blocks at {lba}");
+        assert!(
+            matches!(ev.last(), Some(SimEvent::Fence)),
+            "a store after the last fence"
+        );
+        assert_eq!(read(&wc, lba), sector(9));
+    }
+    drop(wc);
+    let wc = WriteCache::open(region.clone(), disk.clone(), None).unwrap();
+    assert_eq!(read(&wc, 3), sector(9));
+    assert_eq!(read(&wc, 11), sector(12));
+    assert_eq!(
+        wc.recovered_entries(),
+        1,
+        "the replaced copy of block 3, whose clear was pending"
+    );
+}

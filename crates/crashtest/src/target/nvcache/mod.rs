@@ -213,7 +213,13 @@ impl CrashTarget for UbjTarget {
         pending: &BTreeSet<u64>,
         rng: &mut SmallRng,
     ) -> String {
-        media_fault(image, &layout.layout, touched, pending, rng)
+        let l = &layout.layout;
+        let table = Table {
+            slots: l.slots,
+            entry_off: &|s| l.entry_off(s),
+            words: 2,
+        };
+        media_fault(image, &table, touched, pending, rng)
     }
 
     fn bugs(&self) -> &[BugSpec<Bug>] {
@@ -246,30 +252,39 @@ impl CrashTarget for UbjTarget {
     }
 }
 
+/// A slot table as a media fault sees it: word 0 of an entry holds its block (48 bits), word
+/// 1 is zero in a slot holding no copy.
+pub(crate) struct Table<'a> {
+    pub slots: u32,
+    pub entry_off: &'a dyn Fn(u32) -> u64,
+    /// Words of one entry (each one a target).
+    pub words: u64,
+}
+
 /// Flip one bit of a durable metadata word: an entry word of a slot holding a touched block,
 /// or a commit word. UBJ must refuse the image (entries and commit words check themselves), or
 /// read as if nothing happened (the other commit word covers a damaged one). The write cache
-/// (target/wcache) shares it: its table and commit words are laid out as UBJ's.
+/// (target/wcache) shares it with its own table (its commit words are UBJ's).
 pub(crate) fn media_fault(
     img: &SimRegion,
-    layout: &Layout,
+    layout: &Table<'_>,
     touched: &[u64],
     pending: &BTreeSet<u64>,
     rng: &mut SmallRng,
 ) -> String {
     let in_use: Vec<u32> = (0..layout.slots)
         .filter(|&s| {
-            let w1 = img.peek(layout.entry_off(s) / 8 + 1);
-            let lba = img.peek(layout.entry_off(s) / 8) & nvstack_nvcache::format::LBA_MAX;
+            let w1 = img.peek((layout.entry_off)(s) / 8 + 1);
+            let lba = img.peek((layout.entry_off)(s) / 8) & nvstack_nvcache::format::LBA_MAX;
             w1 != 0 && touched.contains(&lba)
         })
         .collect();
     for _ in 0..64 {
         let (word, what) = if !in_use.is_empty() && rng.gen_range(0..4) > 0 {
             let s = in_use[rng.gen_range(0..in_use.len())];
-            let half = rng.gen_range(0..2u64);
+            let half = rng.gen_range(0..layout.words);
             (
-                layout.entry_off(s) / 8 + half,
+                (layout.entry_off)(s) / 8 + half,
                 format!("bit flip in word {half} of slot {s}'s entry"),
             )
         } else {

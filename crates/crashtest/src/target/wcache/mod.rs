@@ -218,8 +218,15 @@ impl CrashTarget for WcTarget {
         pending: &BTreeSet<u64>,
         rng: &mut SmallRng,
     ) -> String {
-        // The table and commit words are laid out as UBJ's: its media fault applies as is.
-        super::nvcache::media_fault(image, &layout.layout.table(), touched, pending, rng)
+        // Every entry word (four, docs/format.md 12.5) carries its own check bits and the
+        // commit words are UBJ's: UBJ's media fault applies with the write cache's table.
+        let l = &layout.layout;
+        let table = super::nvcache::Table {
+            slots: l.slots,
+            entry_off: &|s| l.entry_off(s),
+            words: 4,
+        };
+        super::nvcache::media_fault(image, &table, touched, pending, rng)
     }
 
     fn bugs(&self) -> &[BugSpec<WcBug>] {
