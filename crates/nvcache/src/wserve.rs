@@ -25,7 +25,7 @@ use std::time::Instant;
 pub struct WcLive {
     /// Blocks held in the cache: every one is dirty (newer than the backing device's copy).
     pub cached: u64,
-    /// Slots in use: the cached blocks' and the cleared ones waiting for a fence.
+    /// Slots not free (format version 2 frees a replaced copy's slot at once: equals `cached`).
     pub used_slots: u64,
     /// This run's blocks destaged, by trigger.
     pub destaged_room: u64,
@@ -79,7 +79,7 @@ impl<R: Region> ServedWc<R> {
         let k = st.stats;
         let live = WcLive {
             cached: st.index.len() as u64,
-            used_slots: (st.index.len() + st.cleared.len()) as u64,
+            used_slots: (st.slots.len() - st.free.len()) as u64,
             destaged_room: k.destaged_room,
             destaged_watermark: k.destaged_watermark,
             destaged_max_age: k.destaged_max_age,
