@@ -150,15 +150,8 @@ up_cache() { # system commit [autocommit_ms] -> a fresh cache, mkfs's blocks wri
   [ "$1" = ubj-ord ] && mode=ordered
   [ "$1" = wcache ] && { cache=write; extra=(--admit all); }
   [ -n "${3:-}" ] && extra+=(--autocommit-ms "$3")
-  local opts="data=$mode,commit=$2,noinit_itable" conf=/etc/mke2fs.conf
-  if [ "$1" = wcache ]; then
-    # mkfs's discard of the whole device reaches the write cache as a discard that it turns
-    # into zeros written to the backing file sector by sector (minutes for 4 GiB): `up`'s
-    # mkfs runs here with Debian's mke2fs.conf plus discard = false.
-    conf=$shm/mke2fs.conf
-    sed 's/^\[defaults\]$/[defaults]\n\tdiscard = false/' /etc/mke2fs.conf > "$conf"
-  fi
-  MKE2FS_CONFIG=$conf "$B" up --image "$shm/cache.img" --size "$nvram" --cache "$cache" \
+  local opts="data=$mode,commit=$2,noinit_itable"
+  "$B" up --image "$shm/cache.img" --size "$nvram" --cache "$cache" \
     --backing "$disk/backing" --backing-size "$backing" "${extra[@]}" --fs ext4 \
     --mount-options "$opts" --mount "$mnt" >/dev/null
   # Start the workload with mkfs's blocks written back and the counters stored: the backing

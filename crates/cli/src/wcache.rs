@@ -347,8 +347,9 @@ fn status(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
 
 fn print_status(s: &Status) -> Result<()> {
     say!(
-        "image                       {} (write cache, format v1)",
-        s.image
+        "image                       {} (write cache, format v{})",
+        s.image,
+        nvstack_nvcache::wformat::WC_VERSION
     )?;
     say!("backing                     {}", s.backing)?;
     say!("sector                      {} B", s.sector_bytes)?;

@@ -37,6 +37,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// blocks per write keeps unrelated writers apart.
 const STRIPES: usize = 1024;
 
+/// Blocks one device discard covers at most (one long discard holds every stripe's lock for
+/// its duration, so it is bounded: 1 GiB at 512-byte blocks).
+const DISCARD_BLOCKS_MAX: u64 = 1 << 21;
+const _: () = assert!(DISCARD_BLOCKS_MAX >= STRIPES as u64);
+
 /// Blocks one file write touches at most on a device whose atomic unit is under 2 blocks (no
 /// atomicity to keep): the same 64 as nvramdisk's unit, so the FUSE `max_write` is 63 blocks
 /// on every backend.
@@ -275,13 +280,21 @@ impl BlockFile {
         if offset < first_whole * bb {
             self.write_at(offset, &vec![0u8; (first_whole * bb - offset) as usize])?;
         }
-        // Discards of at most write_blocks_max blocks (at most STRIPES, so distinct stripes)
-        // at a time under their stripe locks, so a concurrent partial write cannot resurrect a
-        // block mid-discard.
+        // Discards under the stripe locks of their blocks, so a concurrent partial write cannot
+        // resurrect a block mid-discard: at most write_blocks_max blocks at a time, or, for a
+        // long discard (mkfs discards the whole device), up to DISCARD_BLOCKS_MAX at a time
+        // under every stripe's lock. Why long ones: the device may then take its own fast path
+        // (the write cache discards uncached blocks on its backing device directly).
         let mut b = first_whole;
         while b < end_whole {
-            let n = (end_whole - b).min(self.write_blocks_max);
-            let _locks = self.lock_blocks(b, n);
+            let left = end_whole - b;
+            let (n, locked) = if left >= STRIPES as u64 {
+                (left.min(DISCARD_BLOCKS_MAX), STRIPES as u64)
+            } else {
+                let n = left.min(self.write_blocks_max);
+                (n, n)
+            };
+            let _locks = self.lock_blocks(b, locked);
             self.dev.discard(b, n)?;
             b += n;
         }

@@ -29,10 +29,12 @@ pub enum WcBug {
     RecoverySkipsChecksum,
     /// Recovery keeps the first copy of a block it finds, not comparing sequence numbers.
     RecoveryFirstCopy,
+    /// A discard past the unit returns before the backing device is flushed.
+    LongDiscardUnflushed,
 }
 
 impl WcBug {
-    pub const ALL: [WcBug; 11] = [
+    pub const ALL: [WcBug; 12] = [
         WcBug::EntryBeforeData,
         WcBug::CommitUnfenced,
         WcBug::FreedBeforeBackingFlush,
@@ -44,6 +46,7 @@ impl WcBug {
         WcBug::ChecksumSkipsData,
         WcBug::RecoverySkipsChecksum,
         WcBug::RecoveryFirstCopy,
+        WcBug::LongDiscardUnflushed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +62,7 @@ impl WcBug {
             WcBug::ChecksumSkipsData => "checksum-skips-data",
             WcBug::RecoverySkipsChecksum => "wc-recovery-skips-checksum",
             WcBug::RecoveryFirstCopy => "wc-recovery-first-copy",
+            WcBug::LongDiscardUnflushed => "long-discard-unflushed",
         }
     }
 
@@ -91,6 +95,9 @@ impl WcBug {
             }
             WcBug::RecoveryFirstCopy => {
                 "recovery keeps the first copy of a block it finds, not comparing sequence numbers"
+            }
+            WcBug::LongDiscardUnflushed => {
+                "a discard past the unit returns before the backing device is flushed"
             }
         }
     }

@@ -653,23 +653,97 @@ impl<R: Region> WriteCache<R> {
         Ok(())
     }
 
-    /// Discard blocks: cached or admitted ones become tombstones (read as zeros, durable on
-    /// return, punched or zeroed on the backing device at destage); the others are zeroed on
-    /// the backing device (durable after the next flush).
+    /// Discard blocks. Up to one unit, atomically as a write: cached or admitted blocks become
+    /// tombstones (read as zeros, durable on return, punched or zeroed on the backing device
+    /// at destage), the others are zeroed on the backing device (durable after the next
+    /// flush). Longer (not atomic, as a longer write): cached blocks become tombstones, the
+    /// others are discarded on the backing device directly, which is then flushed (durable on
+    /// return). Why: mkfs discards the whole device, and a tombstone per sector would pass
+    /// millions of sectors through the cache and its destager.
     pub fn discard_blocks(&self, lba: u64, count: u64) -> Result<()> {
         let bytes = usize::try_from(count)
             .ok()
             .and_then(|c| c.checked_mul(self.sb.sector_bytes as usize));
         self.check_range(lba, bytes.ok_or_else(|| Error::bad("discard too long"))?)?;
-        let unit = u64::from(self.unit_blocks());
-        let mut at = lba;
-        while at < lba + count {
-            let n = unit.min(lba + count - at);
-            self.write_unit::<UNIT_MAX>(at, &vec![None; n as usize])?;
-            self.lock().stats.discarded_blocks += n;
-            at += n;
+        if count <= u64::from(self.unit_blocks()) {
+            self.write_unit::<UNIT_MAX>(lba, &vec![None; count as usize])?;
+            self.lock().stats.discarded_blocks += count;
+            return Ok(());
         }
+        let cached = self.discard_uncached(lba, count)?;
+        for &l in &cached {
+            // Tombstones one by one: there are at most as many as the cache has slots.
+            self.write_unit::<1>(l, &[None])?;
+        }
+        let mut st = self.lock();
+        st.stats.discarded_blocks += count;
+        debug_assert!(cached.len() as u64 <= count);
         Ok(())
+    }
+
+    /// The uncached blocks of `lba..lba + count` discarded on the backing device (whole
+    /// backing blocks punched, the sectors of a partly covered one zeroed), the backing
+    /// device flushed; returns the cached blocks, in order, for their tombstones.
+    fn discard_uncached(&self, lba: u64, count: u64) -> Result<Vec<u64>> {
+        let end = lba + count;
+        let mut st = self.lock();
+        self.writable(&st)?;
+        // The cached blocks of the range: by probing each block or by walking the index,
+        // whichever is shorter (a whole-device discard over a full cache, or a short one).
+        let cached: Vec<u64> = if count <= st.index.len() as u64 {
+            (lba..end).filter(|l| st.index.contains_key(l)).collect()
+        } else {
+            let mut c: Vec<u64> = st
+                .index
+                .keys()
+                .copied()
+                .filter(|l| (lba..end).contains(l))
+                .collect();
+            c.sort_unstable();
+            c
+        };
+        let mut at = lba;
+        for &next in cached.iter().chain(std::iter::once(&end)) {
+            if next > at {
+                self.backing_discard_run(&mut st, at, next)?;
+            }
+            at = next + 1;
+        }
+        // Seeded bug long-discard-unflushed: the discard returns with the backing device's
+        // discards not yet durable.
+        if self.bug != Some(WcBug::LongDiscardUnflushed) {
+            self.backing
+                .flush()
+                .map_err(|e| self.backing_failed(&mut st, e))?;
+        }
+        if matches!(st.admit, crate::admit::Admission::Fat(_))
+            && (lba..end).any(|l| st.admit.admits(l))
+        {
+            // FAT metadata became zeros: classify again, as after a write.
+            if let Ok(m) = self.walk_fat(&mut st) {
+                st.admit = crate::admit::Admission::Fat(m);
+            }
+        }
+        Ok(cached)
+    }
+
+    /// Sectors `from..to`, none cached, discarded on the backing device.
+    fn backing_discard_run(&self, st: &mut WState, from: u64, to: u64) -> Result<()> {
+        assert!(from < to);
+        let spb = u64::from(self.sb.backing_block_bytes / self.sb.sector_bytes);
+        let (first, last) = (from.div_ceil(spb), to / spb);
+        if first >= last {
+            for l in from..to {
+                self.backing_write_sector(st, l, None)?;
+            }
+            return Ok(());
+        }
+        for l in (from..first * spb).chain(last * spb..to) {
+            self.backing_write_sector(st, l, None)?;
+        }
+        self.backing
+            .discard(first, last - first)
+            .map_err(|e| self.backing_failed(st, e))
     }
 
     /// One unit: bypassed blocks to the backing device, the others into the cache together.

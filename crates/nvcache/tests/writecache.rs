@@ -241,3 +241,45 @@ fn a_single_block_write_takes_one_fence_and_stores_nothing_after_it() {
         "the replaced copy of block 3, whose clear was pending"
     );
 }
+
+#[test]
+fn a_discard_punches_uncached_blocks_on_the_backing_device_and_tombstones_cached_ones() {
+    // A cache of 16 slots and a discard of 127 sectors (mkfs discards whole devices): the
+    // uncached sectors go to the backing device as whole-block discards plus zeroed edge
+    // sectors, never through the cache, and the cached ones become tombstones.
+    let (_region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    for l in 0..128u64 {
+        let mut bytes = disk.bytes.lock().unwrap();
+        bytes[l as usize * S..(l as usize + 1) * S].copy_from_slice(&sector(l as u8));
+    }
+    wc.write_blocks(9, &sector(200)).unwrap();
+    wc.write_blocks(70, &sector(201)).unwrap();
+    disk.log.lock().unwrap().clear();
+    wc.discard_blocks(1, 126).unwrap();
+    for l in 1..127u64 {
+        assert_eq!(read(&wc, l), vec![0u8; S], "sector {l} reads zeros");
+    }
+    assert_eq!(read(&wc, 0), sector(0), "before the range");
+    assert_eq!(read(&wc, 127), sector(127), "after the range");
+    let log = disk.log.lock().unwrap().clone();
+    let discards: Vec<(u64, u64)> = log
+        .iter()
+        .filter_map(|op| match op {
+            common::BackingOp::Discard { lba, count, .. } => Some((*lba, *count)),
+            _ => None,
+        })
+        .collect();
+    // Sectors 1..127 less the cached 9 and 70: whole blocks 2..8 and 9..15 (blocks 1 and 8
+    // hold a cached sector), the rest zeroed sector by sector.
+    assert_eq!(discards, vec![(2, 6), (9, 6)]);
+    assert!(
+        matches!(log.last(), Some(common::BackingOp::Flush { .. })),
+        "the backing device is flushed before the discard returns: {log:?}"
+    );
+    assert_eq!(wc.cached_blocks(), 2, "the cached sectors are tombstones");
+    assert_eq!(wc.stats().discarded_blocks, 126);
+    assert_eq!(wc.writeback().unwrap(), 2);
+    assert_eq!(on_disk(&disk, 9), vec![0u8; S]);
+    assert_eq!(on_disk(&disk, 70), vec![0u8; S]);
+    assert_eq!(on_disk(&disk, 0), sector(0));
+}

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 const S: usize = SECTOR as usize;
 
 /// The exhaustive tier's scenarios, in the order they run (`--scenario NAME`).
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "write-1",
     "write-8",
     "overwrite",
@@ -25,6 +25,7 @@ pub const NAMES: [&str; 9] = [
     "bypass",
     "cleaner",
     "discard",
+    "discard-long",
     "writeback",
 ];
 
@@ -107,8 +108,24 @@ impl<'a> Recorder<'a> {
     }
 
     pub fn discard(&mut self, lba: u64, n: u64) -> Result<()> {
-        let blocks = (lba..lba + n).map(|l| (l, None)).collect();
-        self.op("discard", blocks, |d| d.discard_blocks(lba, n))
+        let blocks: Vec<_> = (lba..lba + n).map(|l| (l, None)).collect();
+        if n <= u64::from(self.dev.unit_blocks()) {
+            return self.op("discard", blocks, |d| d.discard_blocks(lba, n));
+        }
+        // Past the unit a discard is not atomic (as a longer write), and every block of it,
+        // taken or not, is durable on return (the backing device is flushed before it).
+        let start = self.region.event_count();
+        self.marks.push((start, "discard"));
+        self.dev.discard_blocks(lba, n)?;
+        let ack = self.region.event_count();
+        self.cur.extend(blocks.iter().copied());
+        self.exp.ops.push(OpRecord {
+            blocks,
+            atomic: false,
+            start,
+            ack,
+        });
+        Ok(())
     }
 
     /// A flush: every bypassed write before it is acknowledged when it returns.
@@ -201,6 +218,11 @@ fn setup(r: &mut Recorder<'_>, name: &str) -> Result<()> {
         "bypass" => r.write(70, 1),
         "cleaner" => r.write(3, 2),
         "discard" => r.write(10, 2),
+        "discard-long" => {
+            r.write(70, 4)?;
+            r.writeback()?; // on the backing device only
+            r.write(10, 2) // cached
+        }
         "writeback" => r.write(1, 4),
         _ => Ok(()),
     }
@@ -242,6 +264,13 @@ fn workload(r: &mut Recorder<'_>, name: &str) -> Result<()> {
             r.discard(10, 3)?; // two cached blocks and an admitted one: tombstones
             r.writeback()?; // zeroed on the backing device
             r.read(10, 3)
+        }
+        "discard-long" => {
+            // Past the unit (64): not atomic; the cached blocks become tombstones, the others
+            // are discarded on the backing device directly, which is flushed before return.
+            r.discard(4, 100)?;
+            r.read(8, 6)?;
+            r.read(68, 8)
         }
         "writeback" => {
             r.write(2, 1)?; // the old copy's clear is outstanding
