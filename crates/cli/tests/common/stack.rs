@@ -702,27 +702,59 @@ pub fn kill_cycles(st: &mut Stack, plan: &KillPlan) -> (Vec<Vec<u64>>, usize) {
 }
 
 /// A random moment, then the first instant (within the plan's wait) at which the target
-/// holds: the kill must find the state the test asks for, not an idle file system. The words
-/// are read again after the kill, from the daemon's own counters. The killer is started
-/// beforehand and waits on a pipe: a shell builtin `kill` runs microseconds after the go,
-/// where forking `kill` takes milliseconds, long enough for the state seen to pass.
+/// holds: the kill must find the state the test asks for, not an idle file system. When the
+/// words show it, the daemon is stopped (SIGSTOP) and the words read again while it cannot
+/// change them: still there, SIGKILL; gone (a commit came between the read and the stop),
+/// SIGCONT and look again. Why: a UBJ commit clears the dirty blocks within microseconds of an
+/// fsync, faster than a signal follows a read. The signals come from one shell started
+/// beforehand that reads them from a pipe (a builtin `kill` runs microseconds after the word,
+/// forking `kill` takes milliseconds).
 fn kill_at_target(st: &Stack, pid: u32, rng: &mut Rng, plan: &KillPlan, c: u32) {
     let mut killer = Command::new("sh")
         .arg("-c")
-        .arg(format!("read go && kill -KILL {pid}"))
+        .arg(format!(
+            "while read sig; do kill -$sig {pid}; [ $sig = KILL ] && exit 0; done"
+        ))
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut to = killer.stdin.take().unwrap();
     std::thread::sleep(Duration::from_millis(rng.range(150, 700)));
     let t = Instant::now();
     while t.elapsed() < plan.wait {
         if (plan.target)(c, &stats_words(&st.stats)) {
-            break;
+            to.write_all(b"STOP\n").unwrap();
+            wait_stopped(pid);
+            if (plan.target)(c, &stats_words(&st.stats)) {
+                break;
+            }
+            to.write_all(b"CONT\n").unwrap();
         }
         std::thread::sleep(Duration::from_micros(100));
     }
-    killer.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    to.write_all(b"KILL\n").unwrap();
+    drop(to);
     assert!(killer.wait().unwrap().success(), "kill failed");
+}
+
+/// Wait (at most 2 s) until every thread of `pid` is stopped.
+fn wait_stopped(pid: u32) {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return;
+        };
+        let all = tasks.flatten().all(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // The state follows the command name's closing parenthesis.
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            state.starts_with('T') || state.starts_with('t')
+        });
+        if all {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
 }
 
 /// Arm the daemon's power cut (SIGUSR1) and wait for it to end with one.
