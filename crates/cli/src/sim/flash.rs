@@ -151,7 +151,7 @@ fn print_table(r: &FlashSimReport, h: &nvstack_flash::file::Header) -> Result<()
 /// consecutive pages, so a hot page stays visible.
 const POINTS_MAX: usize = 1024;
 
-fn peaks(xs: &[u32]) -> Vec<(f64, f64)> {
+pub(crate) fn peaks(xs: &[u32]) -> Vec<(f64, f64)> {
     let width = xs.len().div_ceil(POINTS_MAX).max(1);
     xs.chunks(width)
         .enumerate()

@@ -484,16 +484,8 @@ impl Report {
     }
 }
 
-/// At most this many points a per-page figure (the maximum of each run of pages).
-const POINTS_MAX: usize = 1024;
-
-fn peaks(xs: &[u32]) -> Vec<(f64, f64)> {
-    let width = xs.len().div_ceil(POINTS_MAX).max(1);
-    xs.chunks(width)
-        .enumerate()
-        .map(|(i, c)| ((i * width) as f64, f64::from(*c.iter().max().unwrap_or(&0))))
-        .collect()
-}
+/// Per-page figures thin their points as `sim flash`'s do (the maximum of each run of pages).
+use crate::sim::flash::peaks;
 
 /// The x position of a size: its step of the seed's axis (0, 1, 2, 4, ... KiB evenly spaced).
 fn step(kib: u64) -> f64 {
