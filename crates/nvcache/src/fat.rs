@@ -9,7 +9,7 @@
 //! writes to cached blocks always go to the cache.
 
 use nvstack_core::error::{Error, Result};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 /// Reads `buf.len()` bytes of the volume at byte offset `off`.
@@ -152,7 +152,12 @@ impl Bpb {
     }
 }
 
-/// The blocks a FAT volume's metadata occupies, as last walked.
+/// The blocks a FAT volume's metadata occupies, as last walked, and what the walk read, kept
+/// current by [`FatMap::note_write`] so that [`FatMap::refresh`] walks again only when
+/// something the walk depends on changed, from memory (reading only directory clusters it has
+/// not seen). Why: fusefat writes a FAT or directory sector for nearly every operation, and a
+/// full walk after each one was over half of a replay's time. It gives exactly what
+/// [`FatMap::build`] gives (`same_as` compares them; the write cache's cross-check calls it).
 #[derive(Clone, Debug)]
 pub struct FatMap {
     pub bpb: Bpb,
@@ -160,6 +165,35 @@ pub struct FatMap {
     ranges: Vec<Range<u64>>,
     /// Directories found by the last walk (the root counts).
     pub directories: u64,
+    block_bytes: u64,
+    blocks: u64,
+    /// The first 512 bytes of the volume (the boot sector the geometry came from).
+    boot: Vec<u8>,
+    /// The first FAT's bytes (the walk follows chains in it).
+    fat: Vec<u8>,
+    /// Every directory part the walk read (the FAT12/16 root, each directory cluster): byte
+    /// offset -> its bytes and the subdirectories they list.
+    parts: BTreeMap<u64, Part>,
+    /// Clusters whose FAT entries the walk followed: a change to any other entry cannot change
+    /// what it finds.
+    consulted: BTreeSet<u64>,
+    stale: Stale,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Part {
+    bytes: Vec<u8>,
+    subdirs: Vec<u64>,
+}
+
+/// What a refresh must do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Stale {
+    Current,
+    /// A followed FAT entry or a directory's list of subdirectories changed: walk again.
+    Walk,
+    /// The boot sector changed: parse it and walk from scratch.
+    Build,
 }
 
 impl FatMap {
@@ -176,16 +210,44 @@ impl FatMap {
                 bpb.total_sectors
             )));
         }
-        let fixed = 0..bpb.data_start() * bps;
         let mut fat = vec![0u8; (bpb.fat_sectors * bps) as usize];
         read(bpb.reserved * bps, &mut fat)?;
-        let mut bytes = vec![fixed];
-        let directories = walk(&bpb, &fat, read, &mut bytes)?;
-        Ok(FatMap {
+        let mut m = FatMap {
             bpb,
-            ranges: to_blocks(&bytes, block_bytes),
-            directories,
-        })
+            ranges: Vec::new(),
+            directories: 0,
+            block_bytes,
+            blocks,
+            boot,
+            fat,
+            parts: BTreeMap::new(),
+            consulted: BTreeSet::new(),
+            stale: Stale::Walk,
+        };
+        m.rewalk(read)?;
+        Ok(m)
+    }
+
+    /// Walk again from the FAT and directory bytes held (reading only parts not held).
+    fn rewalk(&mut self, read: &mut ReadAt<'_>) -> Result<()> {
+        let bps = self.bpb.bytes_per_sector;
+        let mut bytes = vec![0..self.bpb.data_start() * bps];
+        let mut w = Walker {
+            bpb: &self.bpb,
+            fat: &self.fat,
+            old: &self.parts,
+            read,
+            parts: BTreeMap::new(),
+            seen: BTreeSet::new(),
+        };
+        let directories = w.walk(&mut bytes)?;
+        let (parts, seen) = (w.parts, w.seen);
+        self.parts = parts;
+        self.consulted = seen;
+        self.directories = directories;
+        self.ranges = to_blocks(&bytes, self.block_bytes);
+        self.stale = Stale::Current;
+        Ok(())
     }
 
     pub fn admits(&self, lba: u64) -> bool {
@@ -195,48 +257,180 @@ impl FatMap {
     pub fn ranges(&self) -> Vec<Range<u64>> {
         self.ranges.clone()
     }
-}
 
-/// Walk every directory from the root, adding each directory cluster's bytes to `out`;
-/// returns the number of directories.
-fn walk(bpb: &Bpb, fat: &[u8], read: &mut ReadAt<'_>, out: &mut Vec<Range<u64>>) -> Result<u64> {
-    let bps = bpb.bytes_per_sector;
-    let mut todo: Vec<Vec<u64>> = Vec::new();
-    let mut seen: BTreeSet<u64> = BTreeSet::new();
-    let mut dirs = 1;
-    let root: Vec<Range<u64>> = if bpb.kind == FatType::Fat32 {
-        let chain = bpb.chain(fat, bpb.root_cluster);
-        seen.extend(&chain);
-        chain.iter().map(|&c| bpb.cluster_bytes(c)).collect()
-    } else {
-        let start = (bpb.reserved + bpb.fats * bpb.fat_sectors) * bps;
-        std::iter::once(start..start + bpb.root_dir_sectors * bps).collect()
-    };
-    out.extend(root.iter().cloned());
-    let mut pending = vec![root];
-    while let Some(parts) = pending.pop() {
-        for r in parts {
-            let mut buf = vec![0u8; (r.end - r.start) as usize];
-            read(r.start, &mut buf)?;
-            subdirectories(&buf, &mut todo);
+    /// Block `lba` now holds `data` (`None`: zeros): keep the bytes the walk read current and
+    /// note whether what it found may have changed. Every write of a block the map admits
+    /// must be noted (the others touch nothing it holds).
+    pub fn note_write(&mut self, lba: u64, data: Option<&[u8]>) {
+        let bb = self.block_bytes;
+        let at = lba * bb;
+        let span = at..at + bb;
+        let byte = |off: u64| data.map_or(0, |d| d[(off - at) as usize]);
+        // The boot sector: any change re-parses the geometry.
+        if span.start < 512
+            && (span.start..span.end.min(512)).any(|o| self.boot[o as usize] != byte(o))
+        {
+            self.stale = Stale::Build;
+            return;
         }
-        for first in todo.drain(..).flatten() {
-            if !seen.insert(first) {
-                continue;
+        // The first FAT: only entries of clusters the walk followed matter.
+        let fat_at = self.bpb.reserved * self.bpb.bytes_per_sector;
+        let fat_span = fat_at..fat_at + self.fat.len() as u64;
+        for o in span.start.max(fat_span.start)..span.end.min(fat_span.end) {
+            let (i, b) = ((o - fat_at) as usize, byte(o));
+            if self.fat[i] != b {
+                self.fat[i] = b;
+                if self.entry_followed(i as u64) {
+                    self.stale = self.stale.max(Stale::Walk);
+                }
             }
-            let chain = bpb.chain(fat, first);
-            seen.extend(&chain);
-            dirs += 1;
-            let parts: Vec<Range<u64>> = chain.iter().map(|&c| bpb.cluster_bytes(c)).collect();
-            out.extend(parts.iter().cloned());
-            pending.push(parts);
+        }
+        // Directory parts: only a change to the subdirectories they list matters.
+        // Parts are disjoint and sorted: those overlapping the block end after its start.
+        let keys: Vec<u64> = self
+            .parts
+            .range(..span.end)
+            .rev()
+            .take_while(|(&k, p)| k + p.bytes.len() as u64 > span.start)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in keys {
+            let part = self.parts.get_mut(&k).expect("a held part");
+            let end = k + part.bytes.len() as u64;
+            for o in span.start.max(k)..span.end.min(end) {
+                part.bytes[(o - k) as usize] = byte(o);
+            }
+            let mut now = Vec::new();
+            subdirectories(&part.bytes, &mut now);
+            if now != part.subdirs {
+                part.subdirs = now;
+                self.stale = self.stale.max(Stale::Walk);
+            }
         }
     }
-    Ok(dirs)
+
+    /// Whether FAT byte `i` is part of the entry of a cluster the walk followed.
+    fn entry_followed(&self, i: u64) -> bool {
+        let (lo, hi) = match self.bpb.kind {
+            // Cluster c's 12-bit entry is bytes c + c/2 and the next.
+            FatType::Fat12 => ((2 * i / 3).saturating_sub(1), 2 * i / 3 + 1),
+            FatType::Fat16 => (i / 2, i / 2),
+            FatType::Fat32 => (i / 4, i / 4),
+        };
+        self.consulted.range(lo..=hi).next().is_some()
+    }
+
+    /// Bring the map up to date after the writes noted: nothing to do, a walk from memory, or
+    /// (the boot sector changed) a build from scratch. On an error the map keeps its last
+    /// classification and stays stale, so the next refresh tries again.
+    pub fn refresh(&mut self, read: &mut ReadAt<'_>) -> Result<()> {
+        match self.stale {
+            Stale::Current => Ok(()),
+            Stale::Walk => self.rewalk(read),
+            Stale::Build => {
+                *self = FatMap::build(read, self.block_bytes, self.blocks)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether a refresh has work to do.
+    pub fn is_stale(&self) -> bool {
+        self.stale != Stale::Current
+    }
+
+    /// `None` when this map classifies as `full` (a fresh build) does, else what differs.
+    pub fn differs_from(&self, full: &FatMap) -> Option<String> {
+        if self.bpb != full.bpb {
+            return Some(format!("geometry {:?} against {:?}", self.bpb, full.bpb));
+        }
+        if self.directories != full.directories {
+            return Some(format!(
+                "{} directories against {}",
+                self.directories, full.directories
+            ));
+        }
+        if self.ranges != full.ranges {
+            return Some(format!(
+                "blocks {:?} against {:?}",
+                self.ranges, full.ranges
+            ));
+        }
+        if self.fat != full.fat || self.parts != full.parts {
+            return Some("the FAT or directory bytes held differ from the volume's".into());
+        }
+        None
+    }
+}
+
+/// One walk: the FAT held, directory parts from `old` when held there, else read.
+struct Walker<'a, 'r> {
+    bpb: &'a Bpb,
+    fat: &'a [u8],
+    old: &'a BTreeMap<u64, Part>,
+    read: &'a mut ReadAt<'r>,
+    parts: BTreeMap<u64, Part>,
+    seen: BTreeSet<u64>,
+}
+
+impl Walker<'_, '_> {
+    /// The subdirectories part `r` lists, kept in `parts`.
+    fn part(&mut self, r: Range<u64>) -> Result<Vec<u64>> {
+        let len = (r.end - r.start) as usize;
+        let part = match self.old.get(&r.start) {
+            Some(p) if p.bytes.len() == len => p.clone(),
+            _ => {
+                let mut bytes = vec![0u8; len];
+                (self.read)(r.start, &mut bytes)?;
+                let mut subdirs = Vec::new();
+                subdirectories(&bytes, &mut subdirs);
+                Part { bytes, subdirs }
+            }
+        };
+        let subdirs = part.subdirs.clone();
+        self.parts.insert(r.start, part);
+        Ok(subdirs)
+    }
+
+    /// Walk every directory from the root, adding each directory cluster's bytes to `out`;
+    /// returns the number of directories.
+    fn walk(&mut self, out: &mut Vec<Range<u64>>) -> Result<u64> {
+        let bpb = self.bpb;
+        let bps = bpb.bytes_per_sector;
+        let mut dirs = 1;
+        let root: Vec<Range<u64>> = if bpb.kind == FatType::Fat32 {
+            let chain = bpb.chain(self.fat, bpb.root_cluster);
+            self.seen.extend(&chain);
+            chain.iter().map(|&c| bpb.cluster_bytes(c)).collect()
+        } else {
+            let start = (bpb.reserved + bpb.fats * bpb.fat_sectors) * bps;
+            std::iter::once(start..start + bpb.root_dir_sectors * bps).collect()
+        };
+        out.extend(root.iter().cloned());
+        let mut pending = vec![root];
+        let mut todo: Vec<u64> = Vec::new();
+        while let Some(parts) = pending.pop() {
+            for r in parts {
+                todo.extend(self.part(r)?);
+            }
+            for first in todo.drain(..) {
+                if !self.seen.insert(first) {
+                    continue;
+                }
+                let chain = bpb.chain(self.fat, first);
+                self.seen.extend(&chain);
+                dirs += 1;
+                let parts: Vec<Range<u64>> = chain.iter().map(|&c| bpb.cluster_bytes(c)).collect();
+                out.extend(parts.iter().cloned());
+                pending.push(parts);
+            }
+        }
+        Ok(dirs)
+    }
 }
 
 /// The first clusters of the subdirectories a directory's bytes list (not "." or "..").
-fn subdirectories(buf: &[u8], out: &mut Vec<Vec<u64>>) {
+fn subdirectories(buf: &[u8], out: &mut Vec<u64>) {
     for e in buf.chunks_exact(32) {
         match e[0] {
             0x00 => return, // the end of the directory
@@ -249,7 +443,7 @@ fn subdirectories(buf: &[u8], out: &mut Vec<Vec<u64>>) {
         }
         let hi = u64::from(u16::from_le_bytes([e[20], e[21]]));
         let lo = u64::from(u16::from_le_bytes([e[26], e[27]]));
-        out.push(vec![hi << 16 | lo]);
+        out.push(hi << 16 | lo);
     }
 }
 

@@ -152,6 +152,7 @@ fn state<R: Region + ?Sized>(
         settings,
         admit: crate::admit::Admission::All,
         opened_at: now,
+        fat_cross_check: false,
     };
     // The destage order starts as the write order (oldest first).
     let mut kept: Vec<(u32, WcEntry, u32)> = copies

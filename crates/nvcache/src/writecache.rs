@@ -214,6 +214,9 @@ pub(crate) struct WState {
     pub admit: crate::admit::Admission,
     /// When the cache opened: every block's `written_at` while max-age is off.
     pub opened_at: Instant,
+    /// Compare the FAT classification with a full walk after every refresh (debug builds
+    /// always; `set_fat_cross_check` otherwise).
+    pub fat_cross_check: bool,
 }
 
 /// A write cache over `region` in front of `backing`.
@@ -444,25 +447,84 @@ impl<R: Region> WriteCache<R> {
 
     /// Walk the FAT volume through the cache's own read path.
     pub(crate) fn walk_fat(&self, st: &mut WState) -> Result<crate::fat::FatMap> {
+        let mut read = |off: u64, buf: &mut [u8]| self.fat_read(st, off, buf);
+        crate::fat::FatMap::build(&mut read, u64::from(self.sb.sector_bytes), self.sb.blocks)
+    }
+
+    /// Bytes of the volume at `off` through the cache's read path (not counted as reads).
+    fn fat_read(&self, st: &mut WState, off: u64, buf: &mut [u8]) -> Result<()> {
         let s = u64::from(self.sb.sector_bytes);
-        let mut read = |off: u64, buf: &mut [u8]| -> Result<()> {
-            let first = off / s;
-            let last = (off + buf.len() as u64).div_ceil(s);
-            let mut tmp = vec![0u8; ((last - first) * s) as usize];
-            if last > self.sb.blocks {
-                return Err(Error::bad(format!(
-                    "--admit fat-metadata: the volume names bytes past the device's end \
-                     (offset {off})"
-                )));
-            }
-            for (i, chunk) in tmp.chunks_mut(s as usize).enumerate() {
+        let first = off / s;
+        let last = (off + buf.len() as u64).div_ceil(s);
+        if last > self.sb.blocks {
+            return Err(Error::bad(format!(
+                "--admit fat-metadata: the volume names bytes past the device's end \
+                 (offset {off})"
+            )));
+        }
+        if off.is_multiple_of(s) && buf.len().is_multiple_of(s as usize) {
+            for (i, chunk) in buf.chunks_mut(s as usize).enumerate() {
                 self.read_locked(st, first + i as u64, chunk, false)?;
             }
-            let at = (off - first * s) as usize;
-            buf.copy_from_slice(&tmp[at..at + buf.len()]);
-            Ok(())
+            return Ok(());
+        }
+        let mut tmp = vec![0u8; ((last - first) * s) as usize];
+        for (i, chunk) in tmp.chunks_mut(s as usize).enumerate() {
+            self.read_locked(st, first + i as u64, chunk, false)?;
+        }
+        let at = (off - first * s) as usize;
+        buf.copy_from_slice(&tmp[at..at + buf.len()]);
+        Ok(())
+    }
+
+    /// Blocks `lba..` were written with `blocks`: bring the FAT classification up to date
+    /// (fat.rs walks again only when a followed FAT entry, a directory's subdirectories or
+    /// the boot sector changed). A volume the walk cannot read keeps the last classification
+    /// and is walked again at the next write.
+    fn refresh_fat(&self, st: &mut WState, lba: u64, blocks: &[Option<&[u8]>]) -> Result<()> {
+        let crate::admit::Admission::Fat(m) = &mut st.admit else {
+            return Ok(());
         };
-        crate::fat::FatMap::build(&mut read, s, self.sb.blocks)
+        for (i, &b) in blocks.iter().enumerate() {
+            m.note_write(lba + i as u64, b);
+        }
+        if !m.is_stale() {
+            return Ok(());
+        }
+        let mut m = match std::mem::replace(&mut st.admit, crate::admit::Admission::All) {
+            crate::admit::Admission::Fat(m) => m,
+            _ => unreachable!("matched above"),
+        };
+        let done = {
+            let mut read = |off: u64, buf: &mut [u8]| self.fat_read(st, off, buf);
+            m.refresh(&mut read)
+        };
+        st.admit = crate::admit::Admission::Fat(m);
+        if done.is_ok() && (st.fat_cross_check || cfg!(debug_assertions)) {
+            self.cross_check_fat(st, lba)?;
+        }
+        Ok(())
+    }
+
+    /// The pair assertion of the incremental classification: a full walk gives the same.
+    fn cross_check_fat(&self, st: &mut WState, lba: u64) -> Result<()> {
+        let full = self.walk_fat(st)?;
+        let crate::admit::Admission::Fat(m) = &st.admit else {
+            return Ok(());
+        };
+        match m.differs_from(&full) {
+            None => Ok(()),
+            Some(d) => Err(Error::env(format!(
+                "the FAT classification kept up to date after the write at block {lba} differs \
+                 from a full walk: {d}"
+            ))),
+        }
+    }
+
+    /// Cross-check the FAT classification against a full walk after every change to it
+    /// (slow: a full walk per metadata change; debug builds always do).
+    pub fn set_fat_cross_check(&self, on: bool) {
+        self.lock().fat_cross_check = on;
     }
 
     /// The DRAM state agrees with itself (debug builds walk every slot).
@@ -776,15 +838,8 @@ impl<R: Region> WriteCache<R> {
             self.make_room(&mut st, new, n)?;
             self.commit_write::<N>(&mut st, &cached[..n]);
         }
-        if matches!(st.admit, crate::admit::Admission::Fat(_))
-            && (lba..lba + blocks.len() as u64).any(|l| st.admit.admits(l))
-        {
-            // The FAT or a directory changed: walk again (a new directory is admitted from
-            // now on). A volume the walk cannot read keeps the last classification.
-            if let Ok(m) = self.walk_fat(&mut st) {
-                st.admit = crate::admit::Admission::Fat(m);
-            }
-        }
+        // The FAT or a directory may have changed: a new directory is admitted from now on.
+        self.refresh_fat(&mut st, lba, blocks)?;
         self.after_write(&mut st)
     }
 
