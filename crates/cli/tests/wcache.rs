@@ -145,7 +145,7 @@ fn writes_are_cached_destaged_written_back_and_detached() {
 fn the_seeds_trigger_destages_one_block_per_new_block_and_watermarks_destage_more() {
     let t = Scratch::new();
     let (img, backing) = (t.image("c.img"), t.backing("b.img"));
-    // 20 KiB: the smallest cache (16 slots of 512 B and their table).
+    // 20 KiB: 16 slots of 512 B after their table (the data starts 4 KiB aligned at 12 KiB).
     let out = create(
         &img,
         &backing,
@@ -263,7 +263,7 @@ fn bad_input_is_refused_with_exit_2_changing_nothing() {
     let mut small = base.to_vec();
     small[4] = "4KiB";
     let out = expect(2, &small);
-    assert!(out.contains("at least 16 slots"), "{out}");
+    assert!(out.contains("at least 2 slots"), "{out}");
     assert!(!img.exists() && !backing.exists());
     let ubj = [
         "cache",

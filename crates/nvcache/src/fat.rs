@@ -265,41 +265,57 @@ impl FatMap {
         let bb = self.block_bytes;
         let at = lba * bb;
         let span = at..at + bb;
-        let byte = |off: u64| data.map_or(0, |d| d[(off - at) as usize]);
+        // The block's bytes in `r` (a range inside the block), zeros for a discard.
+        let zeros = [0u8; 4096];
+        let bytes = |r: Range<u64>| -> &[u8] {
+            let (i, j) = ((r.start - at) as usize, (r.end - at) as usize);
+            match data {
+                Some(d) => &d[i..j],
+                None => &zeros[..j - i],
+            }
+        };
         // The boot sector: any change re-parses the geometry.
-        if span.start < 512
-            && (span.start..span.end.min(512)).any(|o| self.boot[o as usize] != byte(o))
-        {
-            self.stale = Stale::Build;
-            return;
+        if span.start < 512 {
+            let r = span.start..span.end.min(512);
+            if self.boot[r.start as usize..r.end as usize] != *bytes(r) {
+                self.stale = Stale::Build;
+                return;
+            }
         }
         // The first FAT: only entries of clusters the walk followed matter.
         let fat_at = self.bpb.reserved * self.bpb.bytes_per_sector;
-        let fat_span = fat_at..fat_at + self.fat.len() as u64;
-        for o in span.start.max(fat_span.start)..span.end.min(fat_span.end) {
-            let (i, b) = ((o - fat_at) as usize, byte(o));
-            if self.fat[i] != b {
-                self.fat[i] = b;
-                if self.entry_followed(i as u64) {
+        let r = span.start.max(fat_at)..span.end.min(fat_at + self.fat.len() as u64);
+        if r.start < r.end {
+            let new = bytes(r.clone());
+            let old = &mut self.fat[(r.start - fat_at) as usize..(r.end - fat_at) as usize];
+            if *old != *new {
+                let first = (r.start - fat_at) as usize;
+                let changed: Vec<u64> = (0..new.len())
+                    .filter(|&k| old[k] != new[k])
+                    .map(|k| (first + k) as u64)
+                    .collect();
+                old.copy_from_slice(new);
+                if changed.iter().any(|&i| self.entry_followed(i)) {
                     self.stale = self.stale.max(Stale::Walk);
                 }
             }
         }
-        // Directory parts: only a change to the subdirectories they list matters.
-        // Parts are disjoint and sorted: those overlapping the block end after its start.
-        let keys: Vec<u64> = self
-            .parts
-            .range(..span.end)
-            .rev()
-            .take_while(|(&k, p)| k + p.bytes.len() as u64 > span.start)
-            .map(|(&k, _)| k)
-            .collect();
-        for k in keys {
-            let part = self.parts.get_mut(&k).expect("a held part");
+        // Directory parts (disjoint, sorted: those overlapping the block end after its
+        // start): only a change to the subdirectories they list matters.
+        let mut below = span.end;
+        while let Some((&k, part)) = self.parts.range_mut(..below).next_back() {
             let end = k + part.bytes.len() as u64;
-            for o in span.start.max(k)..span.end.min(end) {
-                part.bytes[(o - k) as usize] = byte(o);
+            if end <= span.start {
+                break;
             }
+            below = k;
+            let r = span.start.max(k)..span.end.min(end);
+            let new = bytes(r.clone());
+            let old = &mut part.bytes[(r.start - k) as usize..(r.end - k) as usize];
+            if *old == *new {
+                continue;
+            }
+            old.copy_from_slice(new);
             let mut now = Vec::new();
             subdirectories(&part.bytes, &mut now);
             if now != part.subdirs {
@@ -486,5 +502,215 @@ mod tests {
     fn byte_ranges_become_merged_block_ranges() {
         let r = to_blocks(&[0..1024, 1000..1500, 4096..4097], 512);
         assert_eq!(r, vec![0..3, 8..9]);
+    }
+
+    /// A FAT12/16 volume in memory whose every sector write goes through `note_write` and
+    /// `refresh`, each checked against a fresh `build`.
+    struct Vol {
+        img: Vec<u8>,
+        map: FatMap,
+        bpb: Bpb,
+        rng: u64,
+        dir_clusters: Vec<u64>,
+        checks: u64,
+    }
+
+    fn read_from(img: &[u8]) -> impl FnMut(u64, &mut [u8]) -> Result<()> + '_ {
+        move |off, buf| {
+            buf.copy_from_slice(&img[off as usize..off as usize + buf.len()]);
+            Ok(())
+        }
+    }
+
+    impl Vol {
+        fn new(total: u64, fat_sectors: u64, spc: u8, seed: u64) -> Vol {
+            let mut img = vec![0u8; (total * 512) as usize];
+            img[0] = 0xEB;
+            img[11..13].copy_from_slice(&512u16.to_le_bytes());
+            img[13] = spc;
+            img[14..16].copy_from_slice(&1u16.to_le_bytes());
+            img[16] = 2;
+            img[17..19].copy_from_slice(&32u16.to_le_bytes());
+            img[19..21].copy_from_slice(&(total as u16).to_le_bytes());
+            img[22..24].copy_from_slice(&(fat_sectors as u16).to_le_bytes());
+            img[510] = 0x55;
+            img[511] = 0xAA;
+            let bpb = Bpb::parse(&img).unwrap();
+            let map = FatMap::build(&mut read_from(&img), 512, total).unwrap();
+            Vol {
+                img,
+                map,
+                bpb,
+                rng: seed,
+                dir_clusters: Vec::new(),
+                checks: 0,
+            }
+        }
+
+        fn rand(&mut self, n: u64) -> u64 {
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            self.rng % n
+        }
+
+        /// Write bytes at `off` sector by sector, each followed by a refresh and the check.
+        fn put(&mut self, off: u64, bytes: &[u8]) {
+            self.img[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
+            for l in off / 512..(off + bytes.len() as u64).div_ceil(512) {
+                let at = (l * 512) as usize;
+                self.map.note_write(l, Some(&self.img[at..at + 512]));
+                self.map.refresh(&mut read_from(&self.img)).unwrap();
+                let total = self.bpb.total_sectors;
+                let full = FatMap::build(&mut read_from(&self.img), 512, total).unwrap();
+                assert_eq!(self.map.differs_from(&full), None, "after sector {l}");
+                self.checks += 1;
+            }
+        }
+
+        fn fat_entry(&self, c: u64) -> u64 {
+            let at = (self.bpb.reserved * 512) as usize;
+            self.bpb.entry(&self.img[at..], c)
+        }
+
+        fn set_fat(&mut self, c: u64, v: u64) {
+            for copy in 0..2 {
+                let base = (self.bpb.reserved + copy * self.bpb.fat_sectors) * 512;
+                if self.bpb.kind == FatType::Fat16 {
+                    self.put(base + 2 * c, &(v as u16).to_le_bytes());
+                    continue;
+                }
+                let o = base + c + c / 2;
+                let old = u16::from_le_bytes([self.img[o as usize], self.img[o as usize + 1]]);
+                let new = if c % 2 == 0 {
+                    (old & 0xF000) | (v as u16 & 0xFFF)
+                } else {
+                    (old & 0x000F) | ((v as u16) << 4)
+                };
+                self.put(o, &new.to_le_bytes());
+            }
+        }
+
+        fn free_cluster(&mut self) -> u64 {
+            let n = self.bpb.clusters;
+            let start = self.rand(n);
+            (0..n)
+                .map(|i| 2 + (start + i) % n)
+                .find(|&c| self.fat_entry(c) == 0)
+                .expect("a free cluster")
+        }
+
+        /// A new cluster, zeroed and ended in the FAT (the order varies).
+        fn new_cluster(&mut self) -> u64 {
+            let c = self.free_cluster();
+            let r = self.bpb.cluster_bytes(c);
+            let zeros = vec![0u8; (r.end - r.start) as usize];
+            let eoc = if self.bpb.kind == FatType::Fat16 {
+                0xFFFF
+            } else {
+                0xFFF
+            };
+            if self.rand(2) == 0 {
+                self.set_fat(c, eoc);
+                self.put(r.start, &zeros);
+            } else {
+                self.put(r.start, &zeros);
+                self.set_fat(c, eoc);
+            }
+            c
+        }
+
+        /// A random directory entry's byte offset, in the root or a directory cluster.
+        fn slot(&mut self) -> u64 {
+            let k = self.rand(self.dir_clusters.len() as u64 + 1) as usize;
+            let (start, entries) = match self.dir_clusters.get(k) {
+                Some(&c) => {
+                    let r = self.bpb.cluster_bytes(c);
+                    (r.start, (r.end - r.start) / 32)
+                }
+                None => ((1 + 2 * self.bpb.fat_sectors) * 512, 32),
+            };
+            start + 32 * self.rand(entries)
+        }
+
+        fn entry(&mut self, attr: u8, first: u64) {
+            let mut e = [b'X'; 32];
+            e[11] = attr;
+            e[20..22].copy_from_slice(&0u16.to_le_bytes());
+            e[26..28].copy_from_slice(&(first as u16).to_le_bytes());
+            let at = self.slot();
+            self.put(at, &e);
+        }
+
+        fn step(&mut self) {
+            match self.rand(8) {
+                0 | 1 => {
+                    let c = self.new_cluster();
+                    self.dir_clusters.push(c);
+                    self.entry(0x10, c);
+                }
+                2 => {
+                    let first = 2 + self.rand(self.bpb.clusters);
+                    self.entry(0x20, first);
+                }
+                3 => {
+                    let at = self.slot();
+                    self.put(at, &[if self.rand(2) == 0 { 0xE5 } else { 0 }]);
+                }
+                4 if !self.dir_clusters.is_empty() => {
+                    let k = self.rand(self.dir_clusters.len() as u64) as usize;
+                    let last = self.dir_clusters[k];
+                    let c = self.new_cluster();
+                    self.set_fat(last, c);
+                    self.dir_clusters.push(c);
+                }
+                5 => {
+                    let c = 2 + self.rand(self.bpb.clusters);
+                    let v = [0, 0xFFF, 2 + self.rand(self.bpb.clusters)][self.rand(3) as usize];
+                    self.set_fat(c, v);
+                }
+                6 => {
+                    let l = self.bpb.data_start() + self.rand(self.bpb.clusters);
+                    let bytes: Vec<u8> = (0..512).map(|_| self.rand(256) as u8).collect();
+                    self.put(l * 512, &bytes);
+                }
+                _ => {
+                    let boot = self.img[..512].to_vec();
+                    self.put(0, &boot); // rewritten unchanged: nothing to walk
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_incremental_classification_is_what_a_full_walk_gives() {
+        for (total, fat_sectors, spc, seed) in [(400, 2, 1, 7), (400, 2, 2, 11), (4400, 18, 1, 3)] {
+            let mut v = Vol::new(total, fat_sectors, spc, seed);
+            for _ in 0..600 {
+                v.step();
+            }
+            assert!(v.checks > 1000, "{}", v.checks);
+            assert!(v.map.directories > 5, "{}", v.map.directories);
+        }
+    }
+
+    #[test]
+    fn a_changed_boot_sector_rebuilds_and_zeros_are_noted() {
+        let mut v = Vol::new(400, 2, 1, 5);
+        let c = v.new_cluster();
+        v.entry(0x10, c);
+        // Discarded sectors read as zeros: a directory's entries vanish with them.
+        let root = (1 + 2 * 2) * 512;
+        for l in root / 512..root / 512 + 2 {
+            v.img[(l * 512) as usize..((l + 1) * 512) as usize].fill(0);
+            v.map.note_write(l, None);
+        }
+        v.map.refresh(&mut read_from(&v.img)).unwrap();
+        assert_eq!(v.map.directories, 1);
+        // Another geometry in the boot sector: rebuilt from it.
+        v.img[13] = 2;
+        v.map.note_write(0, Some(&v.img[..512]));
+        v.map.refresh(&mut read_from(&v.img)).unwrap();
+        assert_eq!(v.map.bpb.sectors_per_cluster, 2);
     }
 }

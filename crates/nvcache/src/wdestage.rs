@@ -88,7 +88,8 @@ impl<R: Region> WriteCache<R> {
             0 => lbas.len(),
             j => j as usize,
         };
-        let mut buf = vec![0u8; self.sb.sector_bytes as usize];
+        let mut block = [0u8; crate::writecache::BACKING_BLOCK_BYTES as usize];
+        let buf = &mut block[..self.sb.sector_bytes as usize];
         for group in lbas.chunks(jobs) {
             for &lba in group {
                 let slot = st.index[&lba];
@@ -96,8 +97,8 @@ impl<R: Region> WriteCache<R> {
                 if c.tombstone {
                     self.backing_write_sector(st, lba, None)?;
                 } else {
-                    self.read_slot_data(&c, slot, &mut buf)?;
-                    self.backing_write_sector(st, lba, Some(&buf))?;
+                    self.read_slot_data(&c, slot, buf)?;
+                    self.backing_write_sector(st, lba, Some(buf))?;
                 }
             }
             if self.bug == Some(WcBug::FreedBeforeBackingFlush) {
@@ -116,6 +117,9 @@ impl<R: Region> WriteCache<R> {
                     let slot = st.index[&lba];
                     self.clear_slot(st, slot);
                 }
+            }
+            if let Some(log) = st.destage_log.as_mut() {
+                log.extend_from_slice(group);
             }
             self.count(st, why, group.len() as u64);
         }

@@ -3,7 +3,7 @@
 //! docs/format.md 10.4) at the same offsets; the slot entries are the write cache's own
 //! (wentry.rs, 12.5); the slots' data is `sector_bytes` per slot.
 
-use crate::format::{COMMIT_OFF, SLOTS_MAX, SLOTS_MIN, TABLE_OFF};
+use crate::format::{COMMIT_OFF, SLOTS_MAX, TABLE_OFF};
 use crate::wentry::WC_ENTRY_BYTES as ENTRY_BYTES;
 use nvstack_core::error::{Error, Result};
 use std::ops::Range;
@@ -30,6 +30,12 @@ pub const WC_PATH_BYTES: usize = 4096 - WC_PATH_OFF as usize;
 const ADMIT_MAGIC: u64 = u64::from_le_bytes(*b"NVSADMIT");
 const COUNTERS_MAGIC: u64 = u64::from_le_bytes(*b"NVSWCCNT");
 
+/// Fewest slots a write cache may have: one block and the spare slot its overwrite lands in
+/// (copy-on-write, 12.4). Why not UBJ's 16: the seed's sweep starts at 1 KB of NVRAM (two
+/// 512-byte sectors, three slots), and nothing in the write cache's protocol needs more
+/// (`unit_blocks` is half the slots, at least one).
+pub const WC_SLOTS_MIN: u32 = 2;
+
 /// Where everything lives in a region of `slots` slots of `sector_bytes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WcLayout {
@@ -42,7 +48,7 @@ pub struct WcLayout {
 
 impl WcLayout {
     pub fn new(slots: u32, sector_bytes: u32) -> WcLayout {
-        assert!((SLOTS_MIN..=SLOTS_MAX).contains(&slots), "slots {slots}");
+        assert!((WC_SLOTS_MIN..=SLOTS_MAX).contains(&slots), "slots {slots}");
         assert!(valid_sector(sector_bytes), "sector {sector_bytes}");
         let table_end = TABLE_OFF + u64::from(slots) * ENTRY_BYTES;
         let data_off = table_end.div_ceil(4096) * 4096;
@@ -54,15 +60,15 @@ impl WcLayout {
         }
     }
 
-    /// The most slots a region of `bytes` holds (None when not even SLOTS_MIN fit).
+    /// The most slots a region of `bytes` holds (None when not even WC_SLOTS_MIN fit).
     pub fn fitting(bytes: u64, sector_bytes: u32) -> Option<WcLayout> {
         let per_slot = ENTRY_BYTES + u64::from(sector_bytes);
         let guess = (bytes.saturating_sub(TABLE_OFF) / per_slot).min(u64::from(SLOTS_MAX));
         let mut slots = u32::try_from(guess).ok()?;
-        while slots >= SLOTS_MIN && WcLayout::new(slots, sector_bytes).region_bytes > bytes {
+        while slots >= WC_SLOTS_MIN && WcLayout::new(slots, sector_bytes).region_bytes > bytes {
             slots -= 1;
         }
-        (slots >= SLOTS_MIN).then(|| WcLayout::new(slots, sector_bytes))
+        (slots >= WC_SLOTS_MIN).then(|| WcLayout::new(slots, sector_bytes))
     }
 
     pub fn entry_off(&self, slot: u32) -> u64 {
@@ -371,8 +377,8 @@ impl WcSuperblock {
     fn check_geometry(&self, cleaner_byte: u8) -> Result<()> {
         let bb = self.backing_block_bytes;
         let ok = valid_sector(self.sector_bytes)
-            && (SLOTS_MIN..=SLOTS_MAX).contains(&self.slots)
-            && bb >= self.sector_bytes
+            && (WC_SLOTS_MIN..=SLOTS_MAX).contains(&self.slots)
+            && bb == crate::writecache::BACKING_BLOCK_BYTES
             && bb.is_multiple_of(self.sector_bytes)
             && cleaner_byte <= 1
             && self.blocks == self.backing_blocks * u64::from(bb / self.sector_bytes);

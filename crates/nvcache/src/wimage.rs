@@ -4,9 +4,11 @@
 //! open locks the image and the backing file (exclusive for writers, shared for readers).
 
 use crate::backing::FileDevice;
-use crate::format::{decode_path, encode_path, Settings, SLOTS_MIN};
+use crate::format::{decode_path, encode_path, Settings};
 use crate::image::{claim_existing, prepare_backing, CreateOptions};
-use crate::wformat::{Admit, WcLayout, WcSettings, WcSuperblock, WC_PATH_BYTES, WC_PATH_OFF};
+use crate::wformat::{
+    Admit, WcLayout, WcSettings, WcSuperblock, WC_PATH_BYTES, WC_PATH_OFF, WC_SLOTS_MIN,
+};
 use crate::writecache::{create_wc, WriteCache};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::lock::{lock_file, open_file};
@@ -50,11 +52,11 @@ pub fn create_wc_image(path: &Path, o: &WcCreateOptions) -> Result<(WcSuperblock
     }
     if !o.size.is_multiple_of(4096) || WcLayout::fitting(o.size, o.sector_bytes).is_none() {
         return Err(Error::bad(format!(
-            "cache size {} bytes: must be a multiple of 4096 holding at least {SLOTS_MIN} slots \
+            "cache size {} bytes: must be a multiple of 4096 holding at least {WC_SLOTS_MIN} slots \
              of {} bytes and their table (at least {} bytes)",
             o.size,
             o.sector_bytes,
-            WcLayout::new(SLOTS_MIN, o.sector_bytes)
+            WcLayout::new(WC_SLOTS_MIN, o.sector_bytes)
                 .region_bytes
                 .div_ceil(4096)
                 * 4096

@@ -153,6 +153,7 @@ fn state<R: Region + ?Sized>(
         admit: crate::admit::Admission::All,
         opened_at: now,
         fat_cross_check: false,
+        destage_log: None,
     };
     // The destage order starts as the write order (oldest first).
     let mut kept: Vec<(u32, WcEntry, u32)> = copies

@@ -217,6 +217,9 @@ pub(crate) struct WState {
     /// Compare the FAT classification with a full walk after every refresh (debug builds
     /// always; `set_fat_cross_check` otherwise).
     pub fat_cross_check: bool,
+    /// The blocks destaged, in the order written back, while someone asked to see them
+    /// (`set_destage_log`; a simulator replays them onto its flash model).
+    pub destage_log: Option<Vec<u64>>,
 }
 
 /// A write cache over `region` in front of `backing`.
@@ -256,7 +259,7 @@ pub fn create_wc<R: Region>(
         Error::bad(format!(
             "cache size {} bytes: too small for {} slots",
             region.len(),
-            crate::format::SLOTS_MIN
+            crate::wformat::WC_SLOTS_MIN
         ))
     })?;
     let backing_blocks = (backing.blocks() - 1).min(LBA_MAX / u64::from(bb / sector_bytes));
@@ -521,6 +524,20 @@ impl<R: Region> WriteCache<R> {
         }
     }
 
+    /// Record the blocks destaged from now on, in the order they are written back
+    /// (`take_destaged` hands them over); off again with `false`.
+    pub fn set_destage_log(&self, on: bool) {
+        self.lock().destage_log = on.then(Vec::new);
+    }
+
+    /// Move the blocks destaged since the last call to the end of `out` (none when the log
+    /// is off).
+    pub fn take_destaged(&self, out: &mut Vec<u64>) {
+        if let Some(log) = self.lock().destage_log.as_mut() {
+            out.append(log);
+        }
+    }
+
     /// Cross-check the FAT classification against a full walk after every change to it
     /// (slow: a full walk per metadata change; debug builds always do).
     pub fn set_fat_cross_check(&self, on: bool) {
@@ -553,7 +570,7 @@ impl<R: Region> WriteCache<R> {
 }
 
 fn read_superblock<R: Region + ?Sized>(region: &R) -> Result<WcSuperblock> {
-    let min = WcLayout::new(crate::format::SLOTS_MIN, 512).region_bytes;
+    let min = WcLayout::new(crate::wformat::WC_SLOTS_MIN, 512).region_bytes;
     if region.len() < min {
         return Err(Error::bad("not a write cache image (too short)"));
     }
@@ -997,13 +1014,15 @@ impl<R: Region> WriteCache<R> {
                 None => self.backing.discard(lba, 1),
             }
         } else {
-            let mut buf = vec![0u8; self.sb.backing_block_bytes as usize];
-            self.backing.read(blk, &mut buf).and_then(|_| {
+            // On the stack: a destage or bypass of one sector allocates nothing.
+            let mut block = [0u8; BACKING_BLOCK_BYTES as usize];
+            let buf = &mut block[..self.sb.backing_block_bytes as usize];
+            self.backing.read(blk, buf).and_then(|_| {
                 match data {
                     Some(d) => buf[at..at + s].copy_from_slice(d),
                     None => buf[at..at + s].fill(0),
                 }
-                self.backing.write(blk, &buf)
+                self.backing.write(blk, buf)
             })
         };
         if data.is_some() {
@@ -1079,8 +1098,9 @@ impl<R: Region> WriteCache<R> {
         if spb == 1 {
             return self.backing.read(lba, buf);
         }
-        let mut b = vec![0u8; self.sb.backing_block_bytes as usize];
-        self.backing.read(lba / spb, &mut b)?;
+        let mut block = [0u8; BACKING_BLOCK_BYTES as usize];
+        let b = &mut block[..self.sb.backing_block_bytes as usize];
+        self.backing.read(lba / spb, b)?;
         let at = (lba % spb) as usize * s;
         buf.copy_from_slice(&b[at..at + s]);
         Ok(())

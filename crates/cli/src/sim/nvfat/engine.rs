@@ -13,7 +13,6 @@ use super::fatcount::FatTracker;
 use super::input::{Input, SECTOR_BYTES};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
-use nvstack_export::raw::RawDevice;
 use nvstack_flash::ftl::{FtlConfig, FtlKind};
 use nvstack_flash::geometry::{Geometry, Timing};
 use nvstack_flash::replay::Replay;
@@ -23,7 +22,6 @@ use nvstack_pmem::{FlushKind, MmapRegion, Region};
 use nvstack_sim::cache::{Cache, CacheConfig, Model};
 use nvstack_sim::trace::nvstack::DeviceOp;
 use nvstack_sim::trace::{BlockAccess, Op};
-use std::collections::HashSet;
 use std::sync::Arc;
 
 /// How the file system writes.
@@ -104,8 +102,6 @@ pub struct Outcome {
     pub nvram_sector_writes: u64,
     pub nvram_sector_reads: u64,
     pub destaged: u64,
-    /// Destaged sectors that could not be named (destaged and re-cached in one request).
-    pub destaged_unnamed: u64,
     pub bypassed: u64,
     pub volatile_writebacks: u64,
     pub held_in_nvram_at_end: u64,
@@ -216,26 +212,77 @@ impl Region for Window {
     }
 }
 
-/// The write cache over the volume's bytes, and the blocks it holds as far as we know.
-struct Nvram {
-    wc: WriteCache<Window>,
-    held: HashSet<u64>,
-    /// The volume under the cache: an asynchronous run's file data is written into it
-    /// directly (those sectors are not cached), so the FAT walk reads what the run wrote.
-    backing: Arc<dyn BlockDevice>,
+/// The volume under the write cache: 4 KiB blocks in anonymous memory, copied with plain
+/// stores and no fences (a simulation's device needs no durability; `RawDevice`'s
+/// non-temporal stores and fences were a tenth of a replay), and sectors written in place.
+struct MemDisk {
+    region: MmapRegion,
+    blocks: u64,
 }
 
-impl Nvram {
-    /// A sector the cache does not hold, written into the volume (read-modify-write of its
-    /// 4 KiB block).
-    fn write_through(&self, lba: u64, sector: &[u8]) -> Result<()> {
-        let per = 4096 / SECTOR_BYTES;
-        let mut block = vec![0u8; 4096];
-        self.backing.read(lba / per, &mut block)?;
-        let at = ((lba % per) * SECTOR_BYTES) as usize;
-        block[at..at + sector.len()].copy_from_slice(sector);
-        self.backing.write(lba / per, &block)
+impl MemDisk {
+    const BLOCK_BYTES: u64 = 4096;
+
+    fn at(&self, lba: u64, bytes: usize) -> Result<u64> {
+        nvstack_core::blockdev::extent(self.blocks, Self::BLOCK_BYTES as u32, lba, bytes)
     }
+
+    /// One 512-byte sector written in place (no read-modify-write of its block).
+    fn write_sector(&self, lba: u64, sector: &[u8]) -> Result<()> {
+        assert_eq!(sector.len() as u64, SECTOR_BYTES);
+        let end = (lba + 1) * SECTOR_BYTES;
+        if end > self.blocks * Self::BLOCK_BYTES {
+            return Err(Error::bad(format!("sector {lba}: past the volume's end")));
+        }
+        self.region.write(lba * SECTOR_BYTES, sector);
+        Ok(())
+    }
+}
+
+impl BlockDevice for MemDisk {
+    fn block_bytes(&self) -> u32 {
+        Self::BLOCK_BYTES as u32
+    }
+    fn blocks(&self) -> u64 {
+        self.blocks
+    }
+    fn caps(&self) -> nvstack_core::blockdev::Caps {
+        nvstack_core::blockdev::Caps {
+            atomic_blocks: 0,
+            scattered: false,
+            durability: nvstack_core::blockdev::Durability::OnReturn,
+        }
+    }
+    fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+        let off = self.at(lba, buf.len())?;
+        self.region.read(off, buf);
+        Ok(())
+    }
+    fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+        let off = self.at(lba, data.len())?;
+        self.region.write(off, data);
+        Ok(())
+    }
+    fn discard(&self, lba: u64, count: u64) -> Result<()> {
+        let bytes = usize::try_from(count * Self::BLOCK_BYTES)
+            .map_err(|_| Error::bad("discard too long"))?;
+        let off = self.at(lba, bytes)?;
+        self.region.write(off, &vec![0u8; bytes]);
+        Ok(())
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The write cache over the volume's bytes, and which sectors it holds (kept from what each
+/// request took and the cache's destage log, so that a read asks no lock).
+struct Nvram {
+    wc: WriteCache<Window>,
+    cached: Vec<bool>,
+    /// The volume under the cache: an asynchronous run's file data is written into it
+    /// directly (those sectors are not cached), so the FAT walk reads what the run wrote.
+    backing: Arc<MemDisk>,
 }
 
 fn nvram(input: &Input, job: &Job) -> Result<Option<(Nvram, u32)>> {
@@ -247,8 +294,11 @@ fn nvram(input: &Input, job: &Job) -> Result<Option<(Nvram, u32)>> {
         .map_err(|_| Error::bad("--nvram: too large"))?;
     let layout = WcLayout::new(slots, SECTOR_BYTES as u32);
     let region = Arc::new(Window::new(layout.region_bytes)?);
-    let backing_region = Arc::new(MmapRegion::anonymous(input.image.len() as u64 + 4096)?);
-    let backing: Arc<dyn BlockDevice> = Arc::new(RawDevice::new(backing_region)?);
+    let len = input.image.len() as u64 + MemDisk::BLOCK_BYTES;
+    let backing = Arc::new(MemDisk {
+        region: MmapRegion::anonymous(len)?,
+        blocks: len / MemDisk::BLOCK_BYTES,
+    });
     backing.write(0, &input.image)?;
     let settings = WcSettings {
         policy: job.policy,
@@ -265,11 +315,12 @@ fn nvram(input: &Input, job: &Job) -> Result<Option<(Nvram, u32)>> {
             sb.slots, sb.blocks, input.header.blocks
         )));
     }
-    let wc = WriteCache::open(region, backing.clone(), None)?;
+    let wc = WriteCache::open(region, backing.clone() as Arc<dyn BlockDevice>, None)?;
+    wc.set_destage_log(true);
     Ok(Some((
         Nvram {
             wc,
-            held: HashSet::new(),
+            cached: vec![false; input.header.blocks as usize],
             backing,
         },
         slots,
@@ -287,6 +338,8 @@ struct Run {
     /// asynchronous run with no NVRAM.
     fat: Option<FatTracker>,
     check: AdmissionCheck,
+    /// The destage log's buffer, kept between requests.
+    destaged: Vec<u64>,
     now: u64,
     out: Outcome,
 }
@@ -333,6 +386,7 @@ pub fn run(input: &Input, job: Job, dev: Device) -> Result<Outcome> {
         vol,
         fat,
         check: AdmissionCheck::default(),
+        destaged: Vec::new(),
         now: 0,
         out: empty_outcome(job, slots),
     };
@@ -373,7 +427,6 @@ fn empty_outcome(job: Job, slots: u32) -> Outcome {
         nvram_sector_writes: 0,
         nvram_sector_reads: 0,
         destaged: 0,
-        destaged_unnamed: 0,
         bypassed: 0,
         volatile_writebacks: 0,
         held_in_nvram_at_end: 0,
@@ -435,7 +488,9 @@ impl Run {
             }
             if let Some(nv) = &self.nv {
                 let at = i * SECTOR_BYTES as usize;
-                nv.write_through(lba + i as u64, &bytes[at..at + SECTOR_BYTES as usize])?;
+                // Not cached (not taken): the volume's sector itself.
+                nv.backing
+                    .write_sector(lba + i as u64, &bytes[at..at + SECTOR_BYTES as usize])?;
             }
             self.volatile(lba + i as u64, Op::Write)?;
         }
@@ -443,10 +498,10 @@ impl Run {
     }
 
     /// The write cache's part of a write: the whole request in a synchronous run (bypassed
-    /// sectors go to the flash), the admitted sectors alone in an asynchronous one.
+    /// sectors go to the flash), the admitted sectors alone in an asynchronous one. The
+    /// sectors the cache destaged reach the flash in the order it wrote them back.
     fn cache_write(&mut self, lba: u64, bytes: &[u8], taken: &[bool], sync: &[bool]) -> Result<()> {
         let nv = self.nv.as_mut().expect("a write cache");
-        let d0 = nv.wc.stats().destaged();
         let s = SECTOR_BYTES as usize;
         let mut i = 0;
         while i < sync.len() {
@@ -458,34 +513,19 @@ impl Run {
             nv.wc.write_blocks(lba + i as u64, &bytes[i * s..j * s])?;
             i = j;
         }
-        for (k, &t) in taken.iter().enumerate() {
-            if t && sync[k] {
-                nv.held.insert(lba + k as u64);
-            }
+        let mut destaged = std::mem::take(&mut self.destaged);
+        nv.wc.take_destaged(&mut destaged);
+        // What the cache holds now: the request's sectors and the destaged ones (a sector
+        // destaged by one unit of the request may be cached again by a later one).
+        for l in destaged.iter().copied().chain(lba..lba + sync.len() as u64) {
+            nv.cached[l as usize] = nv.wc.is_cached(l);
         }
-        let destaged = nv.wc.stats().destaged() - d0;
-        let mut named = Vec::new();
-        if destaged > 0 {
-            let wc = &nv.wc;
-            nv.held.retain(|&l| {
-                let keep = wc.is_cached(l);
-                if !keep {
-                    named.push(l);
-                }
-                keep
-            });
-        }
-        named.sort_unstable();
-        let unnamed = destaged.saturating_sub(named.len() as u64);
-        self.out.destaged += destaged;
-        self.out.destaged_unnamed += unnamed;
-        for l in named
-            .iter()
-            .copied()
-            .chain(std::iter::repeat_n(lba, unnamed as usize))
-        {
+        self.out.destaged += destaged.len() as u64;
+        for &l in &destaged {
             self.now = self.flash.foreground(self.now, true, l)?;
         }
+        destaged.clear();
+        self.destaged = destaged;
         for (k, &t) in taken.iter().enumerate() {
             if !sync[k] {
                 continue;
@@ -530,32 +570,23 @@ impl Run {
 
     fn read(&mut self, lba: u64, n: u64) -> Result<()> {
         if let Some(nv) = &self.nv {
-            let cached: Vec<bool> = (lba..lba + n).map(|l| nv.wc.is_cached(l)).collect();
             // Through the cache's read path, so that LRU and CLOCK see read hits (LRW's order
             // is the writes' alone: a read changes nothing it keeps).
             if self.job.policy != DestagePolicy::Lrw {
                 let mut buf = vec![0u8; (n * SECTOR_BYTES) as usize];
                 nv.wc.read_blocks(lba, &mut buf)?;
             }
-            for (i, &c) in cached.iter().enumerate() {
-                let l = lba + i as u64;
-                if self.vol.is_some() && self.volatile(l, Op::Read)? {
-                    continue;
-                }
-                if c {
-                    self.out.nvram_sector_reads += 1;
-                    self.now += self.dev.nvram_sector_ns;
-                } else {
-                    self.now = self.flash.foreground(self.now, false, l)?;
-                }
-            }
-            return Ok(());
         }
         for l in lba..lba + n {
             if self.vol.is_some() && self.volatile(l, Op::Read)? {
                 continue;
             }
-            self.now = self.flash.foreground(self.now, false, l)?;
+            if self.nv.as_ref().is_some_and(|nv| nv.cached[l as usize]) {
+                self.out.nvram_sector_reads += 1;
+                self.now += self.dev.nvram_sector_ns;
+            } else {
+                self.now = self.flash.foreground(self.now, false, l)?;
+            }
         }
         Ok(())
     }

@@ -26,9 +26,6 @@ use std::path::{Path, PathBuf};
 /// The seed's sweep, KiB of NVRAM (0: no write cache).
 pub const SWEEP_KIB: [u64; 9] = [0, 1, 2, 4, 8, 16, 32, 64, 128];
 
-/// The smallest write cache nvcache makes: 16 slots, one kept spare (docs/format.md 12.3).
-pub const SLOTS_MIN: u64 = 16;
-
 #[derive(Args)]
 pub struct NvfatArgs {
     /// The device trace (`serve --record-trace`, 512-byte sectors).
@@ -103,11 +100,6 @@ fn device(a: &NvfatArgs, sectors: u64) -> Result<Device> {
     })
 }
 
-/// Sizes nvcache can make: 0 (no cache) or at least [`SLOTS_MIN`] - 1 sectors.
-fn representable(kib: u64) -> bool {
-    kib == 0 || kib * 2 + 1 >= SLOTS_MIN
-}
-
 fn check_sizes(kib: &[u64]) -> Result<()> {
     if kib.is_empty() {
         return Err(Error::bad("--nvram-kib: give at least one size"));
@@ -137,17 +129,12 @@ fn jobs(kib: &[u64], seed_only: bool) -> Vec<Job> {
         keep_pages: false,
         check_admission: false,
     };
-    let top = kib
-        .iter()
-        .copied()
-        .filter(|&k| representable(k))
-        .max()
-        .unwrap_or(0);
+    let top = kib.iter().copied().max().unwrap_or(0);
     let mut out = vec![Job {
         mode: Mode::VfatAsync,
         ..base
     }];
-    for &k in kib.iter().filter(|&&k| representable(k)) {
+    for &k in kib {
         let b = k * 1024;
         let keep = k == 0 || k == top;
         out.push(Job {
@@ -217,7 +204,7 @@ pub fn run(a: NvfatArgs) -> Result<i32> {
         })
         .collect::<Result<Vec<_>>>()?;
     bars.finish();
-    let rep = report::Report::new(&input, dev, &kib, outcomes, started.elapsed());
+    let rep = report::Report::new(&input, dev, outcomes, started.elapsed());
     let figures = match &a.plot {
         Some(dir) => report::figures(dir, &rep)?,
         None => Vec::new(),

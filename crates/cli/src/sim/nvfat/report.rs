@@ -102,8 +102,6 @@ pub struct Report {
     pub host: HostTime,
     pub requests: OpCounts,
     pub device: Device,
-    /// Sizes of the sweep that nvcache cannot make (under 16 slots), KiB.
-    pub not_representable_kib: Vec<u64>,
     pub sync: Line,
     pub r#async: Line,
     pub vfat_async: Point,
@@ -164,7 +162,6 @@ impl Report {
     pub fn new(
         input: &Input,
         device: Device,
-        kib: &[u64],
         runs: Vec<Outcome>,
         took: std::time::Duration,
     ) -> Report {
@@ -242,11 +239,6 @@ impl Report {
             host: input.host.clone(),
             requests: input.counts,
             device,
-            not_representable_kib: kib
-                .iter()
-                .copied()
-                .filter(|&k| !super::representable(k))
-                .collect(),
             trends,
             comparison,
             hot: keep.iter().map(hot).collect(),
@@ -293,12 +285,6 @@ impl Report {
             h.device_wait_ns as f64 * 1e-9,
             h.trace_span_ns as f64 * 1e-9
         )?;
-        if !self.not_representable_kib.is_empty() {
-            crate::say!(
-                "not run: {:?} KiB (nvcache's write cache has at least 16 slots, one kept spare: 7.5 KiB)",
-                self.not_representable_kib
-            )?;
-        }
         self.print_sweep()?;
         self.print_comparison()?;
         self.print_hot()?;
