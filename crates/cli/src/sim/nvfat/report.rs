@@ -29,6 +29,11 @@ pub struct Point {
     pub nvram_sector_writes: u64,
     pub destaged: u64,
     pub bypassed: u64,
+    /// Sync-PostMark with a page cache for reads (engine.rs `PageCache`); the raw figure
+    /// otherwise.
+    pub page_cache_exec_s: f64,
+    pub page_cache_energy_j: f64,
+    pub page_reads: u64,
 }
 
 fn point(o: &Outcome) -> Point {
@@ -47,6 +52,9 @@ fn point(o: &Outcome) -> Point {
         nvram_sector_writes: o.nvram_sector_writes,
         destaged: o.destaged,
         bypassed: o.bypassed,
+        page_cache_exec_s: o.page_cache.map_or(o.exec_ns, |c| c.exec_ns) as f64 * 1e-9,
+        page_cache_energy_j: o.page_cache.map_or(f.energy_j, |c| c.energy_j),
+        page_reads: f.page_reads,
     }
 }
 
@@ -66,6 +74,8 @@ pub struct Trends {
     pub erase_sd_falls: bool,
     pub programs_fall: bool,
     pub async_exec_falls: bool,
+    pub page_cache_exec_falls: bool,
+    pub page_cache_energy_falls: bool,
 }
 
 /// Ours beside the seed's, 0 against the largest size run.
@@ -84,6 +94,11 @@ pub struct Comparison {
     pub seed_exec_ratio: f64,
     pub seed_energy_j: (f64, f64),
     pub seed_energy_ratio: f64,
+    /// The same with a page cache for reads (engine.rs `PageCache`).
+    pub page_cache_exec_s: (f64, f64),
+    pub page_cache_exec_ratio: f64,
+    pub page_cache_energy_j: (f64, f64),
+    pub page_cache_energy_ratio: f64,
 }
 
 /// The hottest logical pages (Figure 5's columns).
@@ -180,6 +195,8 @@ impl Report {
             erase_sd_falls: falls(ps, |p| p.erase_sd),
             programs_fall: falls(ps, |p| p.page_programs as f64),
             async_exec_falls: falls(&asy.points, |p| p.exec_s),
+            page_cache_exec_falls: falls(ps, |p| p.page_cache_exec_s),
+            page_cache_energy_falls: falls(ps, |p| p.page_cache_energy_j),
         };
         let (first, last) = (ps[0], *ps.last().expect("0 is always run"));
         let (afirst, alast) = (asy.points[0], *asy.points.last().expect("0 is always run"));
@@ -197,6 +214,10 @@ impl Report {
             seed_exec_ratio: SEED_EXEC_S.0 / SEED_EXEC_S.1,
             seed_energy_j: SEED_ENERGY_J,
             seed_energy_ratio: SEED_ENERGY_J.0 / SEED_ENERGY_J.1,
+            page_cache_exec_s: (first.page_cache_exec_s, last.page_cache_exec_s),
+            page_cache_exec_ratio: first.page_cache_exec_s / last.page_cache_exec_s,
+            page_cache_energy_j: (first.page_cache_energy_j, last.page_cache_energy_j),
+            page_cache_energy_ratio: first.page_cache_energy_j / last.page_cache_energy_j,
         };
         let keep: Vec<Outcome> = runs
             .iter()
@@ -319,6 +340,9 @@ impl Report {
                 format!("{:.3}", p.erase_sd),
                 format!("{:.3}", p.energy_j),
                 a.map_or("-".into(), |a| format!("{:.3}", a.energy_j)),
+                format!("{:.1}", p.page_cache_exec_s),
+                format!("{:.3}", p.page_cache_energy_j),
+                fmt_count(p.page_reads as f64),
                 fmt_count(p.host_page_writes as f64),
                 fmt_count(p.page_programs as f64),
                 fmt_count(p.block_erases as f64),
@@ -333,6 +357,9 @@ impl Report {
             "erase sd",
             "sync J",
             "async J",
+            "sync+pc s",
+            "sync+pc J",
+            "page reads",
             "FTL writes",
             "programs",
             "erases",
@@ -342,14 +369,18 @@ impl Report {
         crate::output::out(render(&hdr, &cells, &right).as_bytes())?;
         let t = &self.trends;
         crate::say!(
-            "falls with NVRAM size (sync): time {}, energy {}, erase mean {}, erase sd {}, \
-             programs {}; async time {}",
+            "(sync+pc: Sync-PostMark with a page cache for reads, as the seed's VFAT read \
+             through Linux's buffer cache; page reads: the raw sync run's flash page reads)\n\
+             falls with NVRAM size (sync): time {}, energy {}, erase mean {}, erase sd {}, \
+             programs {}; async time {}; sync+pc time {}, energy {}",
             t.exec_falls,
             t.energy_falls,
             t.erase_mean_falls,
             t.erase_sd_falls,
             t.programs_fall,
-            t.async_exec_falls
+            t.async_exec_falls,
+            t.page_cache_exec_falls,
+            t.page_cache_energy_falls
         )
     }
 
@@ -371,6 +402,26 @@ impl Report {
                 "flash energy".into(),
                 format!("{:.3} J -> {:.3} J", c.energy_j.0, c.energy_j.1),
                 format!("{:.2}x", c.energy_ratio),
+                format!("{:.1} J -> {:.1} J", c.seed_energy_j.0, c.seed_energy_j.1),
+                format!("{:.1}x", c.seed_energy_ratio),
+            ],
+            vec![
+                "time, page cache".into(),
+                format!(
+                    "{:.1} s -> {:.1} s",
+                    c.page_cache_exec_s.0, c.page_cache_exec_s.1
+                ),
+                format!("{:.2}x", c.page_cache_exec_ratio),
+                format!("{:.0} s -> {:.0} s", c.seed_exec_s.0, c.seed_exec_s.1),
+                format!("{:.1}x", c.seed_exec_ratio),
+            ],
+            vec![
+                "energy, page cache".into(),
+                format!(
+                    "{:.3} J -> {:.3} J",
+                    c.page_cache_energy_j.0, c.page_cache_energy_j.1
+                ),
+                format!("{:.2}x", c.page_cache_energy_ratio),
                 format!("{:.1} J -> {:.1} J", c.seed_energy_j.0, c.seed_energy_j.1),
                 format!("{:.1}x", c.seed_energy_ratio),
             ],
@@ -524,6 +575,10 @@ pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
                 vec![
                     series("NVFAT Sync-PostMark", s, |p| p.exec_s),
                     flat("VFAT Sync-PostMark", s, s[0].exec_s),
+                    series("NVFAT Sync-PostMark, page cache", s, |p| {
+                        p.page_cache_exec_s
+                    }),
+                    flat("VFAT Sync-PostMark, page cache", s, s[0].page_cache_exec_s),
                     series("NVFAT Async-PostMark", a, |p| p.exec_s),
                     flat("VFAT Async-PostMark", s, r.vfat_async.exec_s),
                 ],
@@ -551,6 +606,7 @@ pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
                 Scale::Linear,
                 vec![
                     series("Sync-PostMark", s, |p| p.energy_j),
+                    series("Sync-PostMark, page cache", s, |p| p.page_cache_energy_j),
                     series("Async-PostMark", a, |p| p.energy_j),
                 ],
             ),
