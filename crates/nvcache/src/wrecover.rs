@@ -154,6 +154,7 @@ fn state<R: Region + ?Sized>(
         opened_at: now,
         fat_cross_check: false,
         destage_log: None,
+        block_buf: Vec::new(),
     };
     // The destage order starts as the write order (oldest first).
     let mut kept: Vec<(u32, WcEntry, u32)> = copies

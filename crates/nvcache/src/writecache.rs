@@ -220,6 +220,8 @@ pub(crate) struct WState {
     /// The blocks destaged, in the order written back, while someone asked to see them
     /// (`set_destage_log`; a simulator replays them onto its flash model).
     pub destage_log: Option<Vec<u64>>,
+    /// A backing block's bytes for a sector's read-modify-write (kept between them).
+    pub block_buf: Vec<u8>,
 }
 
 /// A write cache over `region` in front of `backing`.
@@ -1014,16 +1016,19 @@ impl<R: Region> WriteCache<R> {
                 None => self.backing.discard(lba, 1),
             }
         } else {
-            // On the stack: a destage or bypass of one sector allocates nothing.
-            let mut block = [0u8; BACKING_BLOCK_BYTES as usize];
-            let buf = &mut block[..self.sb.backing_block_bytes as usize];
-            self.backing.read(blk, buf).and_then(|_| {
+            // The state's block buffer: a destage or bypass of one sector neither allocates
+            // nor clears one (the read fills it whole).
+            let mut buf = std::mem::take(&mut st.block_buf);
+            buf.resize(self.sb.backing_block_bytes as usize, 0);
+            let done = self.backing.read(blk, &mut buf).and_then(|_| {
                 match data {
                     Some(d) => buf[at..at + s].copy_from_slice(d),
                     None => buf[at..at + s].fill(0),
                 }
-                self.backing.write(blk, buf)
-            })
+                self.backing.write(blk, &buf)
+            });
+            st.block_buf = buf;
+            done
         };
         if data.is_some() {
             st.stats.backing_bytes_written += s as u64;
