@@ -100,6 +100,7 @@ fn a_recorded_postmark_replays_with_the_seeds_trends_and_bad_input_is_refused() 
         "--json",
         "--plot",
         s(&plots),
+        "--check-fat-walk",
     ]);
     let sync = sizes(&v, "sync");
     let kib: Vec<u64> = sync.iter().map(|p| p.0).collect();
@@ -119,6 +120,18 @@ fn a_recorded_postmark_replays_with_the_seeds_trends_and_bad_input_is_refused() 
     let a = &v["admission"];
     assert!(u(a, "metadata_writes") > 1000, "{a}");
     assert!(f(a, "caught_pct") >= 99.0, "{a}");
+    // The write cache's FAT classification, kept up to date from the sectors each write
+    // changed, agreed with a full walk after every change (a difference fails the run).
+    let checks: u64 = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| u(o, "fat_walk_checks"))
+        .sum();
+    assert!(checks > 10, "{checks} cross-checks");
+    // With a page cache for reads, the energy falls too.
+    let c = &v["comparison"];
+    assert!(f(c, "page_cache_energy_ratio") > 1.0, "{c}");
     // Every write is accounted for: at 0 KiB all reach the FTL; with NVRAM the FTL sees the
     // bypassed and destaged ones.
     let writes = u(&v["requests"], "write_blocks");

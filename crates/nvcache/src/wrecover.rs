@@ -153,6 +153,7 @@ fn state<R: Region + ?Sized>(
         admit: crate::admit::Admission::All,
         opened_at: now,
         fat_cross_check: false,
+        fat_cross_checks: 0,
         destage_log: None,
         block_buf: Vec::new(),
     };

@@ -217,6 +217,8 @@ pub(crate) struct WState {
     /// Compare the FAT classification with a full walk after every refresh (debug builds
     /// always; `set_fat_cross_check` otherwise).
     pub fat_cross_check: bool,
+    /// Cross-checks made (each agreed: a difference is an error).
+    pub fat_cross_checks: u64,
     /// The blocks destaged, in the order written back, while someone asked to see them
     /// (`set_destage_log`; a simulator replays them onto its flash model).
     pub destage_log: Option<Vec<u64>>,
@@ -490,22 +492,28 @@ impl<R: Region> WriteCache<R> {
         let crate::admit::Admission::Fat(m) = &mut st.admit else {
             return Ok(());
         };
+        let end = lba + blocks.len() as u64;
+        let metadata = (lba..end).any(|l| m.admits(l));
         for (i, &b) in blocks.iter().enumerate() {
             m.note_write(lba + i as u64, b);
         }
-        if !m.is_stale() {
-            return Ok(());
+        // The cross-check follows every metadata write, also those found to change nothing.
+        let check = metadata && (st.fat_cross_check || cfg!(debug_assertions));
+        if m.is_stale() {
+            let mut m = match std::mem::replace(&mut st.admit, crate::admit::Admission::All) {
+                crate::admit::Admission::Fat(m) => m,
+                _ => unreachable!("matched above"),
+            };
+            let done = {
+                let mut read = |off: u64, buf: &mut [u8]| self.fat_read(st, off, buf);
+                m.refresh(&mut read)
+            };
+            st.admit = crate::admit::Admission::Fat(m);
+            if done.is_err() {
+                return Ok(());
+            }
         }
-        let mut m = match std::mem::replace(&mut st.admit, crate::admit::Admission::All) {
-            crate::admit::Admission::Fat(m) => m,
-            _ => unreachable!("matched above"),
-        };
-        let done = {
-            let mut read = |off: u64, buf: &mut [u8]| self.fat_read(st, off, buf);
-            m.refresh(&mut read)
-        };
-        st.admit = crate::admit::Admission::Fat(m);
-        if done.is_ok() && (st.fat_cross_check || cfg!(debug_assertions)) {
+        if check {
             self.cross_check_fat(st, lba)?;
         }
         Ok(())
@@ -514,6 +522,7 @@ impl<R: Region> WriteCache<R> {
     /// The pair assertion of the incremental classification: a full walk gives the same.
     fn cross_check_fat(&self, st: &mut WState, lba: u64) -> Result<()> {
         let full = self.walk_fat(st)?;
+        st.fat_cross_checks += 1;
         let crate::admit::Admission::Fat(m) = &st.admit else {
             return Ok(());
         };
@@ -544,6 +553,11 @@ impl<R: Region> WriteCache<R> {
     /// (slow: a full walk per metadata change; debug builds always do).
     pub fn set_fat_cross_check(&self, on: bool) {
         self.lock().fat_cross_check = on;
+    }
+
+    /// Cross-checks of the FAT classification made so far (all agreed).
+    pub fn fat_cross_checks(&self) -> u64 {
+        self.lock().fat_cross_checks
     }
 
     /// The DRAM state agrees with itself (debug builds walk every slot).

@@ -74,6 +74,9 @@ pub struct Device {
     pub delayed_writeback_ns: u64,
     /// The volatile cache, blocks (the seed's board: RAM twice the partition).
     pub volatile_blocks: u64,
+    /// Compare the write cache's FAT classification, kept up to date incrementally, with a
+    /// full walk after every write to a metadata sector (`--check-fat-walk`).
+    pub check_fat_walk: bool,
 }
 
 /// The admission check's counts (sectors written).
@@ -129,6 +132,9 @@ pub struct Outcome {
     pub held_in_nvram_at_end: u64,
     pub flash: nvstack_flash::replay::ReplayReport,
     pub admission: Option<AdmissionCheck>,
+    /// Full FAT walks that agreed with the write cache's classification, one after each
+    /// metadata write (`--check-fat-walk`).
+    pub fat_walk_checks: u64,
     /// Sync-PostMark only: the figures with a page cache for reads.
     pub page_cache: Option<PageCache>,
     #[serde(skip)]
@@ -309,7 +315,7 @@ struct Nvram {
     backing: Arc<MemDisk>,
 }
 
-fn nvram(input: &Input, job: &Job) -> Result<Option<(Nvram, u32)>> {
+fn nvram(input: &Input, job: &Job, dev: &Device) -> Result<Option<(Nvram, u32)>> {
     if job.nvram_bytes == 0 {
         return Ok(None);
     }
@@ -341,6 +347,7 @@ fn nvram(input: &Input, job: &Job) -> Result<Option<(Nvram, u32)>> {
     }
     let wc = WriteCache::open(region, backing.clone() as Arc<dyn BlockDevice>, None)?;
     wc.set_destage_log(true);
+    wc.set_fat_cross_check(dev.check_fat_walk);
     Ok(Some((
         Nvram {
             wc,
@@ -379,7 +386,7 @@ pub fn run(input: &Input, job: Job, dev: Device) -> Result<Outcome> {
         log_blocks: dev.log_blocks,
     };
     let replay = Replay::new(dev.geometry, cfg, dev.timing)?;
-    let made = nvram(input, &job)?;
+    let made = nvram(input, &job, &dev)?;
     let slots = made.as_ref().map_or(0, |(_, s)| *s);
     let vol = match job.mode {
         Mode::Sync => None,
@@ -474,6 +481,7 @@ fn empty_outcome(job: Job, slots: u32) -> Outcome {
         .expect("the default geometry is valid")
         .report(),
         admission: None,
+        fat_walk_checks: 0,
         page_cache: None,
         logical_writes: Vec::new(),
         page_programs: Vec::new(),
@@ -654,6 +662,7 @@ impl Run {
         }
         if let Some(nv) = &self.nv {
             self.out.held_in_nvram_at_end = nv.wc.cached_blocks();
+            self.out.fat_walk_checks = nv.wc.fat_cross_checks();
             if let Some(e) = nv.wc.error() {
                 return Err(Error::env(format!("the write cache failed: {e}")));
             }

@@ -54,6 +54,11 @@ pub struct NvfatArgs {
     /// Only the seed's runs (skip the policies, `--admit all` and the page-mapped FTL).
     #[arg(long)]
     seed_only: bool,
+    /// Check the write cache's FAT classification (kept up to date from the sectors each
+    /// write changes) against a full walk of the volume after every write to a metadata
+    /// sector; a difference stops the run with an error naming it. Slow (a full walk each).
+    #[arg(long)]
+    check_fat_walk: bool,
     #[arg(long)]
     json: bool,
     /// Write the figures (SVG) into this folder.
@@ -97,6 +102,7 @@ fn device(a: &NvfatArgs, sectors: u64) -> Result<Device> {
         nvram_sector_ns: a.nvram_sector_ns,
         delayed_writeback_ns: nvstack_sim::cache::DELAYED_WRITEBACK_DEFAULT_S * 1_000_000_000,
         volatile_blocks: 2 * sectors,
+        check_fat_walk: a.check_fat_walk,
     })
 }
 
