@@ -390,18 +390,7 @@ pub fn run(input: &Input, job: Job, dev: Device) -> Result<Outcome> {
     let slots = made.as_ref().map_or(0, |(_, s)| *s);
     let vol = match job.mode {
         Mode::Sync => None,
-        Mode::Async | Mode::VfatAsync => {
-            let mut c = Cache::new(&CacheConfig {
-                model: Model::Volatile,
-                policy: nvstack_policy::PolicyKind::Lru,
-                volatile_blocks: dev.volatile_blocks,
-                nvram_blocks: 0,
-                delayed_writeback_ns: Some(dev.delayed_writeback_ns),
-                seed: 0,
-            })?;
-            c.log_writebacks()?;
-            Some(c)
-        }
+        Mode::Async | Mode::VfatAsync => Some(volatile_model(&dev)?),
     };
     let need_fat = job.check_admission || (job.mode == Mode::Async && job.nvram_bytes == 0);
     let fat = if need_fat {
@@ -454,6 +443,20 @@ pub fn run(input: &Input, job: Job, dev: Device) -> Result<Outcome> {
         r.out.foreground_device_ns += r.now - before;
     }
     r.finish()
+}
+
+/// The simulator's volatile write-back model (the asynchronous runs' page cache).
+fn volatile_model(dev: &Device) -> Result<Cache> {
+    let mut c = Cache::new(&CacheConfig {
+        model: Model::Volatile,
+        policy: nvstack_policy::PolicyKind::Lru,
+        volatile_blocks: dev.volatile_blocks,
+        nvram_blocks: 0,
+        delayed_writeback_ns: Some(dev.delayed_writeback_ns),
+        seed: 0,
+    })?;
+    c.log_writebacks()?;
+    Ok(c)
 }
 
 fn empty_outcome(job: Job, slots: u32) -> Outcome {
