@@ -109,32 +109,37 @@ impl Layout {
     }
 }
 
-/// The volume's bytes and the set of directory sectors.
+/// The volume's bytes and the set of directory sectors (a bit per sector and their list: the
+/// walk runs after every metadata write, 2 million times on the seed-size recording, and a
+/// hash set rebuilt each time was most of its cost).
 pub struct FatTracker {
     img: Vec<u8>,
     pub layout: Layout,
-    dirs: HashSet<u64>,
+    dirs: Vec<bool>,
+    dir_list: Vec<u64>,
 }
 
 impl FatTracker {
     pub fn new(img: Vec<u8>) -> Result<FatTracker> {
         let layout = Layout::parse(&img[..512.min(img.len())], img.len() as u64 / 512)?;
+        let sectors = img.len() / 512;
         let mut t = FatTracker {
             img,
             layout,
-            dirs: HashSet::new(),
+            dirs: vec![false; sectors],
+            dir_list: Vec::new(),
         };
         t.walk();
         Ok(t)
     }
 
     pub fn is_metadata(&self, lba: u64) -> bool {
-        self.layout.is_static(lba) || self.dirs.contains(&lba)
+        self.layout.is_static(lba) || self.dirs.get(lba as usize).copied().unwrap_or(false)
     }
 
     /// Directory sectors now (the walk's result).
     pub fn directory_sectors(&self) -> usize {
-        self.dirs.len()
+        self.dir_list.len()
     }
 
     /// Apply a write of `bytes` at `lba` and say, per sector, whether it is metadata after it.
@@ -216,7 +221,7 @@ impl FatTracker {
         } else {
             (l.data_start - l.root_sectors..l.data_start).collect()
         };
-        let mut dirs: HashSet<u64> = HashSet::new();
+        let mut dirs: Vec<u64> = Vec::new();
         let mut seen: HashSet<u64> = HashSet::new();
         let mut todo = vec![root];
         while let Some(sectors) = todo.pop() {
@@ -240,7 +245,16 @@ impl FatTracker {
                     .flat_map(|c| l.cluster_sectors(c)),
             );
         }
-        self.dirs = dirs;
+        dirs.sort_unstable();
+        dirs.dedup();
+        dirs.retain(|&d| (d as usize) < self.dirs.len());
+        for &d in &self.dir_list {
+            self.dirs[d as usize] = false;
+        }
+        for &d in &dirs {
+            self.dirs[d as usize] = true;
+        }
+        self.dir_list = dirs;
     }
 }
 
