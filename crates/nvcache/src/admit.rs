@@ -13,8 +13,9 @@ pub enum Admission {
     All,
     /// Sorted, disjoint block ranges.
     Ranges(Vec<Range<u64>>),
-    /// A FAT volume's metadata blocks as last classified.
-    Fat(crate::fat::FatMap),
+    /// A FAT volume's metadata blocks as last classified (boxed: the map keeps the walk's
+    /// bytes).
+    Fat(Box<crate::fat::FatMap>),
 }
 
 impl Admission {

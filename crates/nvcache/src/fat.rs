@@ -231,7 +231,9 @@ impl FatMap {
     /// Walk again from the FAT and directory bytes held (reading only parts not held).
     fn rewalk(&mut self, read: &mut ReadAt<'_>) -> Result<()> {
         let bps = self.bpb.bytes_per_sector;
-        let mut bytes = vec![0..self.bpb.data_start() * bps];
+        // The reserved sectors, the FATs and the FAT12/16 root: fixed by the boot sector.
+        let fixed = 0..self.bpb.data_start() * bps;
+        let mut bytes = Vec::from([fixed]);
         let mut w = Walker {
             bpb: &self.bpb,
             fat: &self.fat,
@@ -598,7 +600,7 @@ mod tests {
                 }
                 let o = base + c + c / 2;
                 let old = u16::from_le_bytes([self.img[o as usize], self.img[o as usize + 1]]);
-                let new = if c % 2 == 0 {
+                let new = if c.is_multiple_of(2) {
                     (old & 0xF000) | (v as u16 & 0xFFF)
                 } else {
                     (old & 0x000F) | ((v as u16) << 4)
