@@ -184,7 +184,10 @@ mod tests {
                 let e = match rng.gen_range(0..3) {
                     0 => Ev::Tick,
                     1 => Ev::CoreRun(rng.gen_range(0..4)),
-                    _ => Ev::Accepted { core: 0, seq: order },
+                    _ => Ev::Accepted {
+                        core: 0,
+                        seq: order,
+                    },
                 };
                 order += 1;
                 ev.push(t, e);
