@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The committing simulator's figures (seed 003 Figs. 8-11, docs/mcsim.md) regenerated in one go:
 # records the three traces (nvramdisk fast and paper, 16 lanes x 200 writes; the SQLite journal
-# store, 16 databases x 100 transactions), then runs commit-ipc, commit-time, commit-syncs on
-# the four kernels and the three traces and commit-frequency on the kernels, each grid in
+# store, 16 databases x 100 transactions), then runs commit-figures (Figs. 8, 9 and 11 from one
+# grid) on the four kernels and the three traces and commit-frequency on the kernels, each grid in
 # parallel across the host's cores (rayon: RAYON_NUM_THREADS=1 runs it on one). Writes the
 # tables (*.txt) and SVG figures into OUTDIR and prints the wall time of each step and the total.
 # Usage: scripts/mcsim-figures.sh OUTDIR   (OUTDIR must not exist)
@@ -38,8 +38,9 @@ step "record sqlite" "$B" sim commit-record --workload sqlite --threads 16 --wri
   --output "$out/sqlite.trace" >/dev/null
 sources=(--kernel hashmap --kernel btree --kernel kv --kernel tx
   --trace "$out/nvramdisk-fast.trace" --trace "$out/nvramdisk-paper.trace" --trace "$out/sqlite.trace")
-for fig in commit-ipc commit-time commit-syncs; do
-  step "$fig" "$B" sim "$fig" "${sources[@]}" --plot "$out" >"$out/$fig.txt"
-done
+# Figs. 8, 9 and 11 share one grid: one run prints the three tables (commit-ipc, commit-time
+# and commit-syncs print the same tables one at a time, each running the grid again).
+step "commit-figures (8, 9, 11)" "$B" sim commit-figures "${sources[@]}" --plot "$out" \
+  >"$out/commit-figures.txt"
 step commit-frequency "$B" sim commit-frequency --plot "$out" >"$out/commit-frequency.txt"
 printf '%-28s %8s s\n' "all figures" "$(secs $(($(ms) - start)))" >&2

@@ -1,6 +1,7 @@
 //! The committing simulator's command-line contract, with the real binary: `sim commit` on a
 //! kernel and on traces recorded from nvramdisk in both protocols (`sim commit-record`), its
-//! `--json` fields, the four figure commands as tables, JSON and SVG, and bad input exiting 2
+//! `--json` fields, the four figure commands as tables, JSON and SVG (and Figs. 8, 9 and 11
+//! from one shared run), and bad input exiting 2
 //! with a message naming what is wrong.
 
 mod common;
@@ -199,6 +200,42 @@ fn figures_as_tables_json_and_svg() {
         let per_mode = if cmd == "commit-frequency" { 6 } else { 2 };
         assert_eq!(points.len(), 2 * per_mode, "{cmd}: {v}");
     }
+}
+
+/// `sim commit-figures` runs the grid of Figs. 8, 9 and 11 once: its output is the three
+/// commands' tables byte for byte, one after another, and it writes their three SVGs.
+#[test]
+fn shared_figures_print_the_three_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().to_str().unwrap();
+    let mut base = vec!["--seeds", "2", "--kernel", "hashmap", "--kernel", "tx"];
+    base.extend(SMALL);
+    let mut alone = String::new();
+    for cmd in ["commit-ipc", "commit-time", "commit-syncs"] {
+        let mut args = vec!["sim", cmd];
+        args.extend(&base);
+        let r = run(&args);
+        assert_eq!(r.code, 0, "{cmd}: {}", r.stderr);
+        alone.push_str(&r.stdout);
+    }
+    let mut args = vec!["sim", "commit-figures", "--plot", plots];
+    args.extend(&base);
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, alone);
+    for file in [
+        "mcsim-fig8-ipc.svg",
+        "mcsim-fig9-commit-time.svg",
+        "mcsim-fig11-syncs.svg",
+    ] {
+        let svg = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("fine"), "{file}");
+    }
+    let mut args = vec!["sim", "commit-figures", "--json"];
+    args.extend(&base);
+    let v = json(&args);
+    assert_eq!(v["figures"].as_array().map(Vec::len), Some(3), "{v}");
+    assert_eq!(v["points"].as_array().map(Vec::len), Some(4), "{v}");
 }
 
 #[test]

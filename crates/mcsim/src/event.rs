@@ -46,8 +46,14 @@ const SEQ_BITS: u32 = 64 - 2 - SLOT_BITS;
 /// The queue: a binary heap of packed keys (time, class, push order, slot), 16 bytes each,
 /// with the events themselves in a slab whose slots are reused, so a push or pop moves a
 /// key, not an event, and allocates nothing once the slab has grown to the run's need.
+///
+/// The earliest key is kept outside the heap (`front`) when it was pushed ahead of
+/// everything in it: most events (a scheduling pass at the current time, a core yielding to
+/// nobody) are popped right after their push, and those then never enter the heap. Every
+/// key is still unique and compared whole, so the order is the heap's alone.
 #[derive(Default)]
 pub(crate) struct Events {
+    front: Option<u128>,
     heap: BinaryHeap<Reverse<u128>>,
     slab: Vec<Ev>,
     free: Vec<u32>,
@@ -70,12 +76,29 @@ impl Events {
         };
         assert!(slot < 1 << SLOT_BITS, "fewer than 2^22 events pending");
         let low = (u64::from(ev.class()) << 62) | (self.seq << SLOT_BITS) | u64::from(slot);
-        self.heap
-            .push(Reverse((u128::from(t) << 64) | u128::from(low)));
+        let key = (u128::from(t) << 64) | u128::from(low);
+        match self.front {
+            // Earlier than the front: the front goes into the heap, this key is the new one.
+            Some(f) if key < f => {
+                self.heap.push(Reverse(f));
+                self.front = Some(key);
+            }
+            Some(_) => self.heap.push(Reverse(key)),
+            None if self.heap.peek().is_none_or(|Reverse(h)| key < *h) => self.front = Some(key),
+            None => self.heap.push(Reverse(key)),
+        }
+    }
+
+    /// The earliest key, front or heap.
+    fn head(&self) -> Option<u128> {
+        self.front.or_else(|| self.heap.peek().map(|Reverse(k)| *k))
     }
 
     pub fn pop(&mut self) -> Option<(u64, Ev)> {
-        let Reverse(key) = self.heap.pop()?;
+        let key = match self.front.take() {
+            Some(k) => k,
+            None => self.heap.pop()?.0,
+        };
         let slot = (key as u32) & ((1 << SLOT_BITS) - 1);
         self.free.push(slot);
         Some(((key >> 64) as u64, self.slab[slot as usize]))
@@ -84,17 +107,15 @@ impl Events {
     /// Whether something must happen before a core's cycle `t`: an event before `t`, or a
     /// completion or scheduling pass at `t` (cores at `t` may go in any order).
     pub fn blocks(&self, t: u64) -> bool {
-        self.heap.peek().is_some_and(|Reverse(key)| {
-            let (at, class) = ((key >> 64) as u64, (*key as u64) >> 62);
+        self.head().is_some_and(|key| {
+            let (at, class) = ((key >> 64) as u64, (key as u64) >> 62);
             at < t || (at == t && class < 2)
         })
     }
 
     /// The earliest pending time: nothing can happen before it.
     pub fn horizon(&self) -> u64 {
-        self.heap
-            .peek()
-            .map_or(u64::MAX, |Reverse(key)| (key >> 64) as u64)
+        self.head().map_or(u64::MAX, |key| (key >> 64) as u64)
     }
 }
 
@@ -141,4 +162,44 @@ pub enum Log {
         line: u64,
         t: u64,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    /// The front slot changes where keys wait, never the order: pops match a plain sort of
+    /// (time, class, push order) on random pushes interleaved with pops.
+    #[test]
+    fn front_slot_keeps_the_heap_order() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut ev = Events::default();
+        let mut model: Vec<(u64, u8, u64, Ev)> = Vec::new();
+        let (mut now, mut order) = (0u64, 0u64);
+        for _ in 0..20_000 {
+            if rng.gen_bool(0.55) || model.is_empty() {
+                let t = now + rng.gen_range(0..4u64);
+                let e = match rng.gen_range(0..3) {
+                    0 => Ev::Tick,
+                    1 => Ev::CoreRun(rng.gen_range(0..4)),
+                    _ => Ev::Accepted {
+                        core: 0,
+                        seq: order,
+                    },
+                };
+                order += 1;
+                ev.push(t, e);
+                model.push((t, e.class(), order, e));
+                continue;
+            }
+            model.sort_by_key(|m| std::cmp::Reverse((m.0, m.1, m.2)));
+            let (t, class, _, e) = model.pop().expect("not empty");
+            assert_eq!(ev.horizon(), t);
+            assert!(ev.blocks(t) == (class < 2) && ev.blocks(t + 1));
+            assert_eq!(ev.pop(), Some((t, e)));
+            now = t;
+        }
+    }
 }

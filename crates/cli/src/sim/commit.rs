@@ -287,7 +287,9 @@ fn rows(fig: Figure, points: &[Point]) -> Vec<(String, f64, f64)> {
     rows
 }
 
-pub fn figure(fig: Figure, a: FigureArgs) -> Result<i32> {
+/// The grid a figure runs. Figs. 8, 9 and 11 run the same one (one commit frequency), Fig.
+/// 10 runs the kernels at three.
+fn plan(fig: Figure, a: &FigureArgs) -> Result<Plan> {
     let mut sources: Vec<Source> = a.kernels.iter().map(|k| Source::Kernel(*k)).collect();
     if sources.is_empty() && a.traces.is_empty() {
         sources = Kernel::ALL.iter().map(|k| Source::Kernel(*k)).collect();
@@ -310,7 +312,11 @@ pub fn figure(fig: Figure, a: FigureArgs) -> Result<i32> {
         },
         seeds: a.seeds,
     };
-    let points = figures::grid(&plan).map_err(flags)?;
+    Ok(plan)
+}
+
+pub fn figure(fig: Figure, a: FigureArgs) -> Result<i32> {
+    let points = figures::grid(&plan(fig, &a)?).map_err(flags)?;
     let rows = rows(fig, &points);
     if let Some(dir) = &a.plot {
         plot(fig, &rows, dir)?;
@@ -321,6 +327,30 @@ pub fn figure(fig: Figure, a: FigureArgs) -> Result<i32> {
         return crate::print_json(&doc).map(|_| 0);
     }
     print_table(fig, &rows)
+}
+
+/// Figs. 8, 9 and 11 from one run of their common grid: each table (and SVG) exactly as its
+/// own command prints it, one after another, for a third of the simulation.
+pub fn figures_shared(a: FigureArgs) -> Result<i32> {
+    const SHARED: [Figure; 3] = [Figure::Ipc, Figure::Time, Figure::Syncs];
+    let points = figures::grid(&plan(Figure::Ipc, &a)?).map_err(flags)?;
+    if let Some(dir) = &a.plot {
+        for fig in SHARED {
+            plot(fig, &rows(fig, &points), dir)?;
+        }
+    }
+    if a.json {
+        let doc = serde_json::json!({
+            "figures": SHARED.map(Figure::title),
+            "points": points,
+            "paper": SHARED.map(Figure::paper),
+        });
+        return crate::print_json(&doc).map(|_| 0);
+    }
+    for fig in SHARED {
+        print_table(fig, &rows(fig, &points))?;
+    }
+    Ok(0)
 }
 
 fn print_table(fig: Figure, rows: &[(String, f64, f64)]) -> Result<i32> {

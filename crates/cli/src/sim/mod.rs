@@ -120,6 +120,9 @@ enum SimCmd {
     CommitFrequency(crate::sim::commit::FigureArgs),
     /// Credit synchronisations, global against fine-grained (seed 003 Fig. 11).
     CommitSyncs(crate::sim::commit::FigureArgs),
+    /// Figs. 8, 9 and 11 from one run of their common grid: the three tables (and SVGs) of
+    /// commit-ipc, commit-time and commit-syncs, one after another.
+    CommitFigures(crate::sim::commit::FigureArgs),
     /// Record persistent-memory traffic as a trace for `sim commit`: nvramdisk's writes on
     /// several lanes, or the SQLite journal store (one database per core).
     CommitRecord(crate::sim::commit_record::RecordArgs),
@@ -175,6 +178,7 @@ fn dispatch(a: SimArgs) -> Result<i32> {
             crate::sim::commit::figure(crate::sim::commit::Figure::Frequency, a)
         }
         SimCmd::CommitSyncs(a) => crate::sim::commit::figure(crate::sim::commit::Figure::Syncs, a),
+        SimCmd::CommitFigures(a) => crate::sim::commit::figures_shared(a),
         SimCmd::CommitRecord(a) => crate::sim::commit_record::run(a),
         SimCmd::Lifetimes(a) => crate::sim::analyze::lifetimes_cmd(a),
         SimCmd::Fate(a) => crate::sim::analyze::fate_cmd(a),
