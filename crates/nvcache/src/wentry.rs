@@ -80,9 +80,11 @@ pub fn crc_of(slot: u32, e: &WcEntry, data: Option<&[u8]>) -> u32 {
     for (i, w) in words.iter().enumerate() {
         h.0[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
     }
-    let crc = crc32c::crc32c(&h.0);
+    // pmem's CRC-32C runs a sector as three interleaved streams (the crate's took a 512 B
+    // sector as one chain of dependent instructions).
+    let crc = nvstack_pmem::crc::crc32c(&h.0);
     match data {
-        Some(d) if !e.tombstone => crc32c::crc32c_append(crc, d),
+        Some(d) if !e.tombstone => nvstack_pmem::crc::crc32c_append(crc, d),
         _ => crc,
     }
 }

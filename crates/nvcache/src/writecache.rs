@@ -589,10 +589,12 @@ impl<R: Region> WriteCache<R> {
 
     /// Store the clears the last write left pending (no fence: the caller's next one).
     pub(crate) fn store_pending_clears(&self, st: &mut WState) {
-        for slot in std::mem::take(&mut st.pending_clears) {
+        // Emptied in place: the vector keeps its capacity (no allocation per write).
+        for &slot in &st.pending_clears {
             debug_assert!(st.slots[slot as usize].is_none());
             self.region.store_u64_nt(self.layout.entry_off(slot) + 8, 0);
         }
+        st.pending_clears.clear();
     }
 
     /// Fence: every store so far is durable.
@@ -803,17 +805,17 @@ impl<R: Region> WriteCache<R> {
                 tombstone: data.is_none(),
                 multi,
             };
+            // The data's stores are issued before the CRC is computed (from the caller's
+            // buffer): the CRC's time overlaps their drain, which the fence waits for. Their
+            // order before the fence does not matter (any subset may reach media first).
+            // Seeded bug entry-before-data: the data comes after a fence.
+            if let Some(d) = data.filter(|_| self.bug != Some(WcBug::EntryBeforeData)) {
+                self.region.write_nt(self.layout.data_off(slot), d);
+            }
             // Seeded bug checksum-skips-data: the CRC covers the entry alone.
             let covered = data.filter(|_| self.bug != Some(WcBug::ChecksumSkipsData));
             let crc = crc_of(slot, &e, covered);
-            if self.bug == Some(WcBug::EntryBeforeData) {
-                self.store_entry(slot, &e, crc); // Seeded bug: the data comes after a fence
-            } else {
-                if let Some(d) = data {
-                    self.region.write_nt(self.layout.data_off(slot), d);
-                }
-                self.store_entry(slot, &e, crc);
-            }
+            self.store_entry(slot, &e, crc);
             placed[i] = (slot, crc);
         }
         self.store_pending_clears(st);
