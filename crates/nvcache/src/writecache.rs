@@ -575,16 +575,15 @@ impl<R: Region> WriteCache<R> {
         st.order.remove(slot);
     }
 
-    /// A copy replaced by a newer one in `new`: its slot is free at once (its clear pending),
-    /// the index names `new`. Only stores touch the old slot's lines (no load waits on a miss
-    /// after the write's fence).
-    fn replace_slot(&self, st: &mut WState, lba: u64, old: u32, new: u32) {
+    /// A copy replaced by a newer one (the index names the new slot already): its slot is
+    /// free at once (its clear pending). Only stores touch the old slot's lines (no load waits
+    /// on a miss after the write's fence).
+    fn replace_slot(&self, st: &mut WState, lba: u64, old: u32) {
         debug_assert_eq!(st.slots[old as usize].map(|c| c.lba), Some(lba));
         st.slots[old as usize] = None;
         st.order.remove(old);
         st.free.push(old);
         st.pending_clears.push(old);
-        *st.index.get_mut(&lba).expect("a cached block") = new;
     }
 
     /// Store the clears the last write left pending (no fence: the caller's next one).
@@ -880,16 +879,14 @@ impl<R: Region> WriteCache<R> {
             _ => Instant::now(),
         };
         for (&(lba, data), &(slot, crc)) in blocks.iter().zip(placed) {
-            match st.index.get(&lba).copied() {
+            // One probe of the index: the new slot in, the old one (if any) out.
+            match st.index.insert(lba, slot) {
                 Some(old) if old == slot => st.order.remove(slot), // seeded bug: in place
                 Some(old) => {
                     st.stats.write_hits_committed += 1;
-                    self.replace_slot(st, lba, old, slot);
+                    self.replace_slot(st, lba, old);
                 }
-                None => {
-                    st.stats.write_allocated += 1;
-                    st.index.insert(lba, slot);
-                }
+                None => st.stats.write_allocated += 1,
             }
             st.slots[slot as usize] = Some(Cached {
                 lba,
