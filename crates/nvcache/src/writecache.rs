@@ -755,6 +755,11 @@ impl<R: Region> WriteCache<R> {
         self.writable(&st)?;
         let mut cached: [(u64, Option<&[u8]>); N] = [(0, None); N];
         let (mut n, mut new) = (0, 0);
+        // With room for every block of the unit, make_room needs no count of the new ones, and
+        // an admitted block goes to the cache whether or not it is cached: the index is probed
+        // only after the fence (install), where its cache misses overlap the stores' drain
+        // instead of delaying them.
+        let room_for_all = st.index.len() + blocks.len() < self.layout.slots as usize;
         for (i, &b) in blocks.iter().enumerate() {
             let l = lba + i as u64;
             st.stats.write_blocks += 1;
@@ -762,7 +767,7 @@ impl<R: Region> WriteCache<R> {
             // goes to the backing device, its cached copy left in place.
             let passed_by = st.settings.cleaner || !st.admit.admits(l);
             let buggy = self.bug == Some(WcBug::BypassKeepsCachedCopy) && passed_by;
-            let is_cached = st.index.contains_key(&l);
+            let is_cached = (passed_by || !room_for_all) && st.index.contains_key(&l);
             if (is_cached || !passed_by) && !buggy {
                 cached[n] = (l, b);
                 n += 1;
