@@ -159,6 +159,17 @@ mod tests {
         let w = words(&encode(3, &e, crc));
         assert_eq!(decode(3, w), WcDecoded::Entry { entry: e, crc });
         assert_ne!(crc, crc_of(3, &e, Some(&[6u8; 512])), "the data is covered");
+        // The CRC-32C of the four header words followed by the data, computed in one pass.
+        let mut whole = Vec::new();
+        for w in [0xF3u64 << 32 | 3, 77, 9, 1 << 33] {
+            whole.extend_from_slice(&w.to_le_bytes());
+        }
+        whole.extend_from_slice(&data);
+        assert_eq!(
+            crc,
+            crc32c::crc32c(&whole),
+            "docs/format.md 12.5's definition"
+        );
         assert_ne!(crc, crc_of(4, &e, Some(&data)), "the slot is covered");
         assert!(
             matches!(decode(4, w), WcDecoded::Damaged(_)),
