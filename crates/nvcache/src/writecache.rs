@@ -635,12 +635,13 @@ impl<R: Region> WriteCache<R> {
     /// Write whole blocks: each unit (at most `unit_blocks`) of admitted blocks lands whole and
     /// durable before the next begins; blocks passed by go to the backing device.
     pub fn write_blocks(&self, lba: u64, data: &[u8]) -> Result<()> {
-        self.check_range(lba, data.len())?;
         let s = self.sb.sector_bytes as usize;
-        if data.len() == s {
-            // One block (a metadata write): no 64-entry arrays to set up.
+        if data.len() == s && lba < self.sb.blocks {
+            // One block (a metadata write): checked without a division, no 64-entry arrays
+            // to set up.
             return self.write_unit::<1>(lba, &[Some(data)]);
         }
+        self.check_range(lba, data.len())?;
         let unit = self.unit_blocks() as usize * s;
         let mut blocks: [Option<&[u8]>; UNIT_MAX] = [None; UNIT_MAX];
         for (i, chunk) in data.chunks(unit).enumerate() {
