@@ -32,6 +32,7 @@ impl Admission {
     }
 
     /// Whether a write to `lba` is admitted.
+    #[inline]
     pub fn admits(&self, lba: u64) -> bool {
         match self {
             Admission::All => true,

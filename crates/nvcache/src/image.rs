@@ -188,6 +188,20 @@ fn build_image(
     abs: &Path,
 ) -> Result<Superblock> {
     let record = encode_path(&abs.to_string_lossy())?;
+    build_in_place(path, o.size, |region| {
+        region.write_nt(PATH_OFF, &record);
+        ubj::create(region, backing, o.settings)
+    })
+}
+
+/// Make a new image of `size` bytes at `path` (either kind: `init` writes its region) in a
+/// locked temporary file beside it, renamed into place only when `init` succeeded: a refused
+/// create leaves no file and an old image (claimed by the caller) untouched.
+pub(crate) fn build_in_place<T>(
+    path: &Path,
+    size: u64,
+    init: impl FnOnce(&MmapRegion) -> Result<T>,
+) -> Result<T> {
     let name = path
         .file_name()
         .ok_or_else(|| Error::bad(format!("{}: not a file name", path.display())))?;
@@ -204,10 +218,9 @@ fn build_image(
         .map_err(|e| Error::env(format!("{}: cannot create: {e}", tmp.display())))?;
     let made = (|| {
         lock_file(&file, &tmp, "image", true)?;
-        allocate_file(&file, path, o.size)?;
+        allocate_file(&file, path, size)?;
         let region = MmapRegion::map_file(file, path, Access::Shared)?;
-        region.write_nt(PATH_OFF, &record);
-        let sb = ubj::create(&region, backing, o.settings)?;
+        let out = init(&region)?;
         drop(region);
         std::fs::rename(&tmp, path).map_err(|e| {
             Error::env(format!(
@@ -215,7 +228,7 @@ fn build_image(
                 path.display()
             ))
         })?;
-        Ok(sb)
+        Ok(out)
     })();
     if made.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -223,30 +236,45 @@ fn build_image(
     made
 }
 
-/// An image file validated with plain reads: its superblock and its backing path.
-pub(crate) struct Validated {
+/// An image file validated with plain reads: its superblock (`S`: UBJ's or the write
+/// cache's) and its backing path.
+pub(crate) struct Validated<S> {
     pub file: File,
-    pub sb: Superblock,
+    pub sb: S,
     /// The recorded backing path, or what is wrong with its record.
     pub path_record: Result<PathBuf>,
 }
 
-pub(crate) fn validate(path: &Path, write: bool) -> Result<Validated> {
+/// The steps validating either kind of image starts with: open and lock the file, check that
+/// it holds at least its first block, and read that block (superblock and path record).
+/// `kind` names the image in the refusal; errors are returned as they are (the caller adds
+/// the path). Returns the file, its length and the block.
+pub(crate) fn read_first_block(
+    path: &Path,
+    write: bool,
+    kind: &str,
+) -> Result<(File, u64, Vec<u8>)> {
     let file = open_file(path, write, "image")?;
     lock_file(&file, path, "image", write)?;
     let len = file
         .metadata()
         .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
         .len();
-    let named = |e: Error| Error::bad(format!("{}: {e}", path.display()));
     if len < B {
-        return Err(named(Error::bad(format!(
-            "{len} bytes: not an nvcache image"
-        ))));
+        return Err(Error::bad(format!(
+            "{}: {len} bytes: not {kind}",
+            path.display()
+        )));
     }
     let mut block = vec![0u8; B as usize];
     file.read_exact_at(&mut block, 0)
         .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
+    Ok((file, len, block))
+}
+
+pub(crate) fn validate(path: &Path, write: bool) -> Result<Validated<Superblock>> {
+    let (file, len, block) = read_first_block(path, write, "an nvcache image")?;
+    let named = |e: Error| Error::bad(format!("{}: {e}", path.display()));
     let sb = Superblock::decode(&block).map_err(named)?;
     let need = Layout::new(sb.slots).region_bytes;
     if len < need || !len.is_multiple_of(B) {
@@ -263,7 +291,7 @@ pub(crate) fn validate(path: &Path, write: bool) -> Result<Validated> {
     })
 }
 
-fn backing_path(v: &Validated, over: Option<&Path>) -> Result<PathBuf> {
+fn backing_path<S>(v: &Validated<S>, over: Option<&Path>) -> Result<PathBuf> {
     match (over, &v.path_record) {
         (Some(p), _) => Ok(p.to_path_buf()),
         (None, Ok(p)) => Ok(p.clone()),
@@ -271,6 +299,24 @@ fn backing_path(v: &Validated, over: Option<&Path>) -> Result<PathBuf> {
             "{e}; name the backing file with --backing"
         ))),
     }
+}
+
+/// A validated image's region and backing file (`over` replaces the recorded path), opened
+/// for writing (the backing file locked exclusively, the region mapped shared) or for reading
+/// (shared lock, read-only, the region a private copy: recovery stays in memory).
+pub(crate) fn open_parts<S>(
+    path: &Path,
+    v: Validated<S>,
+    over: Option<&Path>,
+    write: bool,
+) -> Result<(Arc<MmapRegion>, Arc<FileDevice>, PathBuf)> {
+    let bpath = backing_path(&v, over)?;
+    let (dev, access) = match write {
+        true => (FileDevice::open(&bpath)?, Access::Shared),
+        false => (FileDevice::open_readonly(&bpath)?, Access::PrivateCopy),
+    };
+    let region = MmapRegion::map_file(v.file, path, access)?;
+    Ok((Arc::new(region), Arc::new(dev), bpath))
 }
 
 /// Open a cache for writing: the image and its backing file locked exclusively, the region
@@ -281,11 +327,8 @@ pub fn open_image(
     backing: Option<&Path>,
     settings: Option<Settings>,
 ) -> Result<Opened> {
-    let v = validate(path, true)?;
-    let bpath = backing_path(&v, backing)?;
-    let dev = FileDevice::open(&bpath)?;
-    let region = MmapRegion::map_file(v.file, path, Access::Shared)?;
-    let cache = Ubj::open(Arc::new(region), Arc::new(dev), settings)
+    let (region, dev, bpath) = open_parts(path, validate(path, true)?, backing, true)?;
+    let cache = Ubj::open(region, dev, settings)
         .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
     Ok(Opened {
         cache: Arc::new(cache),
@@ -296,11 +339,8 @@ pub fn open_image(
 /// Open a cache for reading: shared locks, a private copy of the region (recovery and the
 /// blocks a read caches stay in memory), the backing file read-only.
 pub fn open_readonly(path: &Path, backing: Option<&Path>) -> Result<Opened> {
-    let v = validate(path, false)?;
-    let bpath = backing_path(&v, backing)?;
-    let dev = FileDevice::open_readonly(&bpath)?;
-    let region = MmapRegion::map_file(v.file, path, Access::PrivateCopy)?;
-    let cache = Ubj::open(Arc::new(region), Arc::new(dev), None)
+    let (region, dev, bpath) = open_parts(path, validate(path, false)?, backing, false)?;
+    let cache = Ubj::open(region, dev, None)
         .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
     Ok(Opened {
         cache: Arc::new(cache),

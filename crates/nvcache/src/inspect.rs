@@ -4,7 +4,9 @@
 //! without storing its decisions, so the report says what the next open would do.
 
 use crate::backing::FileDevice;
-use crate::format::{decode_commit, Counters, Label, Layout, Settings, BLOCK_BYTES, COMMIT_OFF};
+use crate::format::{
+    decode_commit, Counters, Label, Layout, Settings, Superblock, BLOCK_BYTES, COMMIT_OFF,
+};
 use crate::image::{validate, Validated};
 use crate::recover::{self, Found};
 use nvstack_core::blockdev::BlockDevice;
@@ -146,7 +148,11 @@ fn census(found: &Found, slots: u32) -> TableCensus {
 
 /// The backing file's size and label. A missing or foreign file is a finding; a lock held by
 /// a writer is an error (exit 3).
-fn inspect_backing(v: &Validated, over: Option<&Path>, r: &mut Inspection) -> Result<()> {
+fn inspect_backing(
+    v: &Validated<Superblock>,
+    over: Option<&Path>,
+    r: &mut Inspection,
+) -> Result<()> {
     let bpath = match (over, &v.path_record) {
         (Some(p), _) => p.to_path_buf(),
         (None, Ok(p)) => p.clone(),

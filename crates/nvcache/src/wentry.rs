@@ -80,9 +80,11 @@ pub fn crc_of(slot: u32, e: &WcEntry, data: Option<&[u8]>) -> u32 {
     for (i, w) in words.iter().enumerate() {
         h.0[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
     }
-    let crc = crc32c::crc32c(&h.0);
+    // pmem's CRC-32C runs a sector as three interleaved streams (the crate's took a 512 B
+    // sector as one chain of dependent instructions).
+    let crc = nvstack_pmem::crc::crc32c(&h.0);
     match data {
-        Some(d) if !e.tombstone => crc32c::crc32c_append(crc, d),
+        Some(d) if !e.tombstone => nvstack_pmem::crc::crc32c_append(crc, d),
         _ => crc,
     }
 }
@@ -157,6 +159,17 @@ mod tests {
         let w = words(&encode(3, &e, crc));
         assert_eq!(decode(3, w), WcDecoded::Entry { entry: e, crc });
         assert_ne!(crc, crc_of(3, &e, Some(&[6u8; 512])), "the data is covered");
+        // The CRC-32C of the four header words followed by the data, computed in one pass.
+        let mut whole = Vec::new();
+        for w in [0xF3u64 << 32 | 3, 77, 9, 1 << 33] {
+            whole.extend_from_slice(&w.to_le_bytes());
+        }
+        whole.extend_from_slice(&data);
+        assert_eq!(
+            crc,
+            crc32c::crc32c(&whole),
+            "docs/format.md 12.5's definition"
+        );
         assert_ne!(crc, crc_of(4, &e, Some(&data)), "the slot is covered");
         assert!(
             matches!(decode(4, w), WcDecoded::Damaged(_)),

@@ -397,6 +397,7 @@ impl WcSuperblock {
     }
 
     /// Most blocks of one atomic write: half the slots, at most 64.
+    #[inline]
     pub fn unit_blocks(&self) -> u32 {
         64.min(self.slots / 2)
     }

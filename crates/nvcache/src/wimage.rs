@@ -5,17 +5,15 @@
 
 use crate::backing::FileDevice;
 use crate::format::{decode_path, encode_path, Settings};
-use crate::image::{claim_existing, prepare_backing, CreateOptions};
+use crate::image::{
+    claim_existing, open_parts, prepare_backing, read_first_block, CreateOptions, Validated,
+};
 use crate::wformat::{
     Admit, WcLayout, WcSettings, WcSuperblock, WC_PATH_BYTES, WC_PATH_OFF, WC_SLOTS_MIN,
 };
 use crate::writecache::{create_wc, WriteCache};
 use nvstack_core::error::{Error, Result};
-use nvstack_core::lock::{lock_file, open_file};
-use nvstack_pmem::mmap::allocate_file;
-use nvstack_pmem::{Access, MmapRegion, Region};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use nvstack_pmem::{MmapRegion, Region};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -95,64 +93,15 @@ fn build(
             WC_PATH_BYTES - 8
         )));
     }
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::bad(format!("{}: not a file name", path.display())))?;
-    let tmp = path.with_file_name(format!(
-        ".{}.nvstack-create-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(|e| Error::env(format!("{}: cannot create: {e}", tmp.display())))?;
-    let made = (|| {
-        lock_file(&file, &tmp, "image", true)?;
-        allocate_file(&file, path, o.size)?;
-        let region = MmapRegion::map_file(file, path, Access::Shared)?;
+    crate::image::build_in_place(path, o.size, |region| {
         region.write_nt(WC_PATH_OFF, &record);
-        let sb = create_wc(&region, backing, o.sector_bytes, o.settings, &o.admit)?;
-        drop(region);
-        std::fs::rename(&tmp, path).map_err(|e| {
-            Error::env(format!(
-                "{}: cannot move the new image into place: {e}",
-                path.display()
-            ))
-        })?;
-        Ok(sb)
-    })();
-    if made.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    made
+        create_wc(region, backing, o.sector_bytes, o.settings, &o.admit)
+    })
 }
 
-/// An image validated with plain reads: its superblock and recorded backing path.
-struct Validated {
-    file: File,
-    sb: WcSuperblock,
-    path_record: Result<PathBuf>,
-}
-
-fn validate(path: &Path, write: bool) -> Result<Validated> {
-    let file = open_file(path, write, "image")?;
-    lock_file(&file, path, "image", write)?;
-    let len = file
-        .metadata()
-        .map_err(|e| Error::env(format!("{}: cannot stat: {e}", path.display())))?
-        .len();
+fn validate(path: &Path, write: bool) -> Result<Validated<WcSuperblock>> {
+    let (file, len, block) = read_first_block(path, write, "a write cache image")?;
     let named = |e: Error| Error::bad(format!("{}: {e}", path.display()));
-    if len < 4096 {
-        return Err(named(Error::bad(format!(
-            "{len} bytes: not a write cache image"
-        ))));
-    }
-    let mut block = vec![0u8; 4096];
-    file.read_exact_at(&mut block, 0)
-        .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
     let sb = WcSuperblock::decode(&block).map_err(named)?;
     let need = sb.layout().region_bytes;
     if len < need {
@@ -169,27 +118,14 @@ fn validate(path: &Path, write: bool) -> Result<Validated> {
     })
 }
 
-fn backing_path(v: &Validated, over: Option<&Path>) -> Result<PathBuf> {
-    match (over, &v.path_record) {
-        (Some(p), _) => Ok(p.to_path_buf()),
-        (None, Ok(p)) => Ok(p.clone()),
-        (None, Err(e)) => Err(Error::bad(format!(
-            "{e}; name the backing file with --backing"
-        ))),
-    }
-}
-
 /// Open a write cache for writing (exclusive locks, the region mapped shared, recovery run).
 pub fn open_wc_image(
     path: &Path,
     backing: Option<&Path>,
     settings: Option<WcSettings>,
 ) -> Result<WcOpened> {
-    let v = validate(path, true)?;
-    let bpath = backing_path(&v, backing)?;
-    let dev = FileDevice::open(&bpath)?;
-    let region = MmapRegion::map_file(v.file, path, Access::Shared)?;
-    let cache = WriteCache::open(Arc::new(region), Arc::new(dev), settings)
+    let (region, dev, bpath) = open_parts(path, validate(path, true)?, backing, true)?;
+    let cache = WriteCache::open(region, dev, settings)
         .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
     Ok(WcOpened {
         cache: Arc::new(cache),
@@ -200,11 +136,8 @@ pub fn open_wc_image(
 /// Open a write cache for reading: shared locks, a private copy of the region (recovery stays
 /// in memory), the backing file read-only.
 pub fn open_wc_readonly(path: &Path, backing: Option<&Path>) -> Result<WcOpened> {
-    let v = validate(path, false)?;
-    let bpath = backing_path(&v, backing)?;
-    let dev = FileDevice::open_readonly(&bpath)?;
-    let region = MmapRegion::map_file(v.file, path, Access::PrivateCopy)?;
-    let cache = WriteCache::open(Arc::new(region), Arc::new(dev), None)
+    let (region, dev, bpath) = open_parts(path, validate(path, false)?, backing, false)?;
+    let cache = WriteCache::open(region, dev, None)
         .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
     Ok(WcOpened {
         cache: Arc::new(cache),

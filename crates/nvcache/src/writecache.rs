@@ -673,24 +673,25 @@ impl<R: Region> WriteCache<R> {
         st.order.remove(slot);
     }
 
-    /// A copy replaced by a newer one in `new`: its slot is free at once (its clear pending),
-    /// the index names `new`. Only stores touch the old slot's lines (no load waits on a miss
-    /// after the write's fence).
-    fn replace_slot(&self, st: &mut WState, lba: u64, old: u32, new: u32) {
+    /// A copy replaced by a newer one (the index names the new slot already): its slot is
+    /// free at once (its clear pending). Only stores touch the old slot's lines (no load waits
+    /// on a miss after the write's fence).
+    fn replace_slot(&self, st: &mut WState, lba: u64, old: u32) {
         debug_assert_eq!(st.slots[old as usize].map(|c| c.lba), Some(lba));
         st.slots[old as usize] = None;
         st.order.remove(old);
         st.free.push(old);
         st.pending_clears.push(old);
-        *st.index.get_mut(&lba).expect("a cached block") = new;
     }
 
     /// Store the clears the last write left pending (no fence: the caller's next one).
     pub(crate) fn store_pending_clears(&self, st: &mut WState) {
-        for slot in std::mem::take(&mut st.pending_clears) {
+        // Emptied in place: the vector keeps its capacity (no allocation per write).
+        for &slot in &st.pending_clears {
             debug_assert!(st.slots[slot as usize].is_none());
             self.region.store_u64_nt(self.layout.entry_off(slot) + 8, 0);
         }
+        st.pending_clears.clear();
     }
 
     /// Fence: every store so far is durable.
@@ -732,12 +733,13 @@ impl<R: Region> WriteCache<R> {
     /// Write whole blocks: each unit (at most `unit_blocks`) of admitted blocks lands whole and
     /// durable before the next begins; blocks passed by go to the backing device.
     pub fn write_blocks(&self, lba: u64, data: &[u8]) -> Result<()> {
-        self.check_range(lba, data.len())?;
         let s = self.sb.sector_bytes as usize;
-        if data.len() == s {
-            // One block (a metadata write): no 64-entry arrays to set up.
+        if data.len() == s && lba < self.sb.blocks {
+            // One block (a metadata write): checked without a division, no 64-entry arrays
+            // to set up.
             return self.write_unit::<1>(lba, &[Some(data)]);
         }
+        self.check_range(lba, data.len())?;
         let unit = self.unit_blocks() as usize * s;
         let mut blocks: [Option<&[u8]>; UNIT_MAX] = [None; UNIT_MAX];
         for (i, chunk) in data.chunks(unit).enumerate() {
@@ -852,6 +854,11 @@ impl<R: Region> WriteCache<R> {
         self.writable(&st)?;
         let mut cached: [(u64, Option<&[u8]>); N] = [(0, None); N];
         let (mut n, mut new) = (0, 0);
+        // With room for every block of the unit, make_room needs no count of the new ones, and
+        // an admitted block goes to the cache whether or not it is cached: the index is probed
+        // only after the fence (install), where its cache misses overlap the stores' drain
+        // instead of delaying them.
+        let room_for_all = st.index.len() + blocks.len() < self.layout.slots as usize;
         for (i, &b) in blocks.iter().enumerate() {
             let l = lba + i as u64;
             st.stats.write_blocks += 1;
@@ -859,7 +866,7 @@ impl<R: Region> WriteCache<R> {
             // goes to the backing device, its cached copy left in place.
             let passed_by = st.settings.cleaner || !st.admit.admits(l);
             let buggy = self.bug == Some(WcBug::BypassKeepsCachedCopy) && passed_by;
-            let is_cached = st.index.contains_key(&l);
+            let is_cached = (passed_by || !room_for_all) && st.index.contains_key(&l);
             if (is_cached || !passed_by) && !buggy {
                 cached[n] = (l, b);
                 n += 1;
@@ -894,17 +901,17 @@ impl<R: Region> WriteCache<R> {
                 tombstone: data.is_none(),
                 multi,
             };
+            // The data's stores are issued before the CRC is computed (from the caller's
+            // buffer): the CRC's time overlaps their drain, which the fence waits for. Their
+            // order before the fence does not matter (any subset may reach media first).
+            // Seeded bug entry-before-data: the data comes after a fence.
+            if let Some(d) = data.filter(|_| self.bug != Some(WcBug::EntryBeforeData)) {
+                self.region.write_nt(self.layout.data_off(slot), d);
+            }
             // Seeded bug checksum-skips-data: the CRC covers the entry alone.
             let covered = data.filter(|_| self.bug != Some(WcBug::ChecksumSkipsData));
             let crc = crc_of(slot, &e, covered);
-            if self.bug == Some(WcBug::EntryBeforeData) {
-                self.store_entry(slot, &e, crc); // Seeded bug: the data comes after a fence
-            } else {
-                if let Some(d) = data {
-                    self.region.write_nt(self.layout.data_off(slot), d);
-                }
-                self.store_entry(slot, &e, crc);
-            }
+            self.store_entry(slot, &e, crc);
             placed[i] = (slot, crc);
         }
         self.store_pending_clears(st);
@@ -969,16 +976,14 @@ impl<R: Region> WriteCache<R> {
             _ => Instant::now(),
         };
         for (&(lba, data), &(slot, crc)) in blocks.iter().zip(placed) {
-            match st.index.get(&lba).copied() {
+            // One probe of the index: the new slot in, the old one (if any) out.
+            match st.index.insert(lba, slot) {
                 Some(old) if old == slot => st.order.remove(slot), // seeded bug: in place
                 Some(old) => {
                     st.stats.write_hits_committed += 1;
-                    self.replace_slot(st, lba, old, slot);
+                    self.replace_slot(st, lba, old);
                 }
-                None => {
-                    st.stats.write_allocated += 1;
-                    st.index.insert(lba, slot);
-                }
+                None => st.stats.write_allocated += 1,
             }
             st.slots[slot as usize] = Some(Cached {
                 lba,

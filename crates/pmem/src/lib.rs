@@ -5,10 +5,13 @@
 //! The crash checker's simulated region implements the same trait, so the device code it checks
 //! is the code that runs.
 
-// The only modules with `unsafe` in pmem: CPU instructions, mappings, timed stores.
+// The only modules with `unsafe` in pmem: CPU instructions (persist, CRC-32C), mappings,
+// timed stores.
 #[allow(unsafe_code)]
 pub mod cpu;
 pub mod crash;
+#[allow(unsafe_code)]
+pub mod crc;
 pub mod domain;
 #[allow(unsafe_code)]
 pub mod latency;

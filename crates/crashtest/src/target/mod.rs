@@ -19,6 +19,30 @@ use rand::rngs::SmallRng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+/// A cache target's atomic write: blocks must be contiguous (the caches' unit), written by
+/// one `write` from the first. `who` names the cache in the refusal.
+pub(crate) fn write_contiguous(
+    lbas: &[u64],
+    data: &[u8],
+    who: &str,
+    write: impl FnOnce(u64, &[u8]) -> Result<()>,
+) -> Result<()> {
+    let contiguous = lbas.windows(2).all(|w| w[1] == w[0] + 1);
+    if lbas.is_empty() || !contiguous {
+        return Err(nvstack_core::error::Error::bad(format!(
+            "{who} writes contiguous blocks"
+        )));
+    }
+    write(lbas[0], data)
+}
+
+/// A cache target's step at a crash point: the name of the last mark at or before it
+/// ("setup" before the first).
+pub(crate) fn step_of_marks(marks: &[(usize, &'static str)], crash: usize) -> String {
+    let m = marks.iter().rev().find(|m| m.0 <= crash);
+    m.map_or("setup", |m| m.1).to_string()
+}
+
 /// The size of a simulated region a tier formats: small, so that each crash point is cheap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {

@@ -170,11 +170,7 @@ impl CrashTarget for UbjTarget {
 
     /// One write of contiguous blocks (UBJ's unit lands whole in one epoch).
     fn write_atomic(&self, device: &UbjDevice, lbas: &[u64], data: &[u8]) -> Result<()> {
-        let contiguous = lbas.windows(2).all(|w| w[1] == w[0] + 1);
-        if lbas.is_empty() || !contiguous {
-            return Err(Error::bad("UBJ writes contiguous blocks"));
-        }
-        device.write_blocks(lbas[0], data)
+        super::write_contiguous(lbas, data, "UBJ", |l, d| device.write_blocks(l, d))
     }
 
     fn scenarios(&self) -> &'static [&'static str] {
@@ -201,8 +197,7 @@ impl CrashTarget for UbjTarget {
     }
 
     fn step_at(&self, rec: &Recorded<UbjTrace>, crash: usize) -> String {
-        let m = rec.trace.marks.iter().rev().find(|m| m.0 <= crash);
-        m.map_or("setup", |m| m.1).to_string()
+        super::step_of_marks(&rec.trace.marks, crash)
     }
 
     fn inject_media_fault(

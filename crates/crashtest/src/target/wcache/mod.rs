@@ -176,11 +176,9 @@ impl CrashTarget for WcTarget {
     }
 
     fn write_atomic(&self, device: &WcDevice, lbas: &[u64], data: &[u8]) -> Result<()> {
-        let contiguous = lbas.windows(2).all(|w| w[1] == w[0] + 1);
-        if lbas.is_empty() || !contiguous {
-            return Err(Error::bad("the write cache writes contiguous blocks"));
-        }
-        device.write_blocks(lbas[0], data)
+        super::write_contiguous(lbas, data, "the write cache", |l, d| {
+            device.write_blocks(l, d)
+        })
     }
 
     fn scenarios(&self) -> &'static [&'static str] {
@@ -206,8 +204,7 @@ impl CrashTarget for WcTarget {
     }
 
     fn step_at(&self, rec: &Recorded<WcTrace>, crash: usize) -> String {
-        let m = rec.trace.marks.iter().rev().find(|m| m.0 <= crash);
-        m.map_or("setup", |m| m.1).to_string()
+        super::step_of_marks(&rec.trace.marks, crash)
     }
 
     fn inject_media_fault(
