@@ -390,41 +390,43 @@ impl Report {
             "\nOurs beside the seed's (Sync-PostMark, 0 KiB against {} KiB):",
             c.top_kib
         )?;
+        // The seed's two values, printed with the precision the seed gives them (whole
+        // seconds, tenths of a joule), and their ratio.
+        let seed_exec = (c.seed_exec_s, 0, c.seed_exec_ratio);
+        let seed_energy = (c.seed_energy_j, 1, c.seed_energy_ratio);
         let cells = vec![
-            vec![
-                "execution time".into(),
-                format!("{:.1} s -> {:.1} s", c.sync_exec_s.0, c.sync_exec_s.1),
-                format!("{:.2}x", c.sync_exec_ratio),
-                format!("{:.0} s -> {:.0} s", c.seed_exec_s.0, c.seed_exec_s.1),
-                format!("{:.1}x", c.seed_exec_ratio),
-            ],
-            vec![
-                "flash energy".into(),
-                format!("{:.3} J -> {:.3} J", c.energy_j.0, c.energy_j.1),
-                format!("{:.2}x", c.energy_ratio),
-                format!("{:.1} J -> {:.1} J", c.seed_energy_j.0, c.seed_energy_j.1),
-                format!("{:.1}x", c.seed_energy_ratio),
-            ],
-            vec![
-                "time, page cache".into(),
-                format!(
-                    "{:.1} s -> {:.1} s",
-                    c.page_cache_exec_s.0, c.page_cache_exec_s.1
-                ),
-                format!("{:.2}x", c.page_cache_exec_ratio),
-                format!("{:.0} s -> {:.0} s", c.seed_exec_s.0, c.seed_exec_s.1),
-                format!("{:.1}x", c.seed_exec_ratio),
-            ],
-            vec![
-                "energy, page cache".into(),
-                format!(
-                    "{:.3} J -> {:.3} J",
-                    c.page_cache_energy_j.0, c.page_cache_energy_j.1
-                ),
-                format!("{:.2}x", c.page_cache_energy_ratio),
-                format!("{:.1} J -> {:.1} J", c.seed_energy_j.0, c.seed_energy_j.1),
-                format!("{:.1}x", c.seed_energy_ratio),
-            ],
+            seed_row(
+                "execution time",
+                "s",
+                1,
+                c.sync_exec_s,
+                c.sync_exec_ratio,
+                seed_exec,
+            ),
+            seed_row(
+                "flash energy",
+                "J",
+                3,
+                c.energy_j,
+                c.energy_ratio,
+                seed_energy,
+            ),
+            seed_row(
+                "time, page cache",
+                "s",
+                1,
+                c.page_cache_exec_s,
+                c.page_cache_exec_ratio,
+                seed_exec,
+            ),
+            seed_row(
+                "energy, page cache",
+                "J",
+                3,
+                c.page_cache_energy_j,
+                c.page_cache_energy_ratio,
+                seed_energy,
+            ),
             vec![
                 "erase count mean / sd".into(),
                 format!(
@@ -679,4 +681,28 @@ pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
         out.push(p);
     }
     Ok(out)
+}
+
+/// One row of the comparison table: ours from and to (with `prec` decimals) and the ratio,
+/// beside the seed's values (with their own decimals) and ratio.
+fn seed_row(
+    label: &str,
+    unit: &str,
+    prec: usize,
+    ours: (f64, f64),
+    ratio: f64,
+    seed: ((f64, f64), usize, f64),
+) -> Vec<String> {
+    let ((from, to), seed_prec, seed_ratio) = seed;
+    vec![
+        label.into(),
+        format!(
+            "{from:.prec$} {unit} -> {to:.prec$} {unit}",
+            from = ours.0,
+            to = ours.1
+        ),
+        format!("{ratio:.2}x"),
+        format!("{from:.seed_prec$} {unit} -> {to:.seed_prec$} {unit}"),
+        format!("{seed_ratio:.1}x"),
+    ]
 }
