@@ -214,6 +214,9 @@ fn step(st: &Stack, m: &mut Model, rng: &mut Rng, k: u64) {
             &format!("::/{name}"),
         ],
     );
+    // The stack's drop removes its directory only when empty (never recursively: a mount may
+    // still sit under it), so the source file goes now.
+    std::fs::remove_file(&src).unwrap();
     m.files.insert(name, data);
 }
 
