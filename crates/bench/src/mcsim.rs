@@ -4,7 +4,9 @@
 //! host core, until at least 10^7 requests (10^6 with --quick) have arrived, and reports
 //! requests per second of wall time (its note adds requests per CPU-second of the running
 //! thread, which a shared host does not inflate). Each mode is a row; `fine` does the most controller work
-//! (credits, query reads) and is the one the target is checked on.
+//! (credits, query reads) and is the one the target is checked on. A third row, `mcsim-floor`,
+//! runs the same workload's functional work alone (generator and caches, no timing): the part
+//! of a request's cost no engine can avoid.
 //!
 //! The peer is DRAMsim3 (github:umd-memsys/DRAMsim3), in its own trace-driven mode, when
 //! `NVSTACK_DRAMSIM3` names its `dramsim3main` (scripts/bench-mcsim.sh builds it from source
@@ -73,6 +75,7 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
         }
         ctx.push(row.timed(&timing(requests, wall_s), 0));
     }
+    ctx.push(floor_row(ctx, need)?);
     if let (Some(program), Some(arrivals)) = (peer, stream) {
         let bar = ctx.bar("mcsim dramsim3");
         let (served, wall_s, note) = run_peer(&program, &arrivals, &Config::default())?;
@@ -94,13 +97,7 @@ fn run_ours(mode: Mode, need: u64, record: bool) -> Result<Ours> {
         mode,
         ..Config::default()
     };
-    let updates = (need as f64 / REQUESTS_PER_UPDATE / f64::from(machine.cores)).ceil() as u64;
-    let kc = KernelConfig {
-        kernel: Kernel::Hashmap,
-        threads: machine.cores,
-        updates_per_thread: updates,
-        ..KernelConfig::default()
-    };
+    let kc = hashmap_kernel(&machine, need);
     let mut work = KernelWorkload::new(&kc)?;
     let cpu_start_ns = thread_cpu_ns();
     let start = Instant::now();
@@ -111,18 +108,8 @@ fn run_ours(mode: Mode, need: u64, record: bool) -> Result<Ours> {
         (nvstack_mcsim::run(&machine, &mut work)?, None)
     };
     let wall_s = start.elapsed().as_secs_f64();
-    let cpu = match (cpu_start_ns, thread_cpu_ns()) {
-        (Some(a), Some(b)) if b > a => {
-            let cpu_s = (b - a) as f64 / 1e9;
-            let requests = (out.report.mc.reads + out.report.mc.writes) as f64;
-            format!(
-                "; {:.0} requests per CPU-second ({cpu_s:.1} s of this thread's CPU time)",
-                requests / cpu_s
-            )
-        }
-        _ => "; CPU time not measured (no /proc/thread-self/schedstat)".into(),
-    };
     let requests = out.report.mc.reads + out.report.mc.writes;
+    let cpu = cpu_note(cpu_start_ns, requests);
     assert!(
         requests >= need,
         "the run is sized for {need} requests, made {requests}"
@@ -135,6 +122,59 @@ fn run_ours(mode: Mode, need: u64, record: bool) -> Result<Ours> {
         if record { ", recording them" } else { "" },
     );
     Ok((requests, wall_s, note, arrivals))
+}
+
+/// The floor row: the same workload's functional work alone (the kernel generator and the
+/// cache hierarchy deciding which accesses become requests), no timing. What it costs per
+/// request is what any engine of this model pays before it keeps time.
+fn floor_row(ctx: &Ctx, need: u64) -> Result<BenchResult> {
+    let bar = ctx.bar("mcsim floor");
+    let machine = Config::default();
+    let mut work = KernelWorkload::new(&hashmap_kernel(&machine, need))?;
+    let cpu_start_ns = thread_cpu_ns();
+    let start = Instant::now();
+    let f = nvstack_mcsim::floor(&machine, &mut work)?;
+    let wall_s = start.elapsed().as_secs_f64();
+    let cpu = cpu_note(cpu_start_ns, f.requests());
+    drop(bar);
+    let note = format!(
+        "{} requests ({} reads, {} writes) from {} operations in {wall_s:.1} s on one core{cpu}; \
+         the functional work alone (kernel generator and caches, no timing): the floor of \
+         the timed rows; median = p99 = wall time per request",
+        f.requests(),
+        f.reads,
+        f.writes,
+        f.ops
+    );
+    let row = Row::new(SUITE, "mcsim-floor", "request", 64, 1)
+        .method("functional, untimed")
+        .note(note);
+    Ok(row.timed(&timing(f.requests(), wall_s), 0))
+}
+
+/// The bench's workload: the hash-map kernel sized for `need` requests, committing every update.
+fn hashmap_kernel(machine: &Config, need: u64) -> KernelConfig {
+    let updates = (need as f64 / REQUESTS_PER_UPDATE / f64::from(machine.cores)).ceil() as u64;
+    KernelConfig {
+        kernel: Kernel::Hashmap,
+        threads: machine.cores,
+        updates_per_thread: updates,
+        ..KernelConfig::default()
+    }
+}
+
+/// "; N requests per CPU-second (S s ...)" from the thread's CPU time since `cpu_start_ns`.
+fn cpu_note(cpu_start_ns: Option<u64>, requests: u64) -> String {
+    match (cpu_start_ns, thread_cpu_ns()) {
+        (Some(a), Some(b)) if b > a => {
+            let cpu_s = (b - a) as f64 / 1e9;
+            format!(
+                "; {:.0} requests per CPU-second ({cpu_s:.1} s of this thread's CPU time)",
+                requests as f64 / cpu_s
+            )
+        }
+        _ => "; CPU time not measured (no /proc/thread-self/schedstat)".into(),
+    }
 }
 
 /// This thread's CPU time so far, in ns (the scheduler's own account: the first field of

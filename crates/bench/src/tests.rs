@@ -279,7 +279,7 @@ fn multiblock_suite() {
 fn mcsim_suite() {
     let (_dir, r) = quick(vec![Suite::Mcsim]);
     let names: Vec<&str> = r.results.iter().map(|x| x.name.as_str()).collect();
-    assert_eq!(names, ["mcsim-fine", "mcsim-global"]);
+    assert_eq!(names, ["mcsim-fine", "mcsim-global", "mcsim-floor"]);
     for row in &r.results {
         assert!(
             row.ops_per_sec.is_finite() && row.ops_per_sec > 0.0,

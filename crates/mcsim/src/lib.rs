@@ -5,12 +5,14 @@
 //! - [`config`]: the machine (Table II by default) and the commit [`config::Mode`]s.
 //! - [`trace`]: per-thread operation streams ([`trace::Workload`]) and the trace format.
 //! - [`sim`]: the engine ([`sim::run`]); [`mc`]: the memory controller; [`cache`]: caches.
+//! - [`floor`]: the functional work alone (workload and caches, no timing): the cost floor.
 //! - [`kernels`]: synthetic workloads after WHISPER's kinds.
 
 pub mod cache;
 pub mod config;
 mod event;
 pub mod figures;
+pub mod floor;
 pub mod kernels;
 pub mod mc;
 pub mod sim;
@@ -18,6 +20,7 @@ pub mod trace;
 
 pub use config::{CacheLevel, Config, Mode};
 pub use event::Log;
+pub use floor::{floor, Floor};
 pub use mc::Arrival;
 pub use sim::{run, run_recording, Outcome, Report};
 pub use trace::{Op, TraceReader, TraceWriter, VecWorkload, Workload};

@@ -126,7 +126,7 @@ pub fn run_recording(cfg: &Config, work: &mut dyn Workload) -> Result<(Outcome, 
     Ok((sim.finish(), arrivals))
 }
 
-fn check_threads(cfg: &Config, work: &dyn Workload) -> Result<()> {
+pub(crate) fn check_threads(cfg: &Config, work: &dyn Workload) -> Result<()> {
     cfg.validate()?;
     if work.threads() != cfg.cores as usize {
         return Err(Error::bad(format!(

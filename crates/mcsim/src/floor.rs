@@ -1,0 +1,77 @@
+//! The floor of a run's cost: the model's functional work alone, with no timing. Every
+//! thread's operations are generated and its loads, stores and flushes pass through Table II's
+//! cache hierarchy, which decides which of them become requests at the memory controller
+//! (misses, dirty L3 victims, flushes of dirty lines). No engine, controller or ROB: what is
+//! left is what any engine of this model must do per request, so the bench suite shows it
+//! beside the timed rows (docs/mcsim.md, "Speed").
+//!
+//! Threads take turns one operation at a time, in core order. On one core this is the timed
+//! run's access order, so the counts are the run's exactly (a test checks it); on several the
+//! shared L3 sees another interleaving than the timed run's, so counts differ slightly.
+
+use crate::cache::{Hierarchy, Served};
+use crate::config::Config;
+use crate::trace::{Op, Workload};
+use nvstack_core::error::Result;
+
+/// What the functional pass counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Floor {
+    /// Operations taken from the workload.
+    pub ops: u64,
+    /// Reads reaching the controller (accesses served by memory).
+    pub reads: u64,
+    /// Writes reaching the controller (dirty flushes and dirty L3 victims).
+    pub writes: u64,
+    /// Accesses served by L1, L2, L3 and memory.
+    pub served: [u64; 4],
+}
+
+impl Floor {
+    /// Requests at the controller: reads and writes, as a timed run counts them.
+    pub fn requests(&self) -> u64 {
+        self.reads + self.writes
+    }
+}
+
+/// Generate `work`'s operations and filter them through `cfg`'s caches, with no timing.
+pub fn floor(cfg: &Config, work: &mut dyn Workload) -> Result<Floor> {
+    crate::sim::check_threads(cfg, work)?;
+    let mut caches = Hierarchy::new(cfg);
+    let shift = cfg.line_bytes.trailing_zeros();
+    let threads = work.threads();
+    let mut stores = vec![0u64; threads];
+    let mut live: Vec<usize> = (0..threads).collect();
+    let mut f = Floor::default();
+    while !live.is_empty() {
+        let mut i = 0;
+        while i < live.len() {
+            let c = live[i];
+            let Some(op) = work.next(c)? else {
+                live.remove(i);
+                continue;
+            };
+            f.ops += 1;
+            match op {
+                Op::Load(a) | Op::Store(a) => {
+                    let version = match op {
+                        // The timed run's store data: the core and its store count.
+                        Op::Store(_) => {
+                            stores[c] += 1;
+                            ((c as u64 + 1) << 40) | stores[c]
+                        }
+                        _ => 0,
+                    };
+                    f.reads += u64::from(caches.access(c, a >> shift, version) == Served::Memory);
+                    f.writes += caches.writebacks.len() as u64;
+                    caches.writebacks.clear();
+                }
+                Op::Flush(a) => f.writes += u64::from(caches.flush(c, a >> shift).is_some()),
+                Op::Gap(_) | Op::Fence | Op::Commit { .. } | Op::Bind { .. } => {}
+            }
+            i += 1;
+        }
+    }
+    f.served = caches.hits;
+    Ok(f)
+}
