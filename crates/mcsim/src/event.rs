@@ -4,7 +4,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 /// Something that happens at a time. At equal times completions come first, then the memory
-/// controller's scheduling, then the cores: a core sees everything that happened by its cycle.
+/// controller's scheduling, then the cores in core-number order: a core sees everything that
+/// happened by its cycle, and of two cores reaching the controller or L3 in the same cycle the
+/// lower-numbered one goes first (whatever order they yielded in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Ev {
     /// A read's data is back (`core`'s ROB entry `seq`).
@@ -39,7 +41,8 @@ impl Ev {
     }
 }
 
-/// Bits of a key below the time: 2 for the class, then the push order, then the slot.
+/// Bits of a key below the time: 2 for the class, then the order within the class (the push
+/// order; a core's number for a core), then the slot.
 const SLOT_BITS: u32 = 22;
 const SEQ_BITS: u32 = 64 - 2 - SLOT_BITS;
 
@@ -75,7 +78,12 @@ impl Events {
             }
         };
         assert!(slot < 1 << SLOT_BITS, "fewer than 2^22 events pending");
-        let low = (u64::from(ev.class()) << 62) | (self.seq << SLOT_BITS) | u64::from(slot);
+        // Cores at one time go in core-number order (at most one of each is queued).
+        let order = match ev {
+            Ev::CoreRun(c) => u64::from(c),
+            _ => self.seq,
+        };
+        let low = (u64::from(ev.class()) << 62) | (order << SLOT_BITS) | u64::from(slot);
         let key = (u128::from(t) << 64) | u128::from(low);
         match self.front {
             // Earlier than the front: the front goes into the heap, this key is the new one.
@@ -104,13 +112,11 @@ impl Events {
         Some(((key >> 64) as u64, self.slab[slot as usize]))
     }
 
-    /// Whether something must happen before a core's cycle `t`: an event before `t`, or a
-    /// completion or scheduling pass at `t` (cores at `t` may go in any order).
-    pub fn blocks(&self, t: u64) -> bool {
-        self.head().is_some_and(|key| {
-            let (at, class) = ((key >> 64) as u64, (key as u64) >> 62);
-            at < t || (at == t && class < 2)
-        })
+    /// Whether something must happen before core `core`'s cycle `t`: an event before `t`, a
+    /// completion or scheduling pass at `t`, or a lower-numbered core at `t`.
+    pub fn blocks(&self, t: u64, core: u32) -> bool {
+        let mine = (u128::from(t) << 64) | (2 << 62) | (u128::from(core) << SLOT_BITS);
+        self.head().is_some_and(|key| key < mine)
     }
 
     /// The earliest pending time: nothing can happen before it.
@@ -171,7 +177,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     /// The front slot changes where keys wait, never the order: pops match a plain sort of
-    /// (time, class, push order) on random pushes interleaved with pops.
+    /// (time, class, push order or core number) on random pushes interleaved with pops.
     #[test]
     fn front_slot_keeps_the_heap_order() {
         let mut rng = SmallRng::seed_from_u64(7);
@@ -191,13 +197,22 @@ mod tests {
                 };
                 order += 1;
                 ev.push(t, e);
-                model.push((t, e.class(), order, e));
+                let within = match e {
+                    Ev::CoreRun(c) => u64::from(c),
+                    _ => order,
+                };
+                model.push((t, e.class(), within, e));
                 continue;
             }
             model.sort_by_key(|m| std::cmp::Reverse((m.0, m.1, m.2)));
             let (t, class, _, e) = model.pop().expect("not empty");
             assert_eq!(ev.horizon(), t);
-            assert!(ev.blocks(t) == (class < 2) && ev.blocks(t + 1));
+            let core = match e {
+                Ev::CoreRun(c) => c,
+                _ => 0,
+            };
+            assert!(ev.blocks(t, 4) == (class < 2 || core < 4) && ev.blocks(t + 1, 0));
+            assert!(!ev.blocks(t, core) || class < 2);
             assert_eq!(ev.pop(), Some((t, e)));
             now = t;
         }

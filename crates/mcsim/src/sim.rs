@@ -220,7 +220,7 @@ impl<'w> Sim<'w> {
         loop {
             let t = self.cores[c].t;
             // Past the horizon only a core with nothing outstanding may go on.
-            if self.cores[c].pending > 0 && self.ev.blocks(t) {
+            if self.cores[c].pending > 0 && self.ev.blocks(t, c as u32) {
                 self.ev.push(t, Ev::CoreRun(c as u32));
                 return Ok(());
             }
@@ -372,7 +372,7 @@ impl Sim<'_> {
             }
             let op = self.cores[c].next_op.expect("just read");
             // The heap peek first: it is cheaper than the tag scans, and both only read.
-            if self.ev.blocks(t) && self.is_shared(c, op) {
+            if self.ev.blocks(t, c as u32) && self.is_shared(c, op) {
                 return Ok(false);
             }
             self.cores[c].next_op = None;
