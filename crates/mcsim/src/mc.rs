@@ -120,6 +120,8 @@ pub(crate) struct Mc {
     pub memory: FxHashMap<u64, u64>,
     pub stats: McStats,
     pub log: Option<Vec<Log>>,
+    /// A core's arrival asked for a pass at its time (`pass_if_asked`).
+    asked: bool,
     /// Every request's arrival, when asked for (`sim::run_recording`).
     pub arrivals: Option<Vec<Arrival>>,
 }
@@ -160,6 +162,7 @@ impl Mc {
             memory: FxHashMap::default(),
             stats: McStats::default(),
             log: cfg.log_events.then(Vec::new),
+            asked: false,
             arrivals: None,
         }
     }
@@ -238,7 +241,7 @@ impl Mc {
         }
     }
 
-    pub fn read(&mut self, now: u64, core: u32, seq: u64, line: u64, ev: &mut Events) {
+    pub fn read(&mut self, now: u64, core: u32, seq: u64, line: u64) {
         self.stats.reads += 1;
         if let Some(a) = &mut self.arrivals {
             a.push(Arrival {
@@ -260,18 +263,11 @@ impl Mc {
         } else {
             self.read_backlog.push_back(r);
         }
-        self.tick(now, ev);
+        self.asked = true;
     }
 
     /// A write arrives; true if it entered its sub-queue at once.
-    pub fn write(
-        &mut self,
-        now: u64,
-        line: u64,
-        version: u64,
-        waiter: Option<(u32, u64)>,
-        ev: &mut Events,
-    ) -> bool {
+    pub fn write(&mut self, now: u64, line: u64, version: u64, waiter: Option<(u32, u64)>) -> bool {
         self.stats.writes += 1;
         if let Some(a) = &mut self.arrivals {
             a.push(Arrival {
@@ -306,8 +302,19 @@ impl Mc {
             sq.waiting.push_back(w);
             self.stats.writes_waited += 1;
         }
-        self.tick(now, ev);
+        self.asked = true;
         room
+    }
+
+    /// The pass a core's arrival asked for (`read`, `write`, `commit`), run at once. A core
+    /// reaches the controller at `now` only when nothing else is due before it (no event
+    /// before `now`, no completion or pass at `now`, no lower-numbered core at `now`), so a
+    /// pass queued at `now` would be the next event and would see exactly this state: running
+    /// it here gives the same timeline without the event, and without the core yielding to it.
+    pub fn pass_if_asked(&mut self, now: u64, ev: &mut Events) {
+        if std::mem::take(&mut self.asked) {
+            self.schedule(now, ev);
+        }
     }
 
     /// Move waiting writes into sub-queue `q` while it has room and is not locked.
@@ -334,15 +341,7 @@ impl Mc {
 impl Mc {
     /// A commit reaches the controller (the core's commit instruction is at its ROB head, so
     /// every flush before it has entered the write queue). True if it is done at once.
-    pub fn commit(
-        &mut self,
-        now: u64,
-        core: u32,
-        seq: u64,
-        addr: u64,
-        len: u64,
-        ev: &mut Events,
-    ) -> bool {
+    pub fn commit(&mut self, now: u64, core: u32, seq: u64, addr: u64, len: u64) -> bool {
         self.stats.commits += 1;
         let queues = match self.mode {
             Mode::Adr | Mode::Eadr => return true,
@@ -360,13 +359,16 @@ impl Mc {
         };
         self.commits.push(c);
         self.waiting_commits.push(self.commits.len() - 1);
-        self.start_commits(now, ev);
+        // A pass follows only if a commit started (one that waits changes nothing to issue).
+        self.asked = self.start_commits(now);
         false
     }
 
     /// Start, in arrival order, every waiting commit whose sub-queues are all free: a commit
-    /// waits only for commits holding one of its own sub-queues.
-    fn start_commits(&mut self, now: u64, ev: &mut Events) {
+    /// waits only for commits holding one of its own sub-queues. True if one started: the
+    /// caller then runs or asks for the pass that follows.
+    fn start_commits(&mut self, now: u64) -> bool {
+        let mut started = false;
         let mut i = 0;
         while i < self.waiting_commits.len() {
             let idx = self.waiting_commits[i];
@@ -390,8 +392,9 @@ impl Mc {
                 queues,
                 t: now,
             });
-            self.tick(now, ev);
+            started = true;
         }
+        started
     }
 
     fn finish_commit(&mut self, now: u64, idx: usize, ev: &mut Events) {
@@ -414,7 +417,8 @@ impl Mc {
             self.queues[q].lock = None;
             self.admit(now, q, ev);
         }
-        self.start_commits(now, ev);
+        // The pass at `now` is asked for below whether or not one started.
+        self.start_commits(now);
         self.tick(now, ev);
     }
 

@@ -328,10 +328,11 @@ impl Sim<'_> {
                     sent: true,
                 };
                 let seq = e.seq;
-                if self.mc.commit(t, c as u32, seq, addr, len, &mut self.ev) {
+                if self.mc.commit(t, c as u32, seq, addr, len) {
                     self.cores[c].pending -= 1;
                     self.cores[c].entries[0].ready_at = t;
                 }
+                self.mc.pass_if_asked(t, &mut self.ev);
                 continue;
             }
             if e.ready_at > t {
@@ -377,6 +378,7 @@ impl Sim<'_> {
             }
             self.cores[c].next_op = None;
             self.issue(c, t, op);
+            self.mc.pass_if_asked(t, &mut self.ev);
         }
     }
 
@@ -449,7 +451,7 @@ impl Sim<'_> {
         };
         let seq = self.push_entry(c, ready_at, Kind::Mem);
         if served == Served::Memory {
-            self.mc.read(t, c as u32, seq, line, &mut self.ev);
+            self.mc.read(t, c as u32, seq, line);
         }
         self.post_writebacks(t);
     }
@@ -457,7 +459,7 @@ impl Sim<'_> {
     /// Dirty lines leaving L3 go to the write queue; no core waits for them.
     fn post_writebacks(&mut self, t: u64) {
         for (line, version) in std::mem::take(&mut self.caches.writebacks) {
-            self.mc.write(t, line, version, None, &mut self.ev);
+            self.mc.write(t, line, version, None);
         }
     }
 
@@ -471,14 +473,11 @@ impl Sim<'_> {
         };
         if self.cfg.mode == Mode::Eadr {
             self.push_entry(c, t, Kind::Mem);
-            self.mc.write(t, line, version, None, &mut self.ev);
+            self.mc.write(t, line, version, None);
             return;
         }
         let seq = self.push_entry(c, PENDING, Kind::Mem);
-        if self
-            .mc
-            .write(t, line, version, Some((c as u32, seq)), &mut self.ev)
-        {
+        if self.mc.write(t, line, version, Some((c as u32, seq))) {
             let core = &mut self.cores[c];
             core.entries.back_mut().expect("just pushed").ready_at = t;
             core.pending -= 1;
