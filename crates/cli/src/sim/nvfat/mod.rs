@@ -8,6 +8,7 @@
 //! The program joins the three parts (the simulator's trace reader, nvcache, flash): the
 //! simulator may not depend on device crates (scripts/check-layers.sh), as `sim flash`.
 
+mod changed;
 mod engine;
 mod fatcount;
 mod input;
@@ -149,6 +150,13 @@ fn jobs(kib: &[u64], seed_only: bool) -> Vec<Job> {
             check_admission: k == top && k > 0,
             ..base
         });
+        // The changed-sector view (changed.rs), beside the raw run, never instead of it.
+        out.push(Job {
+            mode: Mode::SyncChanged,
+            nvram_bytes: b,
+            check_admission: k == top && k > 0,
+            ..base
+        });
         out.push(Job {
             mode: Mode::Async,
             nvram_bytes: b,
@@ -200,17 +208,19 @@ pub fn run(a: NvfatArgs) -> Result<i32> {
     let input = input::load(&paths(&a))?;
     let dev = device(&a, input.header.blocks)?;
     let jobs = jobs(&kib, a.seed_only);
+    // One pre-pass, shared by every run of the view.
+    let view = changed::Changed::derive(&input);
     bars.start("nvfat", jobs.len() as u64);
     let outcomes: Vec<Outcome> = jobs
         .par_iter()
         .map(|&j| {
-            let o = engine::run(&input, j, dev);
+            let o = engine::run(&input, j, dev, Some(&view));
             bars.advance(1);
             o
         })
         .collect::<Result<Vec<_>>>()?;
     bars.finish();
-    let rep = report::Report::new(&input, dev, outcomes, started.elapsed());
+    let rep = report::Report::new(&input, dev, view.stats, outcomes, started.elapsed());
     let figures = match &a.plot {
         Some(dir) => report::figures(dir, &rep)?,
         None => Vec::new(),
