@@ -151,6 +151,8 @@ pub struct Outcome {
     /// The run that checks the admission: the sector writes it made by kind, and the unchanged
     /// ones among them (the independent counter, fatcount.rs).
     pub kinds: Option<KindCounts>,
+    /// Physical blocks erased at least once (with the erase mean, what the sd is spread over).
+    pub blocks_erased: u64,
     #[serde(skip)]
     pub logical_writes: Vec<u32>,
     #[serde(skip)]
@@ -399,7 +401,9 @@ pub fn run(input: &Input, job: Job, dev: Device, view: Option<&Changed>) -> Resu
     let view = match (job.mode, view) {
         (Mode::SyncChanged, Some(v)) => Some(v),
         (Mode::SyncChanged, None) => {
-            return Err(Error::env("a sync-changed run without the changed-sector view"))
+            return Err(Error::env(
+                "a sync-changed run without the changed-sector view",
+            ))
         }
         _ => None,
     };
@@ -501,6 +505,7 @@ fn empty_outcome(job: Job, slots: u32) -> Outcome {
         fat_walk_checks: 0,
         page_cache: None,
         kinds: None,
+        blocks_erased: 0,
         logical_writes: Vec::new(),
         page_programs: Vec::new(),
     }
@@ -740,6 +745,9 @@ impl Run {
             self.out.kinds = self.fat.as_ref().map(|f| f.kinds);
         }
         self.out.flash = self.flash.replay.report();
+        self.out.blocks_erased = (self.flash.replay.counters().block_erases.iter())
+            .filter(|&&e| e > 0)
+            .count() as u64;
         if self.page.is_some() {
             let c = self.flash.replay.counters();
             let pc = &mut self.pc;

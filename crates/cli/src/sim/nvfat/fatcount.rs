@@ -151,7 +151,10 @@ impl KindCounts {
     }
 
     pub fn unchanged(&self) -> u64 {
-        self.reserved_unchanged + self.fat_unchanged + self.directory_unchanged + self.data_unchanged
+        self.reserved_unchanged
+            + self.fat_unchanged
+            + self.directory_unchanged
+            + self.data_unchanged
     }
 
     /// Sector writes that changed the volume's bytes.
@@ -383,14 +386,25 @@ mod tests {
         assert!(!t.is_metadata(70));
         // Four sector writes: data, FAT, the root twice.
         let k = t.kinds;
-        assert_eq!((k.data, k.fat, k.directory, k.reserved), (1, 1, 2, 0), "{k:?}");
-        assert_eq!(k.unchanged(), 1, "{k:?}: the first data write wrote zeros over zeros");
+        assert_eq!(
+            (k.data, k.fat, k.directory, k.reserved),
+            (1, 1, 2, 0),
+            "{k:?}"
+        );
+        assert_eq!(
+            k.unchanged(),
+            1,
+            "{k:?}: the first data write wrote zeros over zeros"
+        );
         // The same root sector again, and a FAT copy with the same bytes: unchanged.
         t.write(66, &root);
         t.write(2, &fat);
         t.write(0, &volume()[..512]);
         let k = t.kinds;
-        assert_eq!((k.directory_unchanged, k.fat_unchanged, k.reserved_unchanged), (1, 1, 1));
+        assert_eq!(
+            (k.directory_unchanged, k.fat_unchanged, k.reserved_unchanged),
+            (1, 1, 1)
+        );
         assert_eq!((k.written(), k.changed()), (7, 3), "{k:?}");
         assert_eq!(t.kind(34), Kind::Fat);
         assert_eq!(t.kind(71), Kind::Data);

@@ -40,6 +40,8 @@ pub struct Point {
     pub partial_merges: u64,
     pub full_merges: u64,
     pub merge_copies: u64,
+    pub erase_max: u32,
+    pub blocks_erased: u64,
 }
 
 fn point(o: &Outcome) -> Point {
@@ -65,6 +67,8 @@ fn point(o: &Outcome) -> Point {
         partial_merges: f.merges.partial,
         full_merges: f.merges.full,
         merge_copies: f.merges.copies,
+        erase_max: f.erase_max,
+        blocks_erased: o.blocks_erased,
     }
 }
 
@@ -86,8 +90,8 @@ pub struct Trends {
     pub async_exec_falls: bool,
     pub page_cache_exec_falls: bool,
     pub page_cache_energy_falls: bool,
-    /// The same of the changed-sector view (`sync_changed`).
-    pub changed: ViewTrends,
+    /// The same of the changed-sector view (`sync_changed`; `--changed-sectors`).
+    pub changed: Option<ViewTrends>,
 }
 
 /// Whether each quantity of the changed-sector view never rises with NVRAM size.
@@ -183,8 +187,8 @@ pub struct Comparison {
     pub page_cache_exec_ratio: f64,
     pub page_cache_energy_j: (f64, f64),
     pub page_cache_energy_ratio: f64,
-    /// The changed-sector view's.
-    pub changed: Ratios,
+    /// The changed-sector view's (`--changed-sectors`).
+    pub changed: Option<Ratios>,
 }
 
 /// The hottest logical pages (Figure 5's columns).
@@ -204,9 +208,10 @@ pub struct Report {
     pub requests: OpCounts,
     pub device: Device,
     pub sync: Line,
-    /// Sync-PostMark in the changed-sector view (changed.rs), beside the raw `sync`.
-    pub sync_changed: Line,
-    pub changed_view: ChangedView,
+    /// Sync-PostMark in the changed-sector view (changed.rs, `--changed-sectors`), beside
+    /// the raw `sync`.
+    pub sync_changed: Option<Line>,
+    pub changed_view: Option<ChangedView>,
     pub r#async: Line,
     pub vfat_async: Point,
     pub trends: Trends,
@@ -262,7 +267,7 @@ fn is_seed(o: &Outcome, mode: Mode) -> bool {
         && o.job.admit == AdmitKind::FatMetadata
 }
 
-fn trends(ps: &[Point], asy: &[Point], changed: &[Point]) -> Trends {
+fn trends(ps: &[Point], asy: &[Point], changed: Option<&Line>) -> Trends {
     Trends {
         exec_falls: falls(ps, |p| p.exec_s),
         energy_falls: falls(ps, |p| p.energy_j),
@@ -272,11 +277,11 @@ fn trends(ps: &[Point], asy: &[Point], changed: &[Point]) -> Trends {
         async_exec_falls: falls(asy, |p| p.exec_s),
         page_cache_exec_falls: falls(ps, |p| p.page_cache_exec_s),
         page_cache_energy_falls: falls(ps, |p| p.page_cache_energy_j),
-        changed: ViewTrends::of(changed),
+        changed: changed.map(|l| ViewTrends::of(&l.points)),
     }
 }
 
-fn comparison(ps: &[Point], asy: &[Point], vfat: &Point, changed: &[Point]) -> Comparison {
+fn comparison(ps: &[Point], asy: &[Point], vfat: &Point, changed: Option<&Line>) -> Comparison {
     let r = Ratios::of(ps);
     let (afirst, alast) = (asy[0], *asy.last().expect("0 is always run"));
     Comparison {
@@ -297,7 +302,7 @@ fn comparison(ps: &[Point], asy: &[Point], vfat: &Point, changed: &[Point]) -> C
         page_cache_exec_ratio: r.page_cache_exec_ratio,
         page_cache_energy_j: r.page_cache_energy_j,
         page_cache_energy_ratio: r.page_cache_energy_ratio,
-        changed: Ratios::of(changed),
+        changed: changed.map(|l| Ratios::of(&l.points)),
     }
 }
 
@@ -353,13 +358,15 @@ impl Report {
     pub fn new(
         input: &Input,
         device: Device,
-        view: ChangedStats,
+        view: Option<ChangedStats>,
         runs: Vec<Outcome>,
         took: std::time::Duration,
     ) -> Report {
         let sync = line("NVFAT Sync-PostMark", &runs, |o| is_seed(o, Mode::Sync));
-        let changed = line("NVFAT Sync-PostMark, changed sectors", &runs, |o| {
-            is_seed(o, Mode::SyncChanged)
+        let changed = view.map(|_| {
+            line("NVFAT Sync-PostMark, changed sectors", &runs, |o| {
+                is_seed(o, Mode::SyncChanged)
+            })
         });
         let asy = line("NVFAT Async-PostMark", &runs, |o| is_seed(o, Mode::Async));
         let vfat = runs
@@ -367,11 +374,7 @@ impl Report {
             .find(|o| is_seed(o, Mode::VfatAsync))
             .map(point)
             .expect("the VFAT run is always made");
-        let kinds = |m: Mode| {
-            runs.iter()
-                .filter(|o| is_seed(o, m))
-                .find_map(|o| o.kinds)
-        };
+        let kinds = |m: Mode| runs.iter().filter(|o| is_seed(o, m)).find_map(|o| o.kinds);
         let keep: Vec<Outcome> = runs
             .iter()
             .filter(|o| !o.logical_writes.is_empty())
@@ -383,13 +386,13 @@ impl Report {
             host: input.host.clone(),
             requests: input.counts,
             device,
-            trends: trends(&sync.points, &asy.points, &changed.points),
-            comparison: comparison(&sync.points, &asy.points, &vfat, &changed.points),
-            changed_view: ChangedView {
-                stats: view,
+            trends: trends(&sync.points, &asy.points, changed.as_ref()),
+            comparison: comparison(&sync.points, &asy.points, &vfat, changed.as_ref()),
+            changed_view: view.map(|stats| ChangedView {
+                stats,
                 raw_kinds: kinds(Mode::Sync),
                 view_kinds: kinds(Mode::SyncChanged),
-            },
+            }),
             hot: keep.iter().map(hot).collect(),
             policies: b.policies,
             admit_all: b.admit_all,
@@ -519,12 +522,14 @@ impl Report {
 
     /// The changed-sector view's sweep, beside the raw one above, and what it dropped.
     fn print_changed(&self) -> Result<()> {
+        let (Some(line), Some(t)) = (&self.sync_changed, &self.trends.changed) else {
+            return Ok(());
+        };
         crate::say!(
             "\nThe same, changed-sector view (sync changed: only the sectors whose bytes a write \
              changed reach the device, as the seed's VFAT wrote its dirty buffers; docs/nvfat.md):"
         )?;
-        let cells: Vec<Vec<String>> = self
-            .sync_changed
+        let cells: Vec<Vec<String>> = line
             .points
             .iter()
             .map(|p| {
@@ -562,7 +567,6 @@ impl Report {
         right[0] = false;
         crate::output::out(render(&hdr, &cells, &right).as_bytes())?;
         self.print_changed_counts()?;
-        let t = &self.trends.changed;
         crate::say!(
             "falls with NVRAM size (sync changed): time {}, energy {}, erase mean {}, erase sd \
              {}, programs {}; sync changed+pc time {}, energy {}",
@@ -577,7 +581,9 @@ impl Report {
     }
 
     fn print_changed_counts(&self) -> Result<()> {
-        let v = &self.changed_view;
+        let Some(v) = &self.changed_view else {
+            return Ok(());
+        };
         let st = &v.stats;
         crate::say!(
             "sync changed drops {} of {} sector writes (bytes unchanged); {} of {} write \
@@ -688,7 +694,9 @@ impl Report {
                 "-".into(),
             ],
         ];
-        cells.extend(changed_rows(&c.changed, seed_exec, seed_energy));
+        if let Some(r) = &c.changed {
+            cells.extend(changed_rows(r, seed_exec, seed_energy));
+        }
         let hdr = ["quantity", "ours", "ratio", "seed", "seed ratio"];
         crate::output::out(render(&hdr, &cells, &[false, true, true, true, true]).as_bytes())
     }
@@ -805,8 +813,9 @@ fn flat(name: &str, ps: &[Point], v: f64) -> Series {
 
 /// Figures 4, 7 and 8: the raw lines, and the changed-sector view's beside them.
 fn sweep_charts(r: &Report) -> Vec<(&'static str, LineChart)> {
-    let (s, a, c) = (&r.sync.points, &r.r#async.points, &r.sync_changed.points);
-    let time = vec![
+    let (s, a) = (&r.sync.points, &r.r#async.points);
+    let c: &[Point] = r.sync_changed.as_ref().map_or(&[], |l| &l.points);
+    let mut time = vec![
         series("NVFAT Sync-PostMark", s, |p| p.exec_s),
         flat("VFAT Sync-PostMark", s, s[0].exec_s),
         series("NVFAT Sync-PostMark, page cache", s, |p| {
@@ -815,26 +824,34 @@ fn sweep_charts(r: &Report) -> Vec<(&'static str, LineChart)> {
         flat("VFAT Sync-PostMark, page cache", s, s[0].page_cache_exec_s),
         series("NVFAT Async-PostMark", a, |p| p.exec_s),
         flat("VFAT Async-PostMark", s, r.vfat_async.exec_s),
-        series("NVFAT Sync-PostMark, changed sectors", c, |p| p.exec_s),
-        series("NVFAT Sync-PostMark, changed + page cache", c, |p| {
-            p.page_cache_exec_s
-        }),
     ];
-    let erases = vec![
+    let mut erases = vec![
         series("mean", s, |p| p.erase_mean),
         series("standard deviation", s, |p| p.erase_sd),
-        series("mean, changed sectors", c, |p| p.erase_mean),
-        series("standard deviation, changed sectors", c, |p| p.erase_sd),
     ];
-    let energy = vec![
+    let mut energy = vec![
         series("Sync-PostMark", s, |p| p.energy_j),
         series("Sync-PostMark, page cache", s, |p| p.page_cache_energy_j),
         series("Async-PostMark", a, |p| p.energy_j),
-        series("Sync-PostMark, changed sectors", c, |p| p.energy_j),
-        series("Sync-PostMark, changed + page cache", c, |p| {
-            p.page_cache_energy_j
-        }),
     ];
+    if !c.is_empty() {
+        time.push(series("NVFAT Sync-PostMark, changed sectors", c, |p| {
+            p.exec_s
+        }));
+        time.push(series(
+            "NVFAT Sync-PostMark, changed + page cache",
+            c,
+            |p| p.page_cache_exec_s,
+        ));
+        erases.push(series("mean, changed sectors", c, |p| p.erase_mean));
+        erases.push(series("standard deviation, changed sectors", c, |p| {
+            p.erase_sd
+        }));
+        energy.push(series("Sync-PostMark, changed sectors", c, |p| p.energy_j));
+        energy.push(series("Sync-PostMark, changed + page cache", c, |p| {
+            p.page_cache_energy_j
+        }));
+    }
     vec![
         (
             "nvfat-fig4-time.svg",
@@ -954,14 +971,7 @@ fn changed_rows(
     seed_energy: ((f64, f64), usize, f64),
 ) -> Vec<Vec<String>> {
     vec![
-        seed_row(
-            "time, changed",
-            "s",
-            1,
-            r.exec_s,
-            r.exec_ratio,
-            seed_exec,
-        ),
+        seed_row("time, changed", "s", 1, r.exec_s, r.exec_ratio, seed_exec),
         seed_row(
             "energy, changed",
             "J",
