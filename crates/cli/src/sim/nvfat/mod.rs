@@ -132,6 +132,35 @@ fn check_sizes(kib: &[u64]) -> Result<()> {
     Ok(())
 }
 
+/// Beyond the seed at `b` bytes of NVRAM: the page-mapped FTL, and with NVRAM the other
+/// destage policies and `--admit all`.
+fn beyond_jobs(base: Job, b: u64, out: &mut Vec<Job>) {
+    out.push(Job {
+        nvram_bytes: b,
+        ftl: FtlKind::Page,
+        ..base
+    });
+    if b == 0 {
+        return;
+    }
+    for p in [
+        DestagePolicy::Lru,
+        DestagePolicy::Clock,
+        DestagePolicy::Random,
+    ] {
+        out.push(Job {
+            nvram_bytes: b,
+            policy: p,
+            ..base
+        });
+    }
+    out.push(Job {
+        nvram_bytes: b,
+        admit: AdmitKind::All,
+        ..base
+    });
+}
+
 fn jobs(kib: &[u64], seed_only: bool, changed: bool) -> Vec<Job> {
     let base = Job {
         mode: Mode::Sync,
@@ -170,33 +199,9 @@ fn jobs(kib: &[u64], seed_only: bool, changed: bool) -> Vec<Job> {
             nvram_bytes: b,
             ..base
         });
-        if seed_only {
-            continue;
+        if !seed_only {
+            beyond_jobs(base, b, &mut out);
         }
-        out.push(Job {
-            nvram_bytes: b,
-            ftl: FtlKind::Page,
-            ..base
-        });
-        if k == 0 {
-            continue;
-        }
-        for p in [
-            DestagePolicy::Lru,
-            DestagePolicy::Clock,
-            DestagePolicy::Random,
-        ] {
-            out.push(Job {
-                nvram_bytes: b,
-                policy: p,
-                ..base
-            });
-        }
-        out.push(Job {
-            nvram_bytes: b,
-            admit: AdmitKind::All,
-            ..base
-        });
     }
     if !seed_only {
         out.push(Job {

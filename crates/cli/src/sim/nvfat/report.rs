@@ -811,6 +811,27 @@ fn flat(name: &str, ps: &[Point], v: f64) -> Series {
     }
 }
 
+/// The changed-sector view's lines of Figures 4, 7 and 8 (in that order).
+fn changed_series(c: &[Point], figs: [&mut Vec<Series>; 3]) {
+    let [time, erases, energy] = figs;
+    time.push(series("NVFAT Sync-PostMark, changed sectors", c, |p| {
+        p.exec_s
+    }));
+    time.push(series(
+        "NVFAT Sync-PostMark, changed + page cache",
+        c,
+        |p| p.page_cache_exec_s,
+    ));
+    erases.push(series("mean, changed sectors", c, |p| p.erase_mean));
+    erases.push(series("standard deviation, changed sectors", c, |p| {
+        p.erase_sd
+    }));
+    energy.push(series("Sync-PostMark, changed sectors", c, |p| p.energy_j));
+    energy.push(series("Sync-PostMark, changed + page cache", c, |p| {
+        p.page_cache_energy_j
+    }));
+}
+
 /// Figures 4, 7 and 8: the raw lines, and the changed-sector view's beside them.
 fn sweep_charts(r: &Report) -> Vec<(&'static str, LineChart)> {
     let (s, a) = (&r.sync.points, &r.r#async.points);
@@ -835,22 +856,7 @@ fn sweep_charts(r: &Report) -> Vec<(&'static str, LineChart)> {
         series("Async-PostMark", a, |p| p.energy_j),
     ];
     if !c.is_empty() {
-        time.push(series("NVFAT Sync-PostMark, changed sectors", c, |p| {
-            p.exec_s
-        }));
-        time.push(series(
-            "NVFAT Sync-PostMark, changed + page cache",
-            c,
-            |p| p.page_cache_exec_s,
-        ));
-        erases.push(series("mean, changed sectors", c, |p| p.erase_mean));
-        erases.push(series("standard deviation, changed sectors", c, |p| {
-            p.erase_sd
-        }));
-        energy.push(series("Sync-PostMark, changed sectors", c, |p| p.energy_j));
-        energy.push(series("Sync-PostMark, changed + page cache", c, |p| {
-            p.page_cache_energy_j
-        }));
+        changed_series(c, [&mut time, &mut erases, &mut energy]);
     }
     vec![
         (
