@@ -160,6 +160,15 @@ fn a_recorded_postmark_replays_with_the_seeds_trends_and_bad_input_is_refused() 
         let svg = std::fs::read_to_string(plots.join(fig)).unwrap();
         assert!(svg.starts_with("<svg"), "{fig}");
     }
+    // The changed-sector view's lines beside the raw ones in Figures 4, 7 and 8.
+    for fig in [
+        "nvfat-fig4-time.svg",
+        "nvfat-fig7-erases.svg",
+        "nvfat-fig8-energy.svg",
+    ] {
+        let svg = std::fs::read_to_string(plots.join(fig)).unwrap();
+        assert!(svg.contains("changed sectors"), "{fig}");
+    }
     refusals(dir.path(), &rec);
 }
 
