@@ -101,7 +101,6 @@ fn a_recorded_postmark_replays_with_the_seeds_trends_and_bad_input_is_refused() 
         "--plot",
         s(&plots),
         "--check-fat-walk",
-        "--changed-sectors",
     ]);
     let sync = sizes(&v, "sync");
     let kib: Vec<u64> = sync.iter().map(|p| p.0).collect();

@@ -60,12 +60,6 @@ pub struct NvfatArgs {
     /// sector; a difference stops the run with an error naming it. Slow (a full walk each).
     #[arg(long)]
     check_fat_walk: bool,
-    /// Also replay Sync-PostMark in the changed-sector view (docs/nvfat.md section 2): only
-    /// the sectors whose bytes a write changed reach the device, as the seed's VFAT wrote its
-    /// dirty buffers; reported beside the raw runs. Off by default: its nine replays take the
-    /// seed-size sweep past 2 minutes on this machine.
-    #[arg(long)]
-    changed_sectors: bool,
     #[arg(long)]
     json: bool,
     /// Write the figures (SVG) into this folder.
@@ -161,7 +155,7 @@ fn beyond_jobs(base: Job, b: u64, out: &mut Vec<Job>) {
     });
 }
 
-fn jobs(kib: &[u64], seed_only: bool, changed: bool) -> Vec<Job> {
+fn jobs(kib: &[u64], seed_only: bool) -> Vec<Job> {
     let base = Job {
         mode: Mode::Sync,
         nvram_bytes: 0,
@@ -186,14 +180,12 @@ fn jobs(kib: &[u64], seed_only: bool, changed: bool) -> Vec<Job> {
             ..base
         });
         // The changed-sector view (changed.rs), beside the raw run, never instead of it.
-        if changed {
-            out.push(Job {
-                mode: Mode::SyncChanged,
-                nvram_bytes: b,
-                check_admission: k == top && k > 0,
-                ..base
-            });
-        }
+        out.push(Job {
+            mode: Mode::SyncChanged,
+            nvram_bytes: b,
+            check_admission: k == top && k > 0,
+            ..base
+        });
         out.push(Job {
             mode: Mode::Async,
             nvram_bytes: b,
@@ -220,26 +212,20 @@ pub fn run(a: NvfatArgs) -> Result<i32> {
     let bars = crate::progress::Bars::new(crate::progress::Look::Sim, !a.json);
     let input = input::load(&paths(&a))?;
     let dev = device(&a, input.header.blocks)?;
-    let jobs = jobs(&kib, a.seed_only, a.changed_sectors);
+    let jobs = jobs(&kib, a.seed_only);
     // One pre-pass, shared by every run of the view.
-    let view = a.changed_sectors.then(|| changed::Changed::derive(&input));
+    let view = changed::Changed::derive(&input);
     bars.start("nvfat", jobs.len() as u64);
     let outcomes: Vec<Outcome> = jobs
         .par_iter()
         .map(|&j| {
-            let o = engine::run(&input, j, dev, view.as_ref());
+            let o = engine::run(&input, j, dev, Some(&view));
             bars.advance(1);
             o
         })
         .collect::<Result<Vec<_>>>()?;
     bars.finish();
-    let rep = report::Report::new(
-        &input,
-        dev,
-        view.map(|v| v.stats),
-        outcomes,
-        started.elapsed(),
-    );
+    let rep = report::Report::new(&input, dev, view.stats, outcomes, started.elapsed());
     let figures = match &a.plot {
         Some(dir) => report::figures(dir, &rep)?,
         None => Vec::new(),

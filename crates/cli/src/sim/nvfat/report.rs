@@ -90,8 +90,8 @@ pub struct Trends {
     pub async_exec_falls: bool,
     pub page_cache_exec_falls: bool,
     pub page_cache_energy_falls: bool,
-    /// The same of the changed-sector view (`sync_changed`; `--changed-sectors`).
-    pub changed: Option<ViewTrends>,
+    /// The same of the changed-sector view (`sync_changed`).
+    pub changed: ViewTrends,
 }
 
 /// Whether each quantity of the changed-sector view never rises with NVRAM size.
@@ -187,8 +187,8 @@ pub struct Comparison {
     pub page_cache_exec_ratio: f64,
     pub page_cache_energy_j: (f64, f64),
     pub page_cache_energy_ratio: f64,
-    /// The changed-sector view's (`--changed-sectors`).
-    pub changed: Option<Ratios>,
+    /// The changed-sector view's.
+    pub changed: Ratios,
 }
 
 /// The hottest logical pages (Figure 5's columns).
@@ -208,10 +208,9 @@ pub struct Report {
     pub requests: OpCounts,
     pub device: Device,
     pub sync: Line,
-    /// Sync-PostMark in the changed-sector view (changed.rs, `--changed-sectors`), beside
-    /// the raw `sync`.
-    pub sync_changed: Option<Line>,
-    pub changed_view: Option<ChangedView>,
+    /// Sync-PostMark in the changed-sector view (changed.rs), beside the raw `sync`.
+    pub sync_changed: Line,
+    pub changed_view: ChangedView,
     pub r#async: Line,
     pub vfat_async: Point,
     pub trends: Trends,
@@ -267,7 +266,7 @@ fn is_seed(o: &Outcome, mode: Mode) -> bool {
         && o.job.admit == AdmitKind::FatMetadata
 }
 
-fn trends(ps: &[Point], asy: &[Point], changed: Option<&Line>) -> Trends {
+fn trends(ps: &[Point], asy: &[Point], changed: &[Point]) -> Trends {
     Trends {
         exec_falls: falls(ps, |p| p.exec_s),
         energy_falls: falls(ps, |p| p.energy_j),
@@ -277,11 +276,11 @@ fn trends(ps: &[Point], asy: &[Point], changed: Option<&Line>) -> Trends {
         async_exec_falls: falls(asy, |p| p.exec_s),
         page_cache_exec_falls: falls(ps, |p| p.page_cache_exec_s),
         page_cache_energy_falls: falls(ps, |p| p.page_cache_energy_j),
-        changed: changed.map(|l| ViewTrends::of(&l.points)),
+        changed: ViewTrends::of(changed),
     }
 }
 
-fn comparison(ps: &[Point], asy: &[Point], vfat: &Point, changed: Option<&Line>) -> Comparison {
+fn comparison(ps: &[Point], asy: &[Point], vfat: &Point, changed: &[Point]) -> Comparison {
     let r = Ratios::of(ps);
     let (afirst, alast) = (asy[0], *asy.last().expect("0 is always run"));
     Comparison {
@@ -302,7 +301,7 @@ fn comparison(ps: &[Point], asy: &[Point], vfat: &Point, changed: Option<&Line>)
         page_cache_exec_ratio: r.page_cache_exec_ratio,
         page_cache_energy_j: r.page_cache_energy_j,
         page_cache_energy_ratio: r.page_cache_energy_ratio,
-        changed: changed.map(|l| Ratios::of(&l.points)),
+        changed: Ratios::of(changed),
     }
 }
 
@@ -358,15 +357,13 @@ impl Report {
     pub fn new(
         input: &Input,
         device: Device,
-        view: Option<ChangedStats>,
+        view: ChangedStats,
         runs: Vec<Outcome>,
         took: std::time::Duration,
     ) -> Report {
         let sync = line("NVFAT Sync-PostMark", &runs, |o| is_seed(o, Mode::Sync));
-        let changed = view.map(|_| {
-            line("NVFAT Sync-PostMark, changed sectors", &runs, |o| {
-                is_seed(o, Mode::SyncChanged)
-            })
+        let changed = line("NVFAT Sync-PostMark, changed sectors", &runs, |o| {
+            is_seed(o, Mode::SyncChanged)
         });
         let asy = line("NVFAT Async-PostMark", &runs, |o| is_seed(o, Mode::Async));
         let vfat = runs
@@ -386,13 +383,13 @@ impl Report {
             host: input.host.clone(),
             requests: input.counts,
             device,
-            trends: trends(&sync.points, &asy.points, changed.as_ref()),
-            comparison: comparison(&sync.points, &asy.points, &vfat, changed.as_ref()),
-            changed_view: view.map(|stats| ChangedView {
-                stats,
+            trends: trends(&sync.points, &asy.points, &changed.points),
+            comparison: comparison(&sync.points, &asy.points, &vfat, &changed.points),
+            changed_view: ChangedView {
+                stats: view,
                 raw_kinds: kinds(Mode::Sync),
                 view_kinds: kinds(Mode::SyncChanged),
-            }),
+            },
             hot: keep.iter().map(hot).collect(),
             policies: b.policies,
             admit_all: b.admit_all,
@@ -522,9 +519,7 @@ impl Report {
 
     /// The changed-sector view's sweep, beside the raw one above, and what it dropped.
     fn print_changed(&self) -> Result<()> {
-        let (Some(line), Some(t)) = (&self.sync_changed, &self.trends.changed) else {
-            return Ok(());
-        };
+        let (line, t) = (&self.sync_changed, &self.trends.changed);
         crate::say!(
             "\nThe same, changed-sector view (sync changed: only the sectors whose bytes a write \
              changed reach the device, as the seed's VFAT wrote its dirty buffers; docs/nvfat.md):"
@@ -581,9 +576,7 @@ impl Report {
     }
 
     fn print_changed_counts(&self) -> Result<()> {
-        let Some(v) = &self.changed_view else {
-            return Ok(());
-        };
+        let v = &self.changed_view;
         let st = &v.stats;
         crate::say!(
             "sync changed drops {} of {} sector writes (bytes unchanged); {} of {} write \
@@ -694,9 +687,7 @@ impl Report {
                 "-".into(),
             ],
         ];
-        if let Some(r) = &c.changed {
-            cells.extend(changed_rows(r, seed_exec, seed_energy));
-        }
+        cells.extend(changed_rows(&c.changed, seed_exec, seed_energy));
         let hdr = ["quantity", "ours", "ratio", "seed", "seed ratio"];
         crate::output::out(render(&hdr, &cells, &[false, true, true, true, true]).as_bytes())
     }
@@ -835,7 +826,7 @@ fn changed_series(c: &[Point], figs: [&mut Vec<Series>; 3]) {
 /// Figures 4, 7 and 8: the raw lines, and the changed-sector view's beside them.
 fn sweep_charts(r: &Report) -> Vec<(&'static str, LineChart)> {
     let (s, a) = (&r.sync.points, &r.r#async.points);
-    let c: &[Point] = r.sync_changed.as_ref().map_or(&[], |l| &l.points);
+    let c = &r.sync_changed.points;
     let mut time = vec![
         series("NVFAT Sync-PostMark", s, |p| p.exec_s),
         flat("VFAT Sync-PostMark", s, s[0].exec_s),
@@ -855,9 +846,7 @@ fn sweep_charts(r: &Report) -> Vec<(&'static str, LineChart)> {
         series("Sync-PostMark, page cache", s, |p| p.page_cache_energy_j),
         series("Async-PostMark", a, |p| p.energy_j),
     ];
-    if !c.is_empty() {
-        changed_series(c, [&mut time, &mut erases, &mut energy]);
-    }
+    changed_series(c, [&mut time, &mut erases, &mut energy]);
     vec![
         (
             "nvfat-fig4-time.svg",
