@@ -148,6 +148,7 @@ fn a_recorded_postmark_replays_with_the_seeds_trends_and_bad_input_is_refused() 
             if u(o, "nvram_bytes") == 0 { 0 } else { writes }
         );
     }
+    changed_view(&v, writes);
     for fig in [
         "nvfat-fig4-time.svg",
         "nvfat-fig5-ftl-writes.svg",
@@ -158,7 +159,97 @@ fn a_recorded_postmark_replays_with_the_seeds_trends_and_bad_input_is_refused() 
         let svg = std::fs::read_to_string(plots.join(fig)).unwrap();
         assert!(svg.starts_with("<svg"), "{fig}");
     }
+    // The changed-sector view's lines beside the raw ones in Figures 4, 7 and 8.
+    for fig in [
+        "nvfat-fig4-time.svg",
+        "nvfat-fig7-erases.svg",
+        "nvfat-fig8-energy.svg",
+    ] {
+        let svg = std::fs::read_to_string(plots.join(fig)).unwrap();
+        assert!(svg.contains("changed sectors"), "{fig}");
+    }
     refusals(dir.path(), &rec);
+}
+
+/// The changed-sector view (`sync-changed` runs): it writes exactly the sectors whose bytes
+/// changed as the independent counter (its own copy of the volume, in the raw run that checks
+/// the admission) counts them, never more than the raw run at the same size, no unchanged
+/// sector (the same counter in the view's run), and its quantities never rise with size.
+fn changed_view(v: &Value, writes: u64) {
+    let kinds = ["fat", "directory", "reserved", "data"];
+    let view = &v["changed_view"];
+    let raw = &view["raw_kinds"];
+    let written: u64 = kinds.iter().map(|k| u(raw, k)).sum();
+    let unchanged: u64 = kinds
+        .iter()
+        .map(|k| u(raw, &format!("{k}_unchanged")))
+        .sum();
+    assert_eq!(written, writes, "{view}");
+    let changed = written - unchanged;
+    // fusefat rewrites both FATs whole: most FAT sector writes change nothing.
+    assert!(
+        unchanged > 0 && u(raw, "fat_unchanged") * 2 > u(raw, "fat"),
+        "{view}"
+    );
+    assert_eq!(u(view, "sectors_changed"), changed, "{view}");
+    assert_eq!(u(view, "sectors_dropped"), unchanged, "{view}");
+    let mine = &view["view_kinds"];
+    let view_written: u64 = kinds.iter().map(|k| u(mine, k)).sum();
+    let view_unchanged: u64 = kinds
+        .iter()
+        .map(|k| u(mine, &format!("{k}_unchanged")))
+        .sum();
+    assert_eq!((view_written, view_unchanged), (changed, 0), "{view}");
+    let runs = v["runs"].as_array().unwrap();
+    let raw_ftl_of = |bytes: u64| {
+        let o = runs
+            .iter()
+            .find(|o| {
+                o["mode"] == "sync"
+                    && u(o, "nvram_bytes") == bytes
+                    && o["policy"] == "lrw"
+                    && o["admit"] == "fat-metadata"
+                    && o["ftl"] == "log-block"
+            })
+            .unwrap_or_else(|| panic!("no raw sync run of {bytes} bytes"));
+        u(&o["flash"], "host_page_writes")
+    };
+    let mut seen = 0;
+    for o in runs.iter().filter(|o| o["mode"] == "sync-changed") {
+        let bytes = u(o, "nvram_bytes");
+        let ftl = u(&o["flash"], "host_page_writes");
+        let raw_ftl = raw_ftl_of(bytes);
+        assert!(ftl <= raw_ftl, "{bytes} bytes: {ftl} > raw {raw_ftl}");
+        if bytes == 0 {
+            assert_eq!(ftl, changed, "{o}");
+        } else {
+            assert_eq!(u(o, "nvram_sector_writes") + u(o, "bypassed"), changed);
+            assert_eq!(ftl, u(o, "bypassed") + u(o, "destaged"), "{o}");
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 9, "a sync-changed run per size");
+    let ch = sizes(v, "sync_changed");
+    for w in ch.windows(2) {
+        assert!(
+            w[1].1 <= w[0].1 && w[1].2 <= w[0].2 && w[1].3 <= w[0].3 && w[1].4 <= w[0].4,
+            "sync changed: {ch:?}"
+        );
+    }
+    let pc: Vec<(f64, f64)> = v["sync_changed"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (f(p, "page_cache_exec_s"), f(p, "page_cache_energy_j")))
+        .collect();
+    for w in pc.windows(2) {
+        assert!(
+            w[1].0 <= w[0].0 && w[1].1 <= w[0].1,
+            "sync changed + pc: {pc:?}"
+        );
+    }
+    let t = &v["trends"]["changed"];
+    assert!(t["energy_falls"].as_bool().unwrap(), "{t}");
 }
 
 /// Damaged or mismatched recordings and bad flags: exit 2, naming the fault.

@@ -9,8 +9,9 @@
 //! times from the operation counts) which queue behind the flash's background write-backs.
 //! Execution time is the clock after the last request.
 
-use super::fatcount::FatTracker;
-use super::input::{Input, SECTOR_BYTES};
+use super::changed::Changed;
+use super::fatcount::{FatTracker, KindCounts};
+use super::input::{Ev, Input, SECTOR_BYTES};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_flash::ftl::{FtlConfig, FtlKind};
@@ -30,11 +31,21 @@ use std::sync::Arc;
 pub enum Mode {
     /// Sync-PostMark: every write reaches the device when made (the recorded trace).
     Sync,
+    /// Sync-PostMark in the changed-sector view (changed.rs): only the sectors whose bytes a
+    /// write changed reach the device, as the seed's VFAT wrote only its dirty buffers.
+    SyncChanged,
     /// Async-PostMark on NVFAT: metadata to the NVRAM write cache when made, file data through
     /// the volatile write-back model.
     Async,
     /// The seed's VFAT baseline under Async-PostMark: every write through the volatile model.
     VfatAsync,
+}
+
+impl Mode {
+    /// Every write waits for the device (the recorded trace, or its changed-sector view).
+    pub fn synchronous(self) -> bool {
+        matches!(self, Mode::Sync | Mode::SyncChanged)
+    }
 }
 
 /// What the admission takes.
@@ -137,6 +148,11 @@ pub struct Outcome {
     pub fat_walk_checks: u64,
     /// Sync-PostMark only: the figures with a page cache for reads.
     pub page_cache: Option<PageCache>,
+    /// The run that checks the admission: the sector writes it made by kind, and the unchanged
+    /// ones among them (the independent counter, fatcount.rs).
+    pub kinds: Option<KindCounts>,
+    /// Physical blocks erased at least once (with the erase mean, what the sd is spread over).
+    pub blocks_erased: u64,
     #[serde(skip)]
     pub logical_writes: Vec<u32>,
     #[serde(skip)]
@@ -380,7 +396,17 @@ struct Run {
     out: Outcome,
 }
 
-pub fn run(input: &Input, job: Job, dev: Device) -> Result<Outcome> {
+/// One replay; `view` is the changed-sector view, which a `SyncChanged` run needs.
+pub fn run(input: &Input, job: Job, dev: Device, view: Option<&Changed>) -> Result<Outcome> {
+    let view = match (job.mode, view) {
+        (Mode::SyncChanged, Some(v)) => Some(v),
+        (Mode::SyncChanged, None) => {
+            return Err(Error::env(
+                "a sync-changed run without the changed-sector view",
+            ))
+        }
+        _ => None,
+    };
     let cfg = FtlConfig {
         kind: job.ftl,
         log_blocks: dev.log_blocks,
@@ -389,7 +415,7 @@ pub fn run(input: &Input, job: Job, dev: Device) -> Result<Outcome> {
     let made = nvram(input, &job, &dev)?;
     let slots = made.as_ref().map_or(0, |(_, s)| *s);
     let vol = match job.mode {
-        Mode::Sync => None,
+        Mode::Sync | Mode::SyncChanged => None,
         Mode::Async | Mode::VfatAsync => Some(volatile_model(&dev)?),
     };
     let need_fat = job.check_admission || (job.mode == Mode::Async && job.nvram_bytes == 0);
@@ -413,32 +439,24 @@ pub fn run(input: &Input, job: Job, dev: Device) -> Result<Outcome> {
         check: AdmissionCheck::default(),
         destaged: Vec::new(),
         data_start: super::fatcount::Layout::parse(&input.image, input.header.blocks)?.data_start,
-        page: (job.mode == Mode::Sync).then(|| vec![false; input.header.blocks as usize]),
+        page: job
+            .mode
+            .synchronous()
+            .then(|| vec![false; input.header.blocks as usize]),
         pc: PageCache::default(),
         now: 0,
         out: empty_outcome(job, slots),
     };
+    let mut writes = 0usize;
     for ev in &input.events {
         r.now += ev.gap_ns;
         r.out.host_ns += ev.gap_ns;
         let before = r.now;
-        match ev.op {
-            DeviceOp::Write => {
-                let at = ev.data_off as usize;
-                let bytes = &input.data[at..at + (ev.blocks * SECTOR_BYTES) as usize];
-                r.write(ev.lba, bytes)?;
-            }
-            DeviceOp::Read => r.read(ev.lba, ev.blocks)?,
-            DeviceOp::Flush => {
-                if let Some(n) = &r.nv {
-                    n.wc.flush_blocks()?;
-                }
-            }
-            DeviceOp::Discard => {
-                if let Some(n) = &r.nv {
-                    n.wc.discard_blocks(ev.lba, ev.blocks)?;
-                }
-            }
+        if ev.op == DeviceOp::Write {
+            r.write_request(input, ev, view.map(|v| v.runs(writes)))?;
+            writes += 1;
+        } else {
+            r.other(ev)?;
         }
         r.out.foreground_device_ns += r.now - before;
     }
@@ -486,12 +504,54 @@ fn empty_outcome(job: Job, slots: u32) -> Outcome {
         admission: None,
         fat_walk_checks: 0,
         page_cache: None,
+        kinds: None,
+        blocks_erased: 0,
         logical_writes: Vec::new(),
         page_programs: Vec::new(),
     }
 }
 
 impl Run {
+    /// A write request of the trace: whole, or in the changed-sector view its changed runs
+    /// alone (none: no device time; the host time before it was spent already).
+    fn write_request(
+        &mut self,
+        input: &Input,
+        ev: &Ev,
+        runs: Option<&[super::changed::SectorRun]>,
+    ) -> Result<()> {
+        let at = ev.data_off as usize;
+        let bytes = &input.data[at..at + (ev.blocks * SECTOR_BYTES) as usize];
+        let Some(runs) = runs else {
+            return self.write(ev.lba, bytes);
+        };
+        let s = SECTOR_BYTES as usize;
+        for run in runs {
+            let (from, to) = (run.offset as usize, (run.offset + run.sectors) as usize);
+            self.write(ev.lba + u64::from(run.offset), &bytes[from * s..to * s])?;
+        }
+        Ok(())
+    }
+
+    /// A read, flush or discard.
+    fn other(&mut self, ev: &Ev) -> Result<()> {
+        match ev.op {
+            DeviceOp::Read => self.read(ev.lba, ev.blocks)?,
+            DeviceOp::Flush => {
+                if let Some(n) = &self.nv {
+                    n.wc.flush_blocks()?;
+                }
+            }
+            DeviceOp::Discard => {
+                if let Some(n) = &self.nv {
+                    n.wc.discard_blocks(ev.lba, ev.blocks)?;
+                }
+            }
+            DeviceOp::Write => return Err(Error::env("a write outside write_request")),
+        }
+        Ok(())
+    }
+
     /// A write request: per sector, metadata (or all, by the admission) the application waits
     /// for, the rest through the volatile model when the run is asynchronous.
     fn write(&mut self, lba: u64, bytes: &[u8]) -> Result<()> {
@@ -515,7 +575,7 @@ impl Run {
             }
         }
         let sync_of = |i: usize| match self.job.mode {
-            Mode::Sync => true,
+            Mode::Sync | Mode::SyncChanged => true,
             Mode::VfatAsync => false,
             Mode::Async if self.nv.is_some() => taken[i],
             Mode::Async => truth[i],
@@ -682,8 +742,12 @@ impl Run {
                 100.0 * c.caught as f64 / c.metadata_writes as f64
             };
             self.out.admission = Some(*c);
+            self.out.kinds = self.fat.as_ref().map(|f| f.kinds);
         }
         self.out.flash = self.flash.replay.report();
+        self.out.blocks_erased = (self.flash.replay.counters().block_erases.iter())
+            .filter(|&&e| e > 0)
+            .count() as u64;
         if self.page.is_some() {
             let c = self.flash.replay.counters();
             let pc = &mut self.pc;

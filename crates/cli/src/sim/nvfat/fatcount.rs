@@ -109,6 +109,60 @@ impl Layout {
     }
 }
 
+/// What a written sector is, after the write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Boot sector, FSInfo, the other reserved sectors.
+    Reserved,
+    Fat,
+    /// The fixed root directory or a cluster of a directory reachable from the root.
+    Directory,
+    Data,
+}
+
+/// Sector writes by kind, and those among them whose bytes equal the volume's before the write
+/// (judged against this counter's own copy of the volume).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KindCounts {
+    pub reserved: u64,
+    pub fat: u64,
+    pub directory: u64,
+    pub data: u64,
+    pub reserved_unchanged: u64,
+    pub fat_unchanged: u64,
+    pub directory_unchanged: u64,
+    pub data_unchanged: u64,
+}
+
+impl KindCounts {
+    fn add(&mut self, k: Kind, unchanged: bool) {
+        let (all, same) = match k {
+            Kind::Reserved => (&mut self.reserved, &mut self.reserved_unchanged),
+            Kind::Fat => (&mut self.fat, &mut self.fat_unchanged),
+            Kind::Directory => (&mut self.directory, &mut self.directory_unchanged),
+            Kind::Data => (&mut self.data, &mut self.data_unchanged),
+        };
+        *all += 1;
+        *same += u64::from(unchanged);
+    }
+
+    pub fn written(&self) -> u64 {
+        self.reserved + self.fat + self.directory + self.data
+    }
+
+    pub fn unchanged(&self) -> u64 {
+        self.reserved_unchanged
+            + self.fat_unchanged
+            + self.directory_unchanged
+            + self.data_unchanged
+    }
+
+    /// Sector writes that changed the volume's bytes.
+    pub fn changed(&self) -> u64 {
+        self.written() - self.unchanged()
+    }
+}
+
 /// The volume's bytes and the set of directory sectors (a bit per sector and their list: the
 /// walk runs after every metadata write, 2 million times on the seed-size recording, and a
 /// hash set rebuilt each time was most of its cost).
@@ -117,6 +171,8 @@ pub struct FatTracker {
     pub layout: Layout,
     dirs: Vec<bool>,
     dir_list: Vec<u64>,
+    /// Every sector written so far, by kind, and the unchanged ones.
+    pub kinds: KindCounts,
 }
 
 impl FatTracker {
@@ -128,6 +184,7 @@ impl FatTracker {
             layout,
             dirs: vec![false; sectors],
             dir_list: Vec::new(),
+            kinds: KindCounts::default(),
         };
         t.walk();
         Ok(t)
@@ -142,13 +199,38 @@ impl FatTracker {
         self.dir_list.len()
     }
 
-    /// Apply a write of `bytes` at `lba` and say, per sector, whether it is metadata after it.
+    /// What `lba` is now.
+    pub fn kind(&self, lba: u64) -> Kind {
+        let l = &self.layout;
+        if lba < l.reserved {
+            Kind::Reserved
+        } else if lba < l.reserved + l.fats * l.fat_sectors {
+            Kind::Fat
+        } else if self.is_metadata(lba) {
+            Kind::Directory
+        } else {
+            Kind::Data
+        }
+    }
+
+    /// Apply a write of `bytes` at `lba` and say, per sector, whether it is metadata after it;
+    /// each sector is counted by its kind after the write, and as unchanged when its bytes
+    /// were the volume's already.
     pub fn write(&mut self, lba: u64, bytes: &[u8]) -> Vec<bool> {
         let n = bytes.len() as u64 / 512;
         let at = (lba * 512) as usize;
+        let unchanged: Vec<bool> = bytes
+            .chunks(512)
+            .enumerate()
+            .map(|(i, b)| self.img[at + i * 512..at + i * 512 + 512] == *b)
+            .collect();
         self.img[at..at + bytes.len()].copy_from_slice(bytes);
         if (lba..lba + n).any(|l| self.is_metadata(l)) {
             self.walk();
+        }
+        for (l, &same) in (lba..lba + n).zip(&unchanged) {
+            let k = self.kind(l);
+            self.kinds.add(k, same);
         }
         (lba..lba + n).map(|l| self.is_metadata(l)).collect()
     }
@@ -302,5 +384,29 @@ mod tests {
         root[0] = 0xE5;
         t.write(66, &root);
         assert!(!t.is_metadata(70));
+        // Four sector writes: data, FAT, the root twice.
+        let k = t.kinds;
+        assert_eq!(
+            (k.data, k.fat, k.directory, k.reserved),
+            (1, 1, 2, 0),
+            "{k:?}"
+        );
+        assert_eq!(
+            k.unchanged(),
+            1,
+            "{k:?}: the first data write wrote zeros over zeros"
+        );
+        // The same root sector again, and a FAT copy with the same bytes: unchanged.
+        t.write(66, &root);
+        t.write(2, &fat);
+        t.write(0, &volume()[..512]);
+        let k = t.kinds;
+        assert_eq!(
+            (k.directory_unchanged, k.fat_unchanged, k.reserved_unchanged),
+            (1, 1, 1)
+        );
+        assert_eq!((k.written(), k.changed()), (7, 3), "{k:?}");
+        assert_eq!(t.kind(34), Kind::Fat);
+        assert_eq!(t.kind(71), Kind::Data);
     }
 }

@@ -109,8 +109,7 @@ fn read_image(p: &Path, h: &TraceHeader) -> Result<Vec<u8>> {
     Ok(img)
 }
 
-pub fn load(p: &Paths) -> Result<Input> {
-    let (header, events) = DeviceEvents::open(&p.trace)?;
+fn check_header(p: &Paths, header: &TraceHeader) -> Result<()> {
     if header.block_bytes != SECTOR_BYTES {
         return Err(Error::bad(format!(
             "{}: {}-byte blocks; sim nvfat replays 512-byte sectors (record with `nvstack serve \
@@ -126,12 +125,24 @@ pub fn load(p: &Paths) -> Result<Input> {
             header.blocks
         )));
     }
-    let image = read_image(&p.image, &header)?;
-    let mut log = DataReader::open(&p.data, header.block_bytes)?;
-    let mut evs = Vec::new();
-    let mut data = Vec::new();
-    let mut counts = OpCounts::default();
-    let (mut last_end, mut waits, mut overl, mut first_start) = (None::<u64>, 0u64, 0u64, 0u64);
+    Ok(())
+}
+
+/// The trace's events read whole, with every write's bytes from the data log.
+#[derive(Default)]
+struct Events {
+    evs: Vec<Ev>,
+    data: Vec<u8>,
+    counts: OpCounts,
+    /// The trace's span, from the first request's start to the last one's end, ns.
+    span_ns: u64,
+    waits_ns: u64,
+    overlapping: u64,
+}
+
+fn read_events(events: DeviceEvents, log: &mut DataReader) -> Result<Events> {
+    let mut e = Events::default();
+    let (mut last_end, mut first_start) = (None::<u64>, 0u64);
     for ev in events {
         let ev = ev?;
         let start = ev.time_ns - ev.wait_ns;
@@ -141,30 +152,31 @@ pub fn load(p: &Paths) -> Result<Input> {
                 0
             }
             Some(end) if start < end => {
-                overl += 1;
+                e.overlapping += 1;
                 0
             }
             Some(end) => start - end,
         };
         last_end = Some(ev.time_ns);
-        waits += ev.wait_ns;
-        let data_off = data.len() as u64;
+        e.waits_ns += ev.wait_ns;
+        let data_off = e.data.len() as u64;
+        let c = &mut e.counts;
         match ev.op {
             DeviceOp::Write => {
                 let n = (ev.blocks * SECTOR_BYTES) as usize;
-                data.resize(data.len() + n, 0);
-                log.next_write(&mut data[data_off as usize..])?;
-                counts.writes += 1;
-                counts.write_blocks += ev.blocks;
+                e.data.resize(e.data.len() + n, 0);
+                log.next_write(&mut e.data[data_off as usize..])?;
+                c.writes += 1;
+                c.write_blocks += ev.blocks;
             }
             DeviceOp::Read => {
-                counts.reads += 1;
-                counts.read_blocks += ev.blocks;
+                c.reads += 1;
+                c.read_blocks += ev.blocks;
             }
-            DeviceOp::Flush => counts.flushes += 1,
-            DeviceOp::Discard => counts.discards += 1,
+            DeviceOp::Flush => c.flushes += 1,
+            DeviceOp::Discard => c.discards += 1,
         }
-        evs.push(Ev {
+        e.evs.push(Ev {
             gap_ns,
             op: ev.op,
             lba: ev.lba,
@@ -172,17 +184,26 @@ pub fn load(p: &Paths) -> Result<Input> {
             data_off,
         });
     }
+    e.span_ns = last_end.unwrap_or(0) - first_start;
+    Ok(e)
+}
+
+pub fn load(p: &Paths) -> Result<Input> {
+    let (header, events) = DeviceEvents::open(&p.trace)?;
+    check_header(p, &header)?;
+    let image = read_image(&p.image, &header)?;
+    let mut log = DataReader::open(&p.data, header.block_bytes)?;
+    let mut e = read_events(events, &mut log)?;
     log.finish()?;
-    let span = last_end.unwrap_or(0) - first_start;
-    let host = host_time(p, &mut evs, span, waits, overl)?;
+    let host = host_time(p, &mut e.evs, e.span_ns, e.waits_ns, e.overlapping)?;
     Ok(Input {
         trace: p.trace.clone(),
         header,
-        events: evs,
-        data,
+        events: e.evs,
+        data: e.data,
         image,
         host,
-        counts,
+        counts: e.counts,
     })
 }
 

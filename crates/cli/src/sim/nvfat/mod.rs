@@ -8,6 +8,7 @@
 //! The program joins the three parts (the simulator's trace reader, nvcache, flash): the
 //! simulator may not depend on device crates (scripts/check-layers.sh), as `sim flash`.
 
+mod changed;
 mod engine;
 mod fatcount;
 mod input;
@@ -125,6 +126,35 @@ fn check_sizes(kib: &[u64]) -> Result<()> {
     Ok(())
 }
 
+/// Beyond the seed at `b` bytes of NVRAM: the page-mapped FTL, and with NVRAM the other
+/// destage policies and `--admit all`.
+fn beyond_jobs(base: Job, b: u64, out: &mut Vec<Job>) {
+    out.push(Job {
+        nvram_bytes: b,
+        ftl: FtlKind::Page,
+        ..base
+    });
+    if b == 0 {
+        return;
+    }
+    for p in [
+        DestagePolicy::Lru,
+        DestagePolicy::Clock,
+        DestagePolicy::Random,
+    ] {
+        out.push(Job {
+            nvram_bytes: b,
+            policy: p,
+            ..base
+        });
+    }
+    out.push(Job {
+        nvram_bytes: b,
+        admit: AdmitKind::All,
+        ..base
+    });
+}
+
 fn jobs(kib: &[u64], seed_only: bool) -> Vec<Job> {
     let base = Job {
         mode: Mode::Sync,
@@ -149,38 +179,21 @@ fn jobs(kib: &[u64], seed_only: bool) -> Vec<Job> {
             check_admission: k == top && k > 0,
             ..base
         });
+        // The changed-sector view (changed.rs), beside the raw run, never instead of it.
+        out.push(Job {
+            mode: Mode::SyncChanged,
+            nvram_bytes: b,
+            check_admission: k == top && k > 0,
+            ..base
+        });
         out.push(Job {
             mode: Mode::Async,
             nvram_bytes: b,
             ..base
         });
-        if seed_only {
-            continue;
+        if !seed_only {
+            beyond_jobs(base, b, &mut out);
         }
-        out.push(Job {
-            nvram_bytes: b,
-            ftl: FtlKind::Page,
-            ..base
-        });
-        if k == 0 {
-            continue;
-        }
-        for p in [
-            DestagePolicy::Lru,
-            DestagePolicy::Clock,
-            DestagePolicy::Random,
-        ] {
-            out.push(Job {
-                nvram_bytes: b,
-                policy: p,
-                ..base
-            });
-        }
-        out.push(Job {
-            nvram_bytes: b,
-            admit: AdmitKind::All,
-            ..base
-        });
     }
     if !seed_only {
         out.push(Job {
@@ -200,17 +213,19 @@ pub fn run(a: NvfatArgs) -> Result<i32> {
     let input = input::load(&paths(&a))?;
     let dev = device(&a, input.header.blocks)?;
     let jobs = jobs(&kib, a.seed_only);
+    // One pre-pass, shared by every run of the view.
+    let view = changed::Changed::derive(&input);
     bars.start("nvfat", jobs.len() as u64);
     let outcomes: Vec<Outcome> = jobs
         .par_iter()
         .map(|&j| {
-            let o = engine::run(&input, j, dev);
+            let o = engine::run(&input, j, dev, Some(&view));
             bars.advance(1);
             o
         })
         .collect::<Result<Vec<_>>>()?;
     bars.finish();
-    let rep = report::Report::new(&input, dev, outcomes, started.elapsed());
+    let rep = report::Report::new(&input, dev, view.stats, outcomes, started.elapsed());
     let figures = match &a.plot {
         Some(dir) => report::figures(dir, &rep)?,
         None => Vec::new(),

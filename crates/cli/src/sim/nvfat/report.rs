@@ -1,6 +1,8 @@
 //! The figures of seed 004 from the replays: tables for people, `--json`, SVG.
 
+use super::changed::ChangedStats;
 use super::engine::{AdmissionCheck, AdmitKind, Device, Mode, Outcome};
+use super::fatcount::KindCounts;
 use super::input::{HostTime, Input, OpCounts};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::report::{fmt_count, render};
@@ -34,6 +36,12 @@ pub struct Point {
     pub page_cache_exec_s: f64,
     pub page_cache_energy_j: f64,
     pub page_reads: u64,
+    pub switch_merges: u64,
+    pub partial_merges: u64,
+    pub full_merges: u64,
+    pub merge_copies: u64,
+    pub erase_max: u32,
+    pub blocks_erased: u64,
 }
 
 fn point(o: &Outcome) -> Point {
@@ -55,6 +63,12 @@ fn point(o: &Outcome) -> Point {
         page_cache_exec_s: o.page_cache.map_or(o.exec_ns, |c| c.exec_ns) as f64 * 1e-9,
         page_cache_energy_j: o.page_cache.map_or(f.energy_j, |c| c.energy_j),
         page_reads: f.page_reads,
+        switch_merges: f.merges.switch,
+        partial_merges: f.merges.partial,
+        full_merges: f.merges.full,
+        merge_copies: f.merges.copies,
+        erase_max: f.erase_max,
+        blocks_erased: o.blocks_erased,
     }
 }
 
@@ -76,6 +90,80 @@ pub struct Trends {
     pub async_exec_falls: bool,
     pub page_cache_exec_falls: bool,
     pub page_cache_energy_falls: bool,
+    /// The same of the changed-sector view (`sync_changed`).
+    pub changed: ViewTrends,
+}
+
+/// Whether each quantity of the changed-sector view never rises with NVRAM size.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct ViewTrends {
+    pub exec_falls: bool,
+    pub energy_falls: bool,
+    pub erase_mean_falls: bool,
+    pub erase_sd_falls: bool,
+    pub programs_fall: bool,
+    pub page_cache_exec_falls: bool,
+    pub page_cache_energy_falls: bool,
+}
+
+impl ViewTrends {
+    fn of(ps: &[Point]) -> ViewTrends {
+        ViewTrends {
+            exec_falls: falls(ps, |p| p.exec_s),
+            energy_falls: falls(ps, |p| p.energy_j),
+            erase_mean_falls: falls(ps, |p| p.erase_mean),
+            erase_sd_falls: falls(ps, |p| p.erase_sd),
+            programs_fall: falls(ps, |p| p.page_programs as f64),
+            page_cache_exec_falls: falls(ps, |p| p.page_cache_exec_s),
+            page_cache_energy_falls: falls(ps, |p| p.page_cache_energy_j),
+        }
+    }
+}
+
+/// A line's figures at 0 and at the largest size, and their ratios.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Ratios {
+    pub exec_s: (f64, f64),
+    pub exec_ratio: f64,
+    pub energy_j: (f64, f64),
+    pub energy_ratio: f64,
+    pub erase_mean: (f64, f64),
+    pub erase_sd: (f64, f64),
+    pub erase_sd_ratio: f64,
+    pub page_cache_exec_s: (f64, f64),
+    pub page_cache_exec_ratio: f64,
+    pub page_cache_energy_j: (f64, f64),
+    pub page_cache_energy_ratio: f64,
+}
+
+impl Ratios {
+    fn of(ps: &[Point]) -> Ratios {
+        let (a, b) = (ps[0], *ps.last().expect("0 is always run"));
+        Ratios {
+            exec_s: (a.exec_s, b.exec_s),
+            exec_ratio: a.exec_s / b.exec_s,
+            energy_j: (a.energy_j, b.energy_j),
+            energy_ratio: a.energy_j / b.energy_j,
+            erase_mean: (a.erase_mean, b.erase_mean),
+            erase_sd: (a.erase_sd, b.erase_sd),
+            erase_sd_ratio: a.erase_sd / b.erase_sd.max(f64::MIN_POSITIVE),
+            page_cache_exec_s: (a.page_cache_exec_s, b.page_cache_exec_s),
+            page_cache_exec_ratio: a.page_cache_exec_s / b.page_cache_exec_s,
+            page_cache_energy_j: (a.page_cache_energy_j, b.page_cache_energy_j),
+            page_cache_energy_ratio: a.page_cache_energy_j / b.page_cache_energy_j,
+        }
+    }
+}
+
+/// The changed-sector view's writes: the pre-pass's counts (changed.rs) and the independent
+/// counter's (fatcount.rs) in the raw run that checks the admission (every sector write of
+/// the trace, by kind, and the unchanged ones: those the view drops) and in the view's.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct ChangedView {
+    #[serde(flatten)]
+    pub stats: ChangedStats,
+    pub raw_kinds: Option<KindCounts>,
+    pub view_kinds: Option<KindCounts>,
 }
 
 /// Ours beside the seed's, 0 against the largest size run.
@@ -99,6 +187,8 @@ pub struct Comparison {
     pub page_cache_exec_ratio: f64,
     pub page_cache_energy_j: (f64, f64),
     pub page_cache_energy_ratio: f64,
+    /// The changed-sector view's.
+    pub changed: Ratios,
 }
 
 /// The hottest logical pages (Figure 5's columns).
@@ -118,6 +208,9 @@ pub struct Report {
     pub requests: OpCounts,
     pub device: Device,
     pub sync: Line,
+    /// Sync-PostMark in the changed-sector view (changed.rs), beside the raw `sync`.
+    pub sync_changed: Line,
+    pub changed_view: ChangedView,
     pub r#async: Line,
     pub vfat_async: Point,
     pub trends: Trends,
@@ -173,103 +266,142 @@ fn is_seed(o: &Outcome, mode: Mode) -> bool {
         && o.job.admit == AdmitKind::FatMetadata
 }
 
+fn trends(ps: &[Point], asy: &[Point], changed: &[Point]) -> Trends {
+    Trends {
+        exec_falls: falls(ps, |p| p.exec_s),
+        energy_falls: falls(ps, |p| p.energy_j),
+        erase_mean_falls: falls(ps, |p| p.erase_mean),
+        erase_sd_falls: falls(ps, |p| p.erase_sd),
+        programs_fall: falls(ps, |p| p.page_programs as f64),
+        async_exec_falls: falls(asy, |p| p.exec_s),
+        page_cache_exec_falls: falls(ps, |p| p.page_cache_exec_s),
+        page_cache_energy_falls: falls(ps, |p| p.page_cache_energy_j),
+        changed: ViewTrends::of(changed),
+    }
+}
+
+fn comparison(ps: &[Point], asy: &[Point], vfat: &Point, changed: &[Point]) -> Comparison {
+    let r = Ratios::of(ps);
+    let (afirst, alast) = (asy[0], *asy.last().expect("0 is always run"));
+    Comparison {
+        top_kib: ps.last().expect("0 is always run").kib,
+        sync_exec_s: r.exec_s,
+        sync_exec_ratio: r.exec_ratio,
+        energy_j: r.energy_j,
+        energy_ratio: r.energy_ratio,
+        erase_sd: r.erase_sd,
+        erase_mean: r.erase_mean,
+        async_exec_s: (afirst.exec_s, alast.exec_s),
+        vfat_async_exec_s: vfat.exec_s,
+        seed_exec_s: SEED_EXEC_S,
+        seed_exec_ratio: SEED_EXEC_S.0 / SEED_EXEC_S.1,
+        seed_energy_j: SEED_ENERGY_J,
+        seed_energy_ratio: SEED_ENERGY_J.0 / SEED_ENERGY_J.1,
+        page_cache_exec_s: r.page_cache_exec_s,
+        page_cache_exec_ratio: r.page_cache_exec_ratio,
+        page_cache_energy_j: r.page_cache_energy_j,
+        page_cache_energy_ratio: r.page_cache_energy_ratio,
+        changed: Ratios::of(changed),
+    }
+}
+
+/// Beyond the seed: a line per destage policy, `--admit all` and the page-mapped FTL (each
+/// with the 0 KiB run), and the page-mapped FTL's VFAT baseline.
+struct Beyond {
+    policies: Vec<Line>,
+    admit_all: Option<Line>,
+    page_ftl: Option<Line>,
+    page_ftl_vfat_async: Option<Point>,
+}
+
+fn beyond(runs: &[Outcome]) -> Beyond {
+    let sync_of = |p: DestagePolicy| {
+        line(&format!("sync, {}", p.name()), runs, move |o| {
+            o.job.mode == Mode::Sync
+                && o.job.ftl == FtlKind::LogBlock
+                && o.job.admit == AdmitKind::FatMetadata
+                && (o.job.policy == p || o.job.nvram_bytes == 0)
+        })
+    };
+    let policies: Vec<Line> = [
+        DestagePolicy::Lrw,
+        DestagePolicy::Lru,
+        DestagePolicy::Clock,
+        DestagePolicy::Random,
+    ]
+    .into_iter()
+    .map(sync_of)
+    .filter(|l| l.points.len() > 1)
+    .collect();
+    let admit_all = line("sync, --admit all", runs, |o| {
+        o.job.mode == Mode::Sync
+            && o.job.ftl == FtlKind::LogBlock
+            && o.job.policy == DestagePolicy::Lrw
+            && (o.job.admit == AdmitKind::All || o.job.nvram_bytes == 0)
+    });
+    let page = line("sync, page-mapped FTL", runs, |o| {
+        o.job.mode == Mode::Sync && o.job.ftl == FtlKind::Page
+    });
+    Beyond {
+        policies,
+        admit_all: (admit_all.points.len() > 1).then_some(admit_all),
+        page_ftl: (!page.points.is_empty()).then_some(page),
+        page_ftl_vfat_async: runs
+            .iter()
+            .find(|o| o.job.mode == Mode::VfatAsync && o.job.ftl == FtlKind::Page)
+            .map(point),
+    }
+}
+
 impl Report {
     pub fn new(
         input: &Input,
         device: Device,
+        view: ChangedStats,
         runs: Vec<Outcome>,
         took: std::time::Duration,
     ) -> Report {
         let sync = line("NVFAT Sync-PostMark", &runs, |o| is_seed(o, Mode::Sync));
+        let changed = line("NVFAT Sync-PostMark, changed sectors", &runs, |o| {
+            is_seed(o, Mode::SyncChanged)
+        });
         let asy = line("NVFAT Async-PostMark", &runs, |o| is_seed(o, Mode::Async));
         let vfat = runs
             .iter()
             .find(|o| is_seed(o, Mode::VfatAsync))
             .map(point)
             .expect("the VFAT run is always made");
-        let ps = &sync.points;
-        let trends = Trends {
-            exec_falls: falls(ps, |p| p.exec_s),
-            energy_falls: falls(ps, |p| p.energy_j),
-            erase_mean_falls: falls(ps, |p| p.erase_mean),
-            erase_sd_falls: falls(ps, |p| p.erase_sd),
-            programs_fall: falls(ps, |p| p.page_programs as f64),
-            async_exec_falls: falls(&asy.points, |p| p.exec_s),
-            page_cache_exec_falls: falls(ps, |p| p.page_cache_exec_s),
-            page_cache_energy_falls: falls(ps, |p| p.page_cache_energy_j),
-        };
-        let (first, last) = (ps[0], *ps.last().expect("0 is always run"));
-        let (afirst, alast) = (asy.points[0], *asy.points.last().expect("0 is always run"));
-        let comparison = Comparison {
-            top_kib: last.kib,
-            sync_exec_s: (first.exec_s, last.exec_s),
-            sync_exec_ratio: first.exec_s / last.exec_s,
-            energy_j: (first.energy_j, last.energy_j),
-            energy_ratio: first.energy_j / last.energy_j,
-            erase_sd: (first.erase_sd, last.erase_sd),
-            erase_mean: (first.erase_mean, last.erase_mean),
-            async_exec_s: (afirst.exec_s, alast.exec_s),
-            vfat_async_exec_s: vfat.exec_s,
-            seed_exec_s: SEED_EXEC_S,
-            seed_exec_ratio: SEED_EXEC_S.0 / SEED_EXEC_S.1,
-            seed_energy_j: SEED_ENERGY_J,
-            seed_energy_ratio: SEED_ENERGY_J.0 / SEED_ENERGY_J.1,
-            page_cache_exec_s: (first.page_cache_exec_s, last.page_cache_exec_s),
-            page_cache_exec_ratio: first.page_cache_exec_s / last.page_cache_exec_s,
-            page_cache_energy_j: (first.page_cache_energy_j, last.page_cache_energy_j),
-            page_cache_energy_ratio: first.page_cache_energy_j / last.page_cache_energy_j,
-        };
+        let kinds = |m: Mode| runs.iter().filter(|o| is_seed(o, m)).find_map(|o| o.kinds);
         let keep: Vec<Outcome> = runs
             .iter()
             .filter(|o| !o.logical_writes.is_empty())
             .cloned()
             .collect();
-        let sync_of = |p: DestagePolicy| {
-            line(&format!("sync, {}", p.name()), &runs, move |o| {
-                o.job.mode == Mode::Sync
-                    && o.job.ftl == FtlKind::LogBlock
-                    && o.job.admit == AdmitKind::FatMetadata
-                    && (o.job.policy == p || o.job.nvram_bytes == 0)
-            })
-        };
-        let policies: Vec<Line> = [
-            DestagePolicy::Lrw,
-            DestagePolicy::Lru,
-            DestagePolicy::Clock,
-            DestagePolicy::Random,
-        ]
-        .into_iter()
-        .map(sync_of)
-        .filter(|l| l.points.len() > 1)
-        .collect();
-        let admit_all = line("sync, --admit all", &runs, |o| {
-            o.job.mode == Mode::Sync
-                && o.job.ftl == FtlKind::LogBlock
-                && o.job.policy == DestagePolicy::Lrw
-                && (o.job.admit == AdmitKind::All || o.job.nvram_bytes == 0)
-        });
-        let page = line("sync, page-mapped FTL", &runs, |o| {
-            o.job.mode == Mode::Sync && o.job.ftl == FtlKind::Page
-        });
-        let page_vfat = runs
-            .iter()
-            .find(|o| o.job.mode == Mode::VfatAsync && o.job.ftl == FtlKind::Page)
-            .map(point);
+        let b = beyond(&runs);
         Report {
             trace: input.trace.display().to_string(),
             host: input.host.clone(),
             requests: input.counts,
             device,
-            trends,
-            comparison,
+            trends: trends(&sync.points, &asy.points, &changed.points),
+            comparison: comparison(&sync.points, &asy.points, &vfat, &changed.points),
+            changed_view: ChangedView {
+                stats: view,
+                raw_kinds: kinds(Mode::Sync),
+                view_kinds: kinds(Mode::SyncChanged),
+            },
             hot: keep.iter().map(hot).collect(),
-            policies,
-            admit_all: (admit_all.points.len() > 1).then_some(admit_all),
-            page_ftl: (!page.points.is_empty()).then_some(page),
-            page_ftl_vfat_async: page_vfat,
-            admission: runs.iter().find_map(|o| o.admission),
+            policies: b.policies,
+            admit_all: b.admit_all,
+            page_ftl: b.page_ftl,
+            page_ftl_vfat_async: b.page_ftl_vfat_async,
+            admission: runs
+                .iter()
+                .filter(|o| is_seed(o, Mode::Sync))
+                .find_map(|o| o.admission),
             seconds: took.as_secs_f64(),
             sync,
+            sync_changed: changed,
             r#async: asy,
             vfat_async: vfat,
             runs,
@@ -307,6 +439,7 @@ impl Report {
             h.trace_span_ns as f64 * 1e-9
         )?;
         self.print_sweep()?;
+        self.print_changed()?;
         self.print_comparison()?;
         self.print_hot()?;
         self.print_beyond()?;
@@ -384,6 +517,112 @@ impl Report {
         )
     }
 
+    /// The changed-sector view's sweep, beside the raw one above, and what it dropped.
+    fn print_changed(&self) -> Result<()> {
+        let (line, t) = (&self.sync_changed, &self.trends.changed);
+        crate::say!(
+            "\nThe same, changed-sector view (sync changed: only the sectors whose bytes a write \
+             changed reach the device, as the seed's VFAT wrote its dirty buffers; docs/nvfat.md):"
+        )?;
+        let cells: Vec<Vec<String>> = line
+            .points
+            .iter()
+            .map(|p| {
+                vec![
+                    format!("{} KiB", p.kib),
+                    format!("{:.1}", p.exec_s),
+                    format!("{:.3}", p.erase_mean),
+                    format!("{:.3}", p.erase_sd),
+                    format!("{:.3}", p.energy_j),
+                    format!("{:.1}", p.page_cache_exec_s),
+                    format!("{:.3}", p.page_cache_energy_j),
+                    fmt_count(p.page_reads as f64),
+                    fmt_count(p.host_page_writes as f64),
+                    fmt_count(p.page_programs as f64),
+                    fmt_count(p.block_erases as f64),
+                    format!("{}/{}/{}", p.switch_merges, p.partial_merges, p.full_merges),
+                ]
+            })
+            .collect();
+        let hdr = [
+            "NVRAM",
+            "sync s",
+            "erase mean",
+            "erase sd",
+            "sync J",
+            "sync+pc s",
+            "sync+pc J",
+            "page reads",
+            "FTL writes",
+            "programs",
+            "erases",
+            "merges s/p/f",
+        ];
+        let mut right = vec![true; hdr.len()];
+        right[0] = false;
+        crate::output::out(render(&hdr, &cells, &right).as_bytes())?;
+        self.print_changed_counts()?;
+        crate::say!(
+            "falls with NVRAM size (sync changed): time {}, energy {}, erase mean {}, erase sd \
+             {}, programs {}; sync changed+pc time {}, energy {}",
+            t.exec_falls,
+            t.energy_falls,
+            t.erase_mean_falls,
+            t.erase_sd_falls,
+            t.programs_fall,
+            t.page_cache_exec_falls,
+            t.page_cache_energy_falls
+        )
+    }
+
+    fn print_changed_counts(&self) -> Result<()> {
+        let v = &self.changed_view;
+        let st = &v.stats;
+        crate::say!(
+            "sync changed drops {} of {} sector writes (bytes unchanged); {} of {} write \
+             requests changed nothing (no device time; their host time kept, which is \
+             conservative), {} were partly changed (written as their changed runs): {} \
+             requests in the view",
+            fmt_count(st.sectors_dropped as f64),
+            fmt_count(st.sectors_written as f64),
+            fmt_count(st.requests_unchanged as f64),
+            fmt_count(st.write_requests as f64),
+            fmt_count(st.requests_partly_changed as f64),
+            fmt_count(st.runs as f64)
+        )?;
+        if let Some(k) = &v.raw_kinds {
+            crate::say!(
+                "independent counter (its own copy of the volume, {} KiB raw run): {} changed \
+                 sector writes; unchanged: FAT {} of {}, directory {} of {}, reserved {} of {}, \
+                 data {} of {}",
+                self.comparison.top_kib,
+                fmt_count(k.changed() as f64),
+                fmt_count(k.fat_unchanged as f64),
+                fmt_count(k.fat as f64),
+                fmt_count(k.directory_unchanged as f64),
+                fmt_count(k.directory as f64),
+                fmt_count(k.reserved_unchanged as f64),
+                fmt_count(k.reserved as f64),
+                fmt_count(k.data_unchanged as f64),
+                fmt_count(k.data as f64)
+            )?;
+        }
+        if let Some(k) = &v.view_kinds {
+            crate::say!(
+                "the view's {} KiB run wrote {} sectors (FAT {}, directory {}, reserved {}, data \
+                 {}), {} of them unchanged by the independent counter",
+                self.comparison.top_kib,
+                fmt_count(k.written() as f64),
+                fmt_count(k.fat as f64),
+                fmt_count(k.directory as f64),
+                fmt_count(k.reserved as f64),
+                fmt_count(k.data as f64),
+                k.unchanged()
+            )?;
+        }
+        Ok(())
+    }
+
     fn print_comparison(&self) -> Result<()> {
         let c = &self.comparison;
         crate::say!(
@@ -394,7 +633,7 @@ impl Report {
         // seconds, tenths of a joule), and their ratio.
         let seed_exec = (c.seed_exec_s, 0, c.seed_exec_ratio);
         let seed_energy = (c.seed_energy_j, 1, c.seed_energy_ratio);
-        let cells = vec![
+        let mut cells = vec![
             seed_row(
                 "execution time",
                 "s",
@@ -448,6 +687,7 @@ impl Report {
                 "-".into(),
             ],
         ];
+        cells.extend(changed_rows(&c.changed, seed_exec, seed_energy));
         let hdr = ["quantity", "ours", "ratio", "seed", "seed ratio"];
         crate::output::out(render(&hdr, &cells, &[false, true, true, true, true]).as_bytes())
     }
@@ -562,11 +802,52 @@ fn flat(name: &str, ps: &[Point], v: f64) -> Series {
     }
 }
 
-pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::env(format!("--plot {}: cannot create: {e}", dir.display())))?;
+/// The changed-sector view's lines of Figures 4, 7 and 8 (in that order).
+fn changed_series(c: &[Point], figs: [&mut Vec<Series>; 3]) {
+    let [time, erases, energy] = figs;
+    time.push(series("NVFAT Sync-PostMark, changed sectors", c, |p| {
+        p.exec_s
+    }));
+    time.push(series(
+        "NVFAT Sync-PostMark, changed + page cache",
+        c,
+        |p| p.page_cache_exec_s,
+    ));
+    erases.push(series("mean, changed sectors", c, |p| p.erase_mean));
+    erases.push(series("standard deviation, changed sectors", c, |p| {
+        p.erase_sd
+    }));
+    energy.push(series("Sync-PostMark, changed sectors", c, |p| p.energy_j));
+    energy.push(series("Sync-PostMark, changed + page cache", c, |p| {
+        p.page_cache_energy_j
+    }));
+}
+
+/// Figures 4, 7 and 8: the raw lines, and the changed-sector view's beside them.
+fn sweep_charts(r: &Report) -> Vec<(&'static str, LineChart)> {
     let (s, a) = (&r.sync.points, &r.r#async.points);
-    let mut charts = vec![
+    let c = &r.sync_changed.points;
+    let mut time = vec![
+        series("NVFAT Sync-PostMark", s, |p| p.exec_s),
+        flat("VFAT Sync-PostMark", s, s[0].exec_s),
+        series("NVFAT Sync-PostMark, page cache", s, |p| {
+            p.page_cache_exec_s
+        }),
+        flat("VFAT Sync-PostMark, page cache", s, s[0].page_cache_exec_s),
+        series("NVFAT Async-PostMark", a, |p| p.exec_s),
+        flat("VFAT Async-PostMark", s, r.vfat_async.exec_s),
+    ];
+    let mut erases = vec![
+        series("mean", s, |p| p.erase_mean),
+        series("standard deviation", s, |p| p.erase_sd),
+    ];
+    let mut energy = vec![
+        series("Sync-PostMark", s, |p| p.energy_j),
+        series("Sync-PostMark, page cache", s, |p| p.page_cache_energy_j),
+        series("Async-PostMark", a, |p| p.energy_j),
+    ];
+    changed_series(c, [&mut time, &mut erases, &mut energy]);
+    vec![
         (
             "nvfat-fig4-time.svg",
             chart(
@@ -574,16 +855,7 @@ pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
                 X_LABEL,
                 "execution time (s)",
                 Scale::Log10,
-                vec![
-                    series("NVFAT Sync-PostMark", s, |p| p.exec_s),
-                    flat("VFAT Sync-PostMark", s, s[0].exec_s),
-                    series("NVFAT Sync-PostMark, page cache", s, |p| {
-                        p.page_cache_exec_s
-                    }),
-                    flat("VFAT Sync-PostMark, page cache", s, s[0].page_cache_exec_s),
-                    series("NVFAT Async-PostMark", a, |p| p.exec_s),
-                    flat("VFAT Async-PostMark", s, r.vfat_async.exec_s),
-                ],
+                time,
             ),
         ),
         (
@@ -593,10 +865,7 @@ pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
                 X_LABEL,
                 "erases per block",
                 Scale::Linear,
-                vec![
-                    series("mean", s, |p| p.erase_mean),
-                    series("standard deviation", s, |p| p.erase_sd),
-                ],
+                erases,
             ),
         ),
         (
@@ -606,41 +875,38 @@ pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
                 X_LABEL,
                 "energy (J)",
                 Scale::Linear,
-                vec![
-                    series("Sync-PostMark", s, |p| p.energy_j),
-                    series("Sync-PostMark, page cache", s, |p| p.page_cache_energy_j),
-                    series("Async-PostMark", a, |p| p.energy_j),
-                ],
+                energy,
             ),
         ),
-    ];
-    if !r.policies.is_empty() {
-        let mut ss: Vec<Series> = r
-            .policies
-            .iter()
-            .map(|l| series(&l.name, &l.points, |p| p.energy_j))
-            .collect();
-        ss.extend(
-            r.admit_all
-                .iter()
-                .map(|l| series(&l.name, &l.points, |p| p.energy_j)),
-        );
-        ss.extend(
-            r.page_ftl
-                .iter()
-                .map(|l| series(&l.name, &l.points, |p| p.energy_j)),
-        );
-        charts.push((
-            "nvfat-beyond-energy.svg",
-            chart(
-                "Beyond the seed: flash energy (Sync-PostMark)",
-                X_LABEL,
-                "energy (J)",
-                Scale::Linear,
-                ss,
-            ),
-        ));
+    ]
+}
+
+/// Beyond the seed: every policy, `--admit all` and the page-mapped FTL (none: no chart).
+fn beyond_chart(r: &Report) -> Option<(&'static str, LineChart)> {
+    if r.policies.is_empty() {
+        return None;
     }
+    let ss: Vec<Series> = r
+        .policies
+        .iter()
+        .chain(r.admit_all.iter())
+        .chain(r.page_ftl.iter())
+        .map(|l| series(&l.name, &l.points, |p| p.energy_j))
+        .collect();
+    Some((
+        "nvfat-beyond-energy.svg",
+        chart(
+            "Beyond the seed: flash energy (Sync-PostMark)",
+            X_LABEL,
+            "energy (J)",
+            Scale::Linear,
+            ss,
+        ),
+    ))
+}
+
+/// Figures 5 and 6: per logical block and per physical page, without and with the most NVRAM.
+fn per_page_charts(r: &Report) -> Vec<(&'static str, LineChart)> {
     let per_page = |f: &dyn Fn(&Outcome) -> &[u32]| -> Vec<Series> {
         r.keep
             .iter()
@@ -654,26 +920,36 @@ pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
             })
             .collect()
     };
-    charts.push((
-        "nvfat-fig5-ftl-writes.svg",
-        chart(
-            "Writes per logical block seen by the FTL, Sync-PostMark (seed 004 Fig. 5)",
-            "logical block number",
-            "writes (max over neighbouring blocks)",
-            Scale::Linear,
-            per_page(&|o| &o.logical_writes),
+    vec![
+        (
+            "nvfat-fig5-ftl-writes.svg",
+            chart(
+                "Writes per logical block seen by the FTL, Sync-PostMark (seed 004 Fig. 5)",
+                "logical block number",
+                "writes (max over neighbouring blocks)",
+                Scale::Linear,
+                per_page(&|o| &o.logical_writes),
+            ),
         ),
-    ));
-    charts.push((
-        "nvfat-fig6-flash-programs.svg",
-        chart(
-            "Programs per physical page, Sync-PostMark (seed 004 Fig. 6)",
-            "physical page",
-            "programs (max over neighbouring pages)",
-            Scale::Linear,
-            per_page(&|o| &o.page_programs),
+        (
+            "nvfat-fig6-flash-programs.svg",
+            chart(
+                "Programs per physical page, Sync-PostMark (seed 004 Fig. 6)",
+                "physical page",
+                "programs (max over neighbouring pages)",
+                Scale::Linear,
+                per_page(&|o| &o.page_programs),
+            ),
         ),
-    ));
+    ]
+}
+
+pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::env(format!("--plot {}: cannot create: {e}", dir.display())))?;
+    let mut charts = sweep_charts(r);
+    charts.extend(beyond_chart(r));
+    charts.extend(per_page_charts(r));
     let mut out = Vec::new();
     for (file, c) in charts {
         let p = dir.join(file);
@@ -681,6 +957,51 @@ pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
         out.push(p);
     }
     Ok(out)
+}
+
+/// The changed-sector view's rows of the comparison table.
+fn changed_rows(
+    r: &Ratios,
+    seed_exec: ((f64, f64), usize, f64),
+    seed_energy: ((f64, f64), usize, f64),
+) -> Vec<Vec<String>> {
+    vec![
+        seed_row("time, changed", "s", 1, r.exec_s, r.exec_ratio, seed_exec),
+        seed_row(
+            "energy, changed",
+            "J",
+            3,
+            r.energy_j,
+            r.energy_ratio,
+            seed_energy,
+        ),
+        seed_row(
+            "time, changed + pc",
+            "s",
+            1,
+            r.page_cache_exec_s,
+            r.page_cache_exec_ratio,
+            seed_exec,
+        ),
+        seed_row(
+            "energy, changed + pc",
+            "J",
+            3,
+            r.page_cache_energy_j,
+            r.page_cache_energy_ratio,
+            seed_energy,
+        ),
+        vec![
+            "erase mean / sd, changed".into(),
+            format!(
+                "{:.2}/{:.2} -> {:.2}/{:.2}",
+                r.erase_mean.0, r.erase_sd.0, r.erase_mean.1, r.erase_sd.1
+            ),
+            format!("sd {:.2}x", r.erase_sd_ratio),
+            "both fall (Fig. 7)".into(),
+            "-".into(),
+        ],
+    ]
 }
 
 /// One row of the comparison table: ours from and to (with `prec` decimals) and the ratio,
