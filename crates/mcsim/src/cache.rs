@@ -1,15 +1,17 @@
 //! The cache hierarchy of Table II: private L1 and L2 per core and one shared L3, each
-//! write-back, write-allocate and LRU within a set. A line's dirty data lives in exactly one
-//! level: a fill moves it up to L1 and a dirty victim moves it down, so a flush finds it once.
-//! Coherence between cores is not modelled (the workloads share no written lines).
+//! write-back, write-allocate and LRU within a set. A core's dirty data for a line lives in
+//! one of its levels at most: a fill moves it up to L1 and a dirty victim moves it down, so a
+//! flush finds it once. Coherence between cores is not modelled (the workloads share no
+//! written lines; where a trace's threads do write one line, each core's copy is its own).
 //!
 //! Only tags live in the sets: a way is one word, line + 1 with a dirty bit, so L3's 16-way
 //! set is two host cache lines instead of four (the sets of all levels: 2.6 MiB of host
-//! memory for Table II's 16 cores instead of 5.1 MiB). The dirty data itself (which
-//! store wrote the line last) is kept once for the whole hierarchy, in a map from line to
-//! data holding exactly the lines some level has dirty: since a line is dirty in one level
-//! at most, a dirty line moving between levels moves only its bit. Persistent code flushes
-//! what it writes, so the map stays small and the sets' memory is half of (tag, data) pairs.
+//! memory for Table II's 16 cores instead of 5.1 MiB). The dirty data itself (which store
+//! wrote the line last) is kept in one map for the whole hierarchy, by line and holder (a
+//! core for its private levels, or L3), holding exactly the dirty copies, so a dirty line
+//! moving between a core's L1 and L2 moves only its bit. Persistent code flushes what it
+//! writes, so the map stays small. Hits, misses, victims and writebacks are those of
+//! (tag, data) pairs in the ways (a test compares the two on random accesses).
 
 use crate::config::{CacheLevel, Config};
 use std::collections::HashMap;
@@ -116,6 +118,9 @@ impl Cache {
     }
 }
 
+/// The dirty map's holder of L3's copies (cores are numbered below 1024).
+const L3: u32 = u32::MAX;
+
 /// A cheap hasher for line numbers (the dirty map is on every store's path): one multiply,
 /// folded so that the high bits it mixes reach the low bits the table indexes by.
 #[derive(Default)]
@@ -136,6 +141,10 @@ impl Hasher for LineHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 ^= n;
     }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = self.0.rotate_left(16) ^ u64::from(n);
+    }
 }
 
 /// Every core's L1 and L2 and the shared L3.
@@ -143,8 +152,10 @@ pub struct Hierarchy {
     l1: Vec<Cache>,
     l2: Vec<Cache>,
     l3: Cache,
-    /// The data of every line some level holds dirty (that level's way has `DIRTY`).
-    dirty: HashMap<u64, u64, BuildHasherDefault<LineHasher>>,
+    /// The data of every dirty copy, by line and holder: a core's number for its L1 and L2
+    /// (one of the two at most holds it dirty), `L3` for L3. Cores may write the same line
+    /// (coherence is not modelled), so each holder's copy keeps its own data.
+    dirty: HashMap<(u64, u32), u64, BuildHasherDefault<LineHasher>>,
     /// Dirty lines pushed out of L3, to be written to memory by the caller.
     pub writebacks: Vec<(u64, u64)>,
     pub hits: [u64; 4],
@@ -169,24 +180,34 @@ impl Hierarchy {
 
     /// A load (`version` 0) or a store (`version` the store's data) of `line` by `core`.
     pub fn access(&mut self, core: usize, line: u64, version: u64) -> Served {
-        if version != 0 {
-            self.dirty.insert(line, version);
-        }
+        let mine = (line, core as u32);
         if let Some(slot) = self.l1[core].find(line) {
-            self.l1[core].tags[slot] |= if version != 0 { DIRTY } else { 0 };
+            if version != 0 {
+                self.l1[core].tags[slot] |= DIRTY;
+                self.dirty.insert(mine, version);
+            }
             self.hits[0] += 1;
             return Served::L1;
         }
-        // The line's dirty bit, if a lower level has it, moves up into L1 with it.
+        // The line's dirty bit, if a lower level has it, moves up into L1 with it; from the
+        // shared L3 its data changes hands, from L3's copy to this core's.
         let (served, was_dirty) = if let Some(slot) = self.l2[core].find(line) {
             (Served::L2, self.l2[core].clean_at(slot))
         } else if let Some(slot) = self.l3.find(line) {
-            (Served::L3, self.l3.clean_at(slot))
+            let was = self.l3.clean_at(slot);
+            if was {
+                let v = self.take_dirty((line, L3));
+                self.dirty.insert(mine, v);
+            }
+            (Served::L3, was)
         } else {
             self.fill_lower(core, line);
             (Served::Memory, false)
         };
         self.hits[served as usize] += 1;
+        if version != 0 {
+            self.dirty.insert(mine, version);
+        }
         if let Some(l) = self.l1[core].insert(line, version != 0 || was_dirty) {
             self.evict_to_l2(core, l);
         }
@@ -199,30 +220,33 @@ impl Hierarchy {
             self.write_back(l);
         }
         if let Some(l) = self.l2[core].insert(line, false) {
-            self.evict_to_l3(l);
+            self.evict_to_l3(core, l);
         }
     }
 
     fn evict_to_l2(&mut self, core: usize, line: u64) {
         if let Some(l) = self.l2[core].put_dirty(line) {
-            self.evict_to_l3(l);
+            self.evict_to_l3(core, l);
         }
     }
 
-    fn evict_to_l3(&mut self, line: u64) {
+    /// `core`'s dirty `line` leaves its L2 for L3 (replacing L3's data if L3 has it dirty).
+    fn evict_to_l3(&mut self, core: usize, line: u64) {
+        let v = self.take_dirty((line, core as u32));
+        self.dirty.insert((line, L3), v);
         if let Some(l) = self.l3.put_dirty(line) {
             self.write_back(l);
         }
     }
 
-    /// A dirty line leaves the hierarchy with its data.
+    /// A dirty line leaves L3, and the hierarchy, with its data.
     fn write_back(&mut self, line: u64) {
-        let version = self.take_dirty(line);
+        let version = self.take_dirty((line, L3));
         self.writebacks.push((line, version));
     }
 
-    fn take_dirty(&mut self, line: u64) -> u64 {
-        let version = self.dirty.remove(&line);
+    fn take_dirty(&mut self, key: (u64, u32)) -> u64 {
+        let version = self.dirty.remove(&key);
         version.expect("a line with a dirty bit has its data in the map")
     }
 
@@ -235,12 +259,18 @@ impl Hierarchy {
 
     /// clwb: the line's dirty data (it stays cached, clean), or None if no level has it dirty.
     pub fn flush(&mut self, core: usize, line: u64) -> Option<u64> {
-        let dirty = self.l1[core].clean(line) || self.l2[core].clean(line) || self.l3.clean(line);
-        dirty.then(|| self.take_dirty(line))
+        if self.l1[core].clean(line) || self.l2[core].clean(line) {
+            Some(self.take_dirty((line, core as u32)))
+        } else {
+            self.l3.clean(line).then(|| self.take_dirty((line, L3)))
+        }
     }
 
     /// Every dirty line still cached (the end of a run).
     pub fn dirty_lines(&self) -> Vec<(u64, u64)> {
-        self.dirty.iter().map(|(&l, &v)| (l, v)).collect()
+        self.dirty.iter().map(|(&(l, _), &v)| (l, v)).collect()
     }
 }
+
+#[cfg(test)]
+mod tests;
