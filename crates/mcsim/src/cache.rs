@@ -1,9 +1,21 @@
 //! The cache hierarchy of Table II: private L1 and L2 per core and one shared L3, each
-//! write-back, write-allocate and LRU within a set. A line's dirty data lives in exactly one
-//! level: a fill moves it up to L1 and a dirty victim moves it down, so a flush finds it once.
-//! Coherence between cores is not modelled (the workloads share no written lines).
+//! write-back, write-allocate and LRU within a set. A core's dirty data for a line lives in
+//! one of its levels at most: a fill moves it up to L1 and a dirty victim moves it down, so a
+//! flush finds it once. Coherence between cores is not modelled (the workloads share no
+//! written lines; where a trace's threads do write one line, each core's copy is its own).
+//!
+//! Only tags live in the sets: a way is one word, line + 1 with a dirty bit, so L3's 16-way
+//! set is two host cache lines instead of four (the sets of all levels: 2.6 MiB of host
+//! memory for Table II's 16 cores instead of 5.1 MiB). The dirty data itself (which store
+//! wrote the line last) is kept in one map for the whole hierarchy, by line and holder (a
+//! core for its private levels, or L3), holding exactly the dirty copies, so a dirty line
+//! moving between a core's L1 and L2 moves only its bit. Persistent code flushes what it
+//! writes, so the map stays small. Hits, misses, victims and writebacks are those of
+//! (tag, data) pairs in the ways (a test compares the two on random accesses).
 
 use crate::config::{CacheLevel, Config};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Where an access was served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,24 +26,17 @@ pub enum Served {
     Memory,
 }
 
-/// One way of a set: `tag` is line + 1 (0 = empty), `version` the data of a dirty line (which
-/// store wrote it last), 0 when clean. Tag and data side by side: a set is one run of memory.
-#[derive(Clone, Copy, Default)]
-struct Slot {
-    tag: u64,
-    version: u64,
-}
+/// A way's dirty bit: above any line + 1 (lines are addresses over 8 at least, so < 2^61).
+const DIRTY: u64 = 1 << 63;
 
-/// One set-associative cache. Each set keeps its ways in recency order, most recent first
-/// (a hit moves to the front, the last way is the victim), so no ages are stored.
+/// One set-associative cache of tags. Each set keeps its ways in recency order, most recent
+/// first (a hit moves to the front, the last way is the victim), so no ages are stored.
 struct Cache {
     set_mask: u64,
     ways: usize,
-    slots: Vec<Slot>,
+    /// line + 1 per way (0 = empty), with `DIRTY` set while this level holds the line dirty.
+    tags: Vec<u64>,
 }
-
-/// A line leaving a cache, with its data if dirty.
-type Victim = Option<(u64, u64)>;
 
 impl Cache {
     fn new(level: &CacheLevel, line_bytes: u32, scale: u64) -> Cache {
@@ -39,10 +44,11 @@ impl Cache {
         let ways = level.ways as usize;
         let sets = (lines / ways) as u64;
         assert!(sets.is_power_of_two(), "validated: sets are a power of two");
+        assert!((1..=64).contains(&ways), "validated: 1 to 64 ways");
         Cache {
             set_mask: sets - 1,
             ways,
-            slots: vec![Slot::default(); lines],
+            tags: vec![0; lines],
         }
     }
 
@@ -51,43 +57,42 @@ impl Cache {
         base..base + self.ways
     }
 
+    /// The slot holding `line`, if any.
     fn position(&self, line: u64) -> Option<usize> {
+        let key = line + 1;
         let set = self.set(line);
-        let i = self.slots[set.clone()]
+        let at = self.tags[set.clone()]
             .iter()
-            .position(|s| s.tag == line + 1)?;
-        Some(set.start + i)
+            .position(|&t| t & !DIRTY == key)?;
+        Some(set.start + at)
     }
 
     /// The slot holding `line`, made most recently used (moved to the set's front).
     fn find(&mut self, line: u64) -> Option<usize> {
         let at = self.position(line)?;
         let start = self.set(line).start;
-        self.slots[start..=at].rotate_right(1);
+        self.tags[start..=at].rotate_right(1);
         Some(start)
     }
 
-    /// Put `line` in (it must be absent) at the front; returns the dirty victim, if any.
-    fn insert(&mut self, line: u64, version: u64) -> Victim {
+    /// Put `line` in (it must be absent) at the front, dirty or not; returns the line
+    /// pushed out if it was dirty (its data stays in the map, for the caller to move).
+    fn insert(&mut self, line: u64, dirty: bool) -> Option<u64> {
         let set = self.set(line);
-        let last = self.slots[set.end - 1];
-        let victim = (last.tag != 0 && last.version != 0).then(|| (last.tag - 1, last.version));
-        self.slots[set.clone()].rotate_right(1);
-        self.slots[set.start] = Slot {
-            tag: line + 1,
-            version,
-        };
-        victim
+        let last = self.tags[set.end - 1];
+        self.tags[set.clone()].rotate_right(1);
+        self.tags[set.start] = (line + 1) | if dirty { DIRTY } else { 0 };
+        (last & DIRTY != 0).then(|| (last & !DIRTY) - 1)
     }
 
-    /// Make `line` dirty with `version` here, inserting it if absent.
-    fn put_dirty(&mut self, line: u64, version: u64) -> Victim {
+    /// Make `line` dirty here, inserting it if absent; returns a dirty victim, if any.
+    fn put_dirty(&mut self, line: u64) -> Option<u64> {
         match self.find(line) {
             Some(slot) => {
-                self.slots[slot].version = version;
+                self.tags[slot] |= DIRTY;
                 None
             }
-            None => self.insert(line, version),
+            None => self.insert(line, true),
         }
     }
 
@@ -97,28 +102,48 @@ impl Cache {
 
     /// Whether inserting `line` would push out a dirty line.
     fn would_evict_dirty(&self, line: u64) -> bool {
-        let last = self.slots[self.set(line).end - 1];
-        last.tag != 0 && last.version != 0
+        self.tags[self.set(line).end - 1] & DIRTY != 0
     }
 
-    /// Take the dirty data of `line` (it stays, clean).
-    fn take(&mut self, line: u64) -> u64 {
-        match self.position(line) {
-            Some(slot) => std::mem::take(&mut self.slots[slot].version),
-            None => 0,
+    /// Clear the dirty bit of the way in `slot`; whether it was set.
+    fn clean_at(&mut self, slot: usize) -> bool {
+        let was = self.tags[slot] & DIRTY != 0;
+        self.tags[slot] &= !DIRTY;
+        was
+    }
+
+    /// Clear `line`'s dirty bit here (it stays, clean); whether it was dirty here.
+    fn clean(&mut self, line: u64) -> bool {
+        self.position(line).is_some_and(|slot| self.clean_at(slot))
+    }
+}
+
+/// The dirty map's holder of L3's copies (cores are numbered below 1024).
+const L3: u32 = u32::MAX;
+
+/// A cheap hasher for line numbers (the dirty map is on every store's path): one multiply,
+/// folded so that the high bits it mixes reach the low bits the table indexes by.
+#[derive(Default)]
+struct LineHasher(u64);
+
+impl Hasher for LineHasher {
+    fn finish(&self) -> u64 {
+        let h = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 29)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).rotate_left(5);
         }
     }
 
-    /// Take the dirty data of the line in `slot` (it stays, clean).
-    fn take_at(&mut self, slot: usize) -> u64 {
-        std::mem::take(&mut self.slots[slot].version)
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
     }
 
-    fn dirty_lines(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.slots
-            .iter()
-            .filter(|s| s.tag != 0 && s.version != 0)
-            .map(|s| (s.tag - 1, s.version))
+    fn write_u32(&mut self, n: u32) {
+        self.0 = self.0.rotate_left(16) ^ u64::from(n);
     }
 }
 
@@ -127,6 +152,10 @@ pub struct Hierarchy {
     l1: Vec<Cache>,
     l2: Vec<Cache>,
     l3: Cache,
+    /// The data of every dirty copy, by line and holder: a core's number for its L1 and L2
+    /// (one of the two at most holds it dirty), `L3` for L3. Cores may write the same line
+    /// (coherence is not modelled), so each holder's copy keeps its own data.
+    dirty: HashMap<(u64, u32), u64, BuildHasherDefault<LineHasher>>,
     /// Dirty lines pushed out of L3, to be written to memory by the caller.
     pub writebacks: Vec<(u64, u64)>,
     pub hits: [u64; 4],
@@ -143,6 +172,7 @@ impl Hierarchy {
                 .map(|_| Cache::new(&cfg.l2, cfg.line_bytes, 1))
                 .collect(),
             l3: Cache::new(&cfg.l3_per_core, cfg.line_bytes, u64::from(cfg.cores)),
+            dirty: HashMap::default(),
             writebacks: Vec::new(),
             hits: [0; 4],
         }
@@ -150,50 +180,74 @@ impl Hierarchy {
 
     /// A load (`version` 0) or a store (`version` the store's data) of `line` by `core`.
     pub fn access(&mut self, core: usize, line: u64, version: u64) -> Served {
+        let mine = (line, core as u32);
         if let Some(slot) = self.l1[core].find(line) {
             if version != 0 {
-                self.l1[core].slots[slot].version = version;
+                self.l1[core].tags[slot] |= DIRTY;
+                self.dirty.insert(mine, version);
             }
             self.hits[0] += 1;
             return Served::L1;
         }
-        // The line's dirty data, if a lower level has it, moves up into L1 with it.
-        let (served, data) = if let Some(slot) = self.l2[core].find(line) {
-            (Served::L2, self.l2[core].take_at(slot))
+        // The line's dirty bit, if a lower level has it, moves up into L1 with it; from the
+        // shared L3 its data changes hands, from L3's copy to this core's.
+        let (served, was_dirty) = if let Some(slot) = self.l2[core].find(line) {
+            (Served::L2, self.l2[core].clean_at(slot))
         } else if let Some(slot) = self.l3.find(line) {
-            (Served::L3, self.l3.take_at(slot))
+            let was = self.l3.clean_at(slot);
+            if was {
+                let v = self.take_dirty((line, L3));
+                self.dirty.insert(mine, v);
+            }
+            (Served::L3, was)
         } else {
             self.fill_lower(core, line);
-            (Served::Memory, 0)
+            (Served::Memory, false)
         };
         self.hits[served as usize] += 1;
-        let v = if version != 0 { version } else { data };
-        if let Some((l, v)) = self.l1[core].insert(line, v) {
-            self.evict_to_l2(core, l, v);
+        if version != 0 {
+            self.dirty.insert(mine, version);
+        }
+        if let Some(l) = self.l1[core].insert(line, version != 0 || was_dirty) {
+            self.evict_to_l2(core, l);
         }
         served
     }
 
     /// A line read from memory is also kept, clean, in L2 and L3.
     fn fill_lower(&mut self, core: usize, line: u64) {
-        if let Some((l, v)) = self.l3.insert(line, 0) {
-            self.writebacks.push((l, v));
+        if let Some(l) = self.l3.insert(line, false) {
+            self.write_back(l);
         }
-        if let Some((l, v)) = self.l2[core].insert(line, 0) {
-            self.evict_to_l3(l, v);
-        }
-    }
-
-    fn evict_to_l2(&mut self, core: usize, line: u64, version: u64) {
-        if let Some((l, v)) = self.l2[core].put_dirty(line, version) {
-            self.evict_to_l3(l, v);
+        if let Some(l) = self.l2[core].insert(line, false) {
+            self.evict_to_l3(core, l);
         }
     }
 
-    fn evict_to_l3(&mut self, line: u64, version: u64) {
-        if let Some(victim) = self.l3.put_dirty(line, version) {
-            self.writebacks.push(victim);
+    fn evict_to_l2(&mut self, core: usize, line: u64) {
+        if let Some(l) = self.l2[core].put_dirty(line) {
+            self.evict_to_l3(core, l);
         }
+    }
+
+    /// `core`'s dirty `line` leaves its L2 for L3 (replacing L3's data if L3 has it dirty).
+    fn evict_to_l3(&mut self, core: usize, line: u64) {
+        let v = self.take_dirty((line, core as u32));
+        self.dirty.insert((line, L3), v);
+        if let Some(l) = self.l3.put_dirty(line) {
+            self.write_back(l);
+        }
+    }
+
+    /// A dirty line leaves L3, and the hierarchy, with its data.
+    fn write_back(&mut self, line: u64) {
+        let version = self.take_dirty((line, L3));
+        self.writebacks.push((line, version));
+    }
+
+    fn take_dirty(&mut self, key: (u64, u32)) -> u64 {
+        let version = self.dirty.remove(&key);
+        version.expect("a line with a dirty bit has its data in the map")
     }
 
     /// Whether an access of `line` by `core` stays within its private caches: an L1 hit, or
@@ -205,18 +259,18 @@ impl Hierarchy {
 
     /// clwb: the line's dirty data (it stays cached, clean), or None if no level has it dirty.
     pub fn flush(&mut self, core: usize, line: u64) -> Option<u64> {
-        let v = self.l1[core].take(line);
-        let v = if v != 0 { v } else { self.l2[core].take(line) };
-        let v = if v != 0 { v } else { self.l3.take(line) };
-        (v != 0).then_some(v)
+        if self.l1[core].clean(line) || self.l2[core].clean(line) {
+            Some(self.take_dirty((line, core as u32)))
+        } else {
+            self.l3.clean(line).then(|| self.take_dirty((line, L3)))
+        }
     }
 
     /// Every dirty line still cached (the end of a run).
     pub fn dirty_lines(&self) -> Vec<(u64, u64)> {
-        let private = self.l1.iter().chain(&self.l2);
-        private
-            .chain(std::iter::once(&self.l3))
-            .flat_map(|c| c.dirty_lines())
-            .collect()
+        self.dirty.iter().map(|(&(l, _), &v)| (l, v)).collect()
     }
 }
+
+#[cfg(test)]
+mod tests;
