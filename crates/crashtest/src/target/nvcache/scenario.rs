@@ -11,7 +11,6 @@ use nvstack_core::error::{Error, Result};
 use nvstack_nvcache::format::{PolicyName, Settings, BLOCK_BYTES};
 use nvstack_nvcache::Bug;
 use nvstack_pmem::crash::SimRegion;
-use rand::Rng;
 use std::collections::BTreeMap;
 
 const B: usize = BLOCK_BYTES as usize;
@@ -295,34 +294,20 @@ fn workload(r: &mut Recorder<'_>, name: &str) -> Result<()> {
 pub fn random_workload(
     dev: &UbjDevice,
     region: &SimRegion,
-    w: Workload<'_>,
+    mut w: Workload<'_>,
 ) -> std::result::Result<Expect, RunningViolation> {
     debug_assert!(
         u64::from(RANDOM_SLOTS) / 2 >= 8,
         "a write of 8 fits one epoch"
     );
     let mut r = Recorder::new(dev, region, w.known.clone(), *w.version);
-    for _ in 0..w.ops {
-        let kind = w.rng.gen_range(0..100);
-        let n = if kind < 35 {
-            w.rng.gen_range(1..=8)
-        } else {
-            w.rng.gen_range(1..=4)
-        };
-        let lba = w.window + w.rng.gen_range(0..=w.window_blocks - n);
-        let done = match kind {
-            0..35 => r.write(lba, n),
-            35..45 => r.discard(lba, n),
-            45..70 => r.read(lba, n),
-            70..90 => r.commit(),
-            _ => r.checkpoint(),
-        };
-        done.map_err(|e| RunningViolation {
-            what: format!("while running: {e}"),
-            lba: Some(lba),
-            step: region.event_count(),
-        })?;
-    }
+    w.run_random_ops(region, 35, |kind, lba, n| match kind {
+        0..35 => r.write(lba, n),
+        35..45 => r.discard(lba, n),
+        45..70 => r.read(lba, n),
+        70..90 => r.commit(),
+        _ => r.checkpoint(),
+    })?;
     *w.version = r.version;
     Ok(r.exp)
 }
