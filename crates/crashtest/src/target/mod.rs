@@ -13,7 +13,7 @@ pub mod wcache;
 
 use crate::oracle::Expect;
 use nvstack_core::blockdev::BlockDevice;
-use nvstack_core::error::Result;
+use nvstack_core::error::{Error, Result};
 use nvstack_pmem::crash::{FaultModel, SimEvent, SimRegion};
 use rand::rngs::SmallRng;
 use rand::Rng;
@@ -110,6 +110,25 @@ pub struct Workload<'a> {
     /// The last version written: every write takes a new one.
     pub version: &'a mut u64,
     pub rng: &'a mut SmallRng,
+}
+
+/// Blocks read while running (`buf`, blocks of `block_bytes`) against what they should read
+/// (`want`, in order): Err(Finding) names the first wrong one (the cache targets' reads).
+pub fn check_read_blocks(
+    want: &[(u64, Option<u64>)],
+    buf: &[u8],
+    block_bytes: usize,
+) -> Result<()> {
+    for ((l, w), b) in want.iter().zip(buf.chunks(block_bytes)) {
+        let got = crate::oracle::decode_block(*l, b)
+            .map_err(|e| Error::finding(format!("block {l}: {e}")))?;
+        if got != *w {
+            return Err(Error::finding(format!(
+                "block {l} reads {got:?} while running, not {w:?}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Workload<'_> {

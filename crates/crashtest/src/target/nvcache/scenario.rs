@@ -5,9 +5,9 @@
 //! so every commit's state is exact.
 
 use super::{format_sim, open_sim, UbjDevice, UbjTrace, RANDOM_SLOTS};
-use crate::oracle::{block, decode_block, Epochs, Expect, OpRecord};
-use crate::target::{Recorded, RunningViolation, Workload};
-use nvstack_core::error::{Error, Result};
+use crate::oracle::{block, Epochs, Expect, OpRecord};
+use crate::target::{check_read_blocks, Recorded, RunningViolation, Workload};
+use nvstack_core::error::Result;
 use nvstack_nvcache::format::{PolicyName, Settings, BLOCK_BYTES};
 use nvstack_nvcache::Bug;
 use nvstack_pmem::crash::SimRegion;
@@ -156,16 +156,7 @@ impl<'a> Recorder<'a> {
         let check = want.clone();
         self.op("read", want, |d| {
             d.read_blocks(lba, &mut buf)?;
-            for ((l, w), b) in check.iter().zip(buf.chunks(B)) {
-                let got =
-                    decode_block(*l, b).map_err(|e| Error::finding(format!("block {l}: {e}")))?;
-                if got != *w {
-                    return Err(Error::finding(format!(
-                        "block {l} reads {got:?} while running, not {w:?}"
-                    )));
-                }
-            }
-            Ok(())
+            check_read_blocks(&check, &buf, B)
         })
     }
 }

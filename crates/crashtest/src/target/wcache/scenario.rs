@@ -4,9 +4,9 @@
 //! then it is in flight).
 
 use super::{format_sim, open_sim, random_setup, WcDevice, WcTrace, SECTOR};
-use crate::oracle::{block, decode_block, Expect, OpRecord};
-use crate::target::{Recorded, RunningViolation, Workload};
-use nvstack_core::error::{Error, Result};
+use crate::oracle::{block, Expect, OpRecord};
+use crate::target::{check_read_blocks, Recorded, RunningViolation, Workload};
+use nvstack_core::error::Result;
 use nvstack_nvcache::wformat::{Admit, WcSettings};
 use nvstack_nvcache::WcBug;
 use nvstack_pmem::crash::SimRegion;
@@ -152,14 +152,7 @@ impl<'a> Recorder<'a> {
             .collect();
         let mut buf = vec![0u8; n as usize * S];
         self.dev.read_blocks(lba, &mut buf)?;
-        for ((l, w), b) in want.iter().zip(buf.chunks(S)) {
-            let got = decode_block(*l, b).map_err(|e| Error::finding(format!("block {l}: {e}")))?;
-            if got != *w {
-                return Err(Error::finding(format!(
-                    "block {l} reads {got:?} while running, not {w:?}"
-                )));
-            }
-        }
+        check_read_blocks(&want, &buf, S)?;
         // The blocks read are judged after every crash too.
         for (l, _) in want {
             self.exp.initial.entry(l).or_insert(None);
