@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Function lengths and assertion counts in Rust sources (TIGER_STYLE's 70-line rule, measured).
 
-Usage: fn-lengths.py [--max N] [--top K] [--asserts] PATH...
+Usage: fn-lengths.py [--max N] [--top K] [--asserts] [--exclude PATH]... PATH...
 
-Each PATH is a .rs file or a directory searched for them. A function's length is its physical
+Each PATH is a .rs file or a directory searched for them. --exclude PATH (repeatable) leaves out
+that file, or every file under that directory, as it would be named by the walk (so spell it the
+way PATH is spelled, e.g. crates/cli/src/sim/nvfat under crates/cli/src). A function's length is its physical
 lines, from the line holding `fn` to the line holding its closing brace, as TigerBeetle counts
 them (comments and blank lines inside count too). Functions inside `#[cfg(test)]` modules and
 files under tests/ are reported apart: the limit is for the code that ships.
@@ -113,7 +115,23 @@ def functions(path):
     return found
 
 
-def rust_files(paths):
+def excluded(path, excludes):
+    """Whether path is one of the excluded files or lies under an excluded directory."""
+    path = os.path.normpath(path)
+    for e in excludes:
+        e = os.path.normpath(e)
+        if path == e or path.startswith(e + os.sep):
+            return True
+    return False
+
+
+def rust_files(paths, excludes=()):
+    for f in _rust_files(paths):
+        if not excluded(f, excludes):
+            yield f
+
+
+def _rust_files(paths):
     for p in paths:
         if os.path.isdir(p):
             for root, dirs, files in os.walk(p):
@@ -129,7 +147,7 @@ def rust_files(paths):
 
 
 def main(argv):
-    limit, top, show_asserts, paths = None, 10, False, []
+    limit, top, show_asserts, paths, excludes = None, 10, False, [], []
     it = iter(argv)
     for a in it:
         if a == "--max":
@@ -138,13 +156,15 @@ def main(argv):
             top = int(next(it))
         elif a == "--asserts":
             show_asserts = True
+        elif a == "--exclude":
+            excludes.append(next(it))
         else:
             paths.append(a)
     if not paths:
         print(__doc__, file=sys.stderr)
         return 2
     shipped = []
-    for f in rust_files(paths):
+    for f in rust_files(paths, excludes):
         shipped += [(f, *fn) for fn in functions(f) if not fn[4]]
     shipped.sort(key=lambda r: -r[3])
     asserts = sum(r[4] for r in shipped)

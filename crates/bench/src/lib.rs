@@ -680,6 +680,34 @@ fn suite_targets(suite: Suite, rows: &[BenchResult]) -> Vec<Target> {
     }
 }
 
+/// One suite on one place, `--repeat` times, its runs merged into `ctx.results` (each row's
+/// median of runs) and its baselines linked; returns its targets, the suite's own first.
+fn suite_on_place(ctx: &mut Ctx, suite: Suite, peer: Option<&peer::Peer>) -> Result<Vec<Target>> {
+    let mut runs = Vec::new();
+    for _ in 0..ctx.opts.repeat {
+        run_suite(suite, ctx, peer)?;
+        runs.push(std::mem::take(&mut ctx.results));
+    }
+    ctx.results = merge_runs(runs);
+    link_baselines(&mut ctx.results);
+    let t = suite_targets(suite, &ctx.results);
+    let mut targets = std::mem::take(&mut ctx.targets);
+    targets.extend(t);
+    Ok(targets)
+}
+
+/// The nvramdisk's default ordering policy and the method of each of its writes.
+fn default_ordering_label() -> Result<String> {
+    let o = pmem_ordering::policy_by_name(pmem_ordering::DEFAULT_POLICY)?;
+    Ok(format!(
+        "{} (data {}, map {}, journal {})",
+        o.name,
+        o.data.name(),
+        o.map.name(),
+        o.journal.name()
+    ))
+}
+
 /// Run the selected suites on every place and return the report. Image files are removed
 /// and the huge-page tmpfs unmounted before returning, on errors too.
 pub fn run(opts: &BenchOptions, progress: &dyn Progress) -> Result<BenchReport> {
@@ -707,16 +735,7 @@ pub fn run(opts: &BenchOptions, progress: &dyn Progress) -> Result<BenchReport> 
                 dram,
                 progress,
             };
-            let mut runs = Vec::new();
-            for _ in 0..opts.repeat {
-                run_suite(*suite, &mut ctx, peer.as_ref())?;
-                runs.push(std::mem::take(&mut ctx.results));
-            }
-            ctx.results = merge_runs(runs);
-            link_baselines(&mut ctx.results);
-            let t = suite_targets(*suite, &ctx.results);
-            targets.append(&mut ctx.targets);
-            targets.extend(t);
+            targets.extend(suite_on_place(&mut ctx, *suite, peer.as_ref())?);
             for n in ctx.notes.drain(..) {
                 if !notes.contains(&n) {
                     notes.push(n);
@@ -725,7 +744,6 @@ pub fn run(opts: &BenchOptions, progress: &dyn Progress) -> Result<BenchReport> 
             results.append(&mut ctx.results);
         }
     }
-    let o = pmem_ordering::policy_by_name(pmem_ordering::DEFAULT_POLICY)?;
     Ok(BenchReport {
         suites: opts.suites.clone(),
         results,
@@ -742,13 +760,7 @@ pub fn run(opts: &BenchOptions, progress: &dyn Progress) -> Result<BenchReport> 
         dram_stream_ns_per_line: dram.stream_ns_per_line,
         cpu_flush: cpu::best_flush().name().to_string(),
         nt_copy: cpu::nt_copy_name().to_string(),
-        default_ordering: format!(
-            "{} (data {}, map {}, journal {})",
-            o.name,
-            o.data.name(),
-            o.map.name(),
-            o.journal.name()
-        ),
+        default_ordering: default_ordering_label()?,
         libpmemblk_persist_method: peer.as_ref().map(|p| p.persist_method.clone()),
         span_bytes: opts.size_bytes,
         ops: opts
@@ -813,6 +825,14 @@ fn row_cells(x: &BenchResult) -> Vec<String> {
 
 /// The report as aligned text tables: one per suite and page size, then the targets.
 pub fn format_table(r: &BenchReport) -> String {
+    let mut s = suite_tables(r);
+    s.push_str(&targets_table(r));
+    s.push_str(&footer(r));
+    s
+}
+
+/// One table per suite and page size, each followed by its rows' notes.
+fn suite_tables(r: &BenchReport) -> String {
     let mut s = String::new();
     let header = [
         "row",
@@ -853,6 +873,12 @@ pub fn format_table(r: &BenchReport) -> String {
             s.push('\n');
         }
     }
+    s
+}
+
+/// The targets' table, if any target was checked.
+fn targets_table(r: &BenchReport) -> String {
+    let mut s = String::new();
     if !r.targets.is_empty() {
         let cells: Vec<Vec<String>> = r
             .targets
@@ -875,6 +901,12 @@ pub fn format_table(r: &BenchReport) -> String {
         ));
         s.push('\n');
     }
+    s
+}
+
+/// What the columns mean, the run's settings and machine, its notes and its duration.
+fn footer(r: &BenchReport) -> String {
+    let mut s = String::new();
     s.push_str(
         "time x = median latency / the baseline's (vs); thrpt x = ops/s / the baseline's; \
          fences = fences per op, from the device's own counters\n",

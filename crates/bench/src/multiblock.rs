@@ -31,6 +31,17 @@ fn counts(ctx: &Ctx) -> &'static [u64] {
 
 pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     let buf = payload(ctx.opts.seed, ATOMIC_BLOCKS_MAX * B as usize);
+    floor_rows(ctx, &buf)?;
+    for protocol in [Protocol::Fast, Protocol::Paper] {
+        for &n in counts(ctx) {
+            atomic_rows(ctx, protocol, n, &buf)?;
+        }
+    }
+    Ok(())
+}
+
+/// floor-copy-2fence for every block count, on a raw region dropped before the disks are made.
+fn floor_rows(ctx: &mut Ctx, buf: &[u8]) -> Result<()> {
     let raw = raw_region(ctx, 0)?;
     let r = &*raw.region;
     let word = ordering::policy_by_name(ordering::DEFAULT_POLICY)?.map;
@@ -56,61 +67,63 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
         ctx.push(row);
     }
     drop(raw);
-    for protocol in [Protocol::Fast, Protocol::Paper] {
-        for &n in counts(ctx) {
-            let d = bench_disk(ctx, protocol, None, LatencyInjection::default())?;
-            let size = n * B;
-            let ops = ctx.ops(size);
-            let warm = ctx.warmup(ops);
-            let starts = random_indices(ctx.opts.seed, 0x420 ^ n, ops + warm, d.span_blocks / n);
-            let data = &buf[..size as usize];
-            let lbas = [0u64; ATOMIC_BLOCKS_MAX];
-            let name = format!("nvramdisk-{}-atomic", d.protocol);
-            let pb = ctx.bar(&format!("{name} x{n}"));
-            let before = d.disk.stats();
-            let t = run_threads(&pb, 1, warm, ops, |i| {
-                let mut l = lbas;
-                for (k, x) in l[..n as usize].iter_mut().enumerate() {
-                    *x = starts[i] * n + k as u64;
-                }
-                d.disk.write_atomic(&l[..n as usize], data)
-            })?;
-            let fences = d.fences_since(&before);
-            let row = Row::new(SUITE, &name, "write", size, 1)
-                .protocol(d.protocol)
-                .ordering(d.ordering)
-                .method(d.methods.clone())
-                .x("blocks", n as f64)
-                .baseline("floor-copy-2fence")
-                .fences(fences)
-                .timed(&t, d.page_bytes);
-            ctx.push(row);
-            if protocol != Protocol::Fast {
-                continue;
-            }
-            let pb = ctx.bar(&format!("nvramdisk-fast-singles x{n}"));
-            let before = d.disk.stats();
-            let t = run_threads(&pb, 1, warm, ops, |i| {
-                for k in 0..n {
-                    let off = (k * B) as usize;
-                    d.disk
-                        .write_atomic(&[starts[i] * n + k], &data[off..off + B as usize])?;
-                }
-                Ok(())
-            })?;
-            // fences_since counts per device write: one op here is n of them.
-            let fences = d.fences_since(&before) * n as f64;
-            let row = Row::new(SUITE, "nvramdisk-fast-singles", "write", size, 1)
-                .protocol(d.protocol)
-                .ordering(d.ordering)
-                .method(format!("{n} single-block writes"))
-                .x("blocks", n as f64)
-                .baseline("floor-copy-2fence")
-                .fences(fences)
-                .timed(&t, d.page_bytes);
-            ctx.push(row);
+    Ok(())
+}
+
+/// One `n`-block atomic write on a fresh disk of `protocol`; with the fast protocol, also
+/// the same blocks as `n` single-block writes on that disk.
+fn atomic_rows(ctx: &mut Ctx, protocol: Protocol, n: u64, buf: &[u8]) -> Result<()> {
+    let d = bench_disk(ctx, protocol, None, LatencyInjection::default())?;
+    let size = n * B;
+    let ops = ctx.ops(size);
+    let warm = ctx.warmup(ops);
+    let starts = random_indices(ctx.opts.seed, 0x420 ^ n, ops + warm, d.span_blocks / n);
+    let data = &buf[..size as usize];
+    let lbas = [0u64; ATOMIC_BLOCKS_MAX];
+    let name = format!("nvramdisk-{}-atomic", d.protocol);
+    let pb = ctx.bar(&format!("{name} x{n}"));
+    let before = d.disk.stats();
+    let t = run_threads(&pb, 1, warm, ops, |i| {
+        let mut l = lbas;
+        for (k, x) in l[..n as usize].iter_mut().enumerate() {
+            *x = starts[i] * n + k as u64;
         }
+        d.disk.write_atomic(&l[..n as usize], data)
+    })?;
+    let fences = d.fences_since(&before);
+    let row = Row::new(SUITE, &name, "write", size, 1)
+        .protocol(d.protocol)
+        .ordering(d.ordering)
+        .method(d.methods.clone())
+        .x("blocks", n as f64)
+        .baseline("floor-copy-2fence")
+        .fences(fences)
+        .timed(&t, d.page_bytes);
+    ctx.push(row);
+    if protocol != Protocol::Fast {
+        return Ok(());
     }
+    let pb = ctx.bar(&format!("nvramdisk-fast-singles x{n}"));
+    let before = d.disk.stats();
+    let t = run_threads(&pb, 1, warm, ops, |i| {
+        for k in 0..n {
+            let off = (k * B) as usize;
+            d.disk
+                .write_atomic(&[starts[i] * n + k], &data[off..off + B as usize])?;
+        }
+        Ok(())
+    })?;
+    // fences_since counts per device write: one op here is n of them.
+    let fences = d.fences_since(&before) * n as f64;
+    let row = Row::new(SUITE, "nvramdisk-fast-singles", "write", size, 1)
+        .protocol(d.protocol)
+        .ordering(d.ordering)
+        .method(format!("{n} single-block writes"))
+        .x("blocks", n as f64)
+        .baseline("floor-copy-2fence")
+        .fences(fences)
+        .timed(&t, d.page_bytes);
+    ctx.push(row);
     Ok(())
 }
 

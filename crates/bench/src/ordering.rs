@@ -134,6 +134,20 @@ fn policies(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// One commit domain per thread, thread t's holding the `part` bytes at t * part.
+fn thread_domains(threads: usize, part: u64) -> Vec<Mutex<CommitDomain>> {
+    (0..threads)
+        .map(|t| {
+            let range = [(t as u64 * part, part)];
+            Mutex::new(CommitDomain::new(
+                t as u32,
+                &range,
+                LatencyInjection::default(),
+            ))
+        })
+        .collect()
+}
+
 fn domains(ctx: &mut Ctx) -> Result<()> {
     let raw = raw_region(ctx, 0)?;
     let r = &*raw.region;
@@ -145,18 +159,6 @@ fn domains(ctx: &mut Ctx) -> Result<()> {
         let per = ops + warm;
         // Thread t owns [t * part, (t + 1) * part) of the span.
         let part = raw.span / threads as u64;
-        let make = || -> Vec<Mutex<CommitDomain>> {
-            (0..threads)
-                .map(|t| {
-                    let range = [(t as u64 * part, part)];
-                    Mutex::new(CommitDomain::new(
-                        t as u32,
-                        &range,
-                        LatencyInjection::default(),
-                    ))
-                })
-                .collect()
-        };
         let offs = random_indices(
             ctx.opts.seed,
             0x620 ^ threads as u64,
@@ -164,7 +166,7 @@ fn domains(ctx: &mut Ctx) -> Result<()> {
             part / B,
         );
         for global in [false, true] {
-            let doms = make();
+            let doms = thread_domains(threads, part);
             let all = Mutex::new(());
             let name = if global {
                 "global-commit"

@@ -14,7 +14,7 @@
 //!   span's size), then the copy of the page that word names: the least a read through any
 //!   block map costs when the map is not in the cache.
 
-use super::devices::{bench_disk, payload, raw_region, store_word, COMMIT_AREA_BYTES};
+use super::devices::{bench_disk, payload, raw_region, store_word, RawRegion, COMMIT_AREA_BYTES};
 use super::measure::{random_indices, run_threads};
 use super::place::mapped_page_bytes;
 use super::{find, BenchResult, Ctx, Row, RowKey, Suite, Target, BENCH_BLOCK_BYTES};
@@ -22,6 +22,7 @@ use crate::pmemblk::{persist_method_description, PmemBlkLib, PmemBlkPool};
 use nvstack_core::error::{Error, Result};
 use nvstack_nvramdisk::Protocol;
 use nvstack_pmem::latency::LatencyInjection;
+use nvstack_pmem::ordering::{Method, OrderingPolicy};
 use nvstack_pmem::{ordering, Region};
 
 const SUITE: Suite = Suite::Peer;
@@ -110,17 +111,25 @@ pub(super) fn run(ctx: &mut Ctx, peer: Option<&Peer>) -> Result<()> {
     Ok(())
 }
 
+/// What one thread count's floors share: the region, the block written, the counts and the
+/// salt that makes each floor's random offsets its own.
+struct FloorRun<'a> {
+    raw: &'a RawRegion,
+    buf: &'a [u8],
+    blocks: u64,
+    threads: usize,
+    ops: usize,
+    warm: usize,
+    n: usize,
+    salt: u64,
+}
+
 fn floors(ctx: &mut Ctx, with_peer: bool) -> Result<()> {
     let raw = raw_region(ctx, 0)?;
-    let r = &*raw.region;
     let blocks = raw.span / B;
     let buf = payload(ctx.opts.seed, B as usize);
     // The commit word goes with the method the fast protocol's map uses by default.
     let policy = ordering::policy_by_name(ordering::DEFAULT_POLICY)?;
-    let word = policy.map;
-    // floor-paper's journal words, one line per thread at the end of the commit area; the
-    // lookup table (8 bytes per block) at its start.
-    let journal_line = |t: usize| raw.span + COMMIT_AREA_BYTES - 4096 + t as u64 * 64;
     assert!(
         blocks * 8 <= COMMIT_AREA_BYTES - 4096,
         "lookup table fits the area"
@@ -128,96 +137,133 @@ fn floors(ctx: &mut Ctx, with_peer: bool) -> Result<()> {
     for threads in THREADS {
         let ops = ctx.ops(B);
         let warm = ctx.warmup(ops);
-        let n = (ops + warm) * threads;
-        let salt = 0x100 | threads as u64;
-        let offs = random_indices(ctx.opts.seed, salt, n, blocks);
-        let pb = ctx.bar(&format!("floor-nt x{threads}"));
-        let t = run_threads(&pb, threads, warm, ops, |i| {
-            r.write_nt(offs[i] * B, &buf);
-            r.fence();
-            Ok(())
-        })?;
-        let row = Row::new(SUITE, "floor-nt", "write", B, threads)
-            .method("nt 4 KiB + sfence")
-            .timed(&t, raw.page_bytes);
-        ctx.push(row);
-
-        let offs = random_indices(ctx.opts.seed, salt | 0x10, n, blocks);
-        let words = random_indices(ctx.opts.seed, salt | 0x20, n, COMMIT_AREA_BYTES / 8);
-        let pb = ctx.bar(&format!("floor-2fence x{threads}"));
-        let t = run_threads(&pb, threads, warm, ops, |i| {
-            r.write_nt(offs[i] * B, &buf);
-            r.fence();
-            store_word(r, word, raw.span + words[i] * 8, i as u64);
-            r.fence();
-            Ok(())
-        })?;
-        let row = Row::new(SUITE, "floor-2fence", "write", B, threads)
-            .method(format!("nt 4 KiB + sfence + {} 8 B + sfence", word.name()))
-            .timed(&t, raw.page_bytes);
-        ctx.push(row);
-
-        let offs = random_indices(ctx.opts.seed, salt | 0x40, n, blocks);
-        let words = random_indices(ctx.opts.seed, salt | 0x50, n, COMMIT_AREA_BYTES / 8);
-        let per = ops + warm;
-        let pb = ctx.bar(&format!("floor-paper x{threads}"));
-        let t = run_threads(&pb, threads, warm, ops, |i| {
-            let line = journal_line(i / per);
-            r.write_nt(offs[i] * B, &buf);
-            r.fence();
-            for (off, v) in [(line, offs[i]), (line + 8, i as u64), (line + 16, i as u64)] {
-                store_word(r, policy.journal, off, v);
-                r.fence();
-            }
-            store_word(r, word, raw.span + words[i] * 8, i as u64);
-            r.fence();
-            for off in [line + 8, line + 16] {
-                store_word(r, policy.journal, off, u64::MAX);
-                r.fence();
-            }
-            Ok(())
-        })?;
-        let mut row = Row::new(SUITE, "floor-paper", "write", B, threads).method(format!(
-            "nt 4 KiB + sfence + 6 x ({} 8 B + sfence)",
-            policy.journal.name()
-        ));
-        if with_peer {
-            // Whether the paper's protocol can reach the peer at all, in the same run.
-            row = row.baseline("libpmemblk");
-        }
-        let row = row.timed(&t, raw.page_bytes);
-        ctx.push(row);
-
-        let offs = random_indices(ctx.opts.seed, salt | 0x30, n, blocks);
-        let pb = ctx.bar(&format!("raw-read x{threads}"));
-        let t = run_threads(&pb, threads, warm, ops, |i| {
-            let mut out = [0u8; BENCH_BLOCK_BYTES as usize];
-            r.read(offs[i] * B, &mut out);
-            std::hint::black_box(&mut out);
-            Ok(())
-        })?;
-        let row = Row::new(SUITE, "raw-read", "read", B, threads)
-            .method("memcpy 4 KiB")
-            .timed(&t, raw.page_bytes);
-        ctx.push(row);
-
-        let lbas = random_indices(ctx.opts.seed, salt | 0x60, n, blocks);
-        let pb = ctx.bar(&format!("raw-read-lookup x{threads}"));
-        let t = run_threads(&pb, threads, warm, ops, |i| {
-            // The page depends on the loaded word, as a map entry's page does.
-            let w = r.load_u64(raw.span + lbas[i] * 8);
-            let page = (w ^ lbas[i].wrapping_mul(0x9e37_79b9_7f4a_7c15)) % blocks;
-            let mut out = [0u8; BENCH_BLOCK_BYTES as usize];
-            r.read(page * B, &mut out);
-            std::hint::black_box(&mut out);
-            Ok(())
-        })?;
-        let row = Row::new(SUITE, "raw-read-lookup", "read", B, threads)
-            .method("8 B table load + memcpy 4 KiB")
-            .baseline("raw-read")
-            .timed(&t, raw.page_bytes);
-        ctx.push(row);
+        let f = FloorRun {
+            raw: &raw,
+            buf: &buf,
+            blocks,
+            threads,
+            ops,
+            warm,
+            n: (ops + warm) * threads,
+            salt: 0x100 | threads as u64,
+        };
+        floor_commit_word(ctx, &f, policy.map)?;
+        floor_paper(ctx, &f, &policy, with_peer)?;
+        floor_reads(ctx, &f)?;
     }
+    Ok(())
+}
+
+/// floor-nt and floor-2fence: the copy alone, then the copy and one commit word (`word`,
+/// the method of the fast protocol's map).
+fn floor_commit_word(ctx: &mut Ctx, f: &FloorRun, word: Method) -> Result<()> {
+    let r = &*f.raw.region;
+    let offs = random_indices(ctx.opts.seed, f.salt, f.n, f.blocks);
+    let pb = ctx.bar(&format!("floor-nt x{}", f.threads));
+    let t = run_threads(&pb, f.threads, f.warm, f.ops, |i| {
+        r.write_nt(offs[i] * B, f.buf);
+        r.fence();
+        Ok(())
+    })?;
+    let row = Row::new(SUITE, "floor-nt", "write", B, f.threads)
+        .method("nt 4 KiB + sfence")
+        .timed(&t, f.raw.page_bytes);
+    ctx.push(row);
+
+    let offs = random_indices(ctx.opts.seed, f.salt | 0x10, f.n, f.blocks);
+    let words = random_indices(ctx.opts.seed, f.salt | 0x20, f.n, COMMIT_AREA_BYTES / 8);
+    let pb = ctx.bar(&format!("floor-2fence x{}", f.threads));
+    let t = run_threads(&pb, f.threads, f.warm, f.ops, |i| {
+        r.write_nt(offs[i] * B, f.buf);
+        r.fence();
+        store_word(r, word, f.raw.span + words[i] * 8, i as u64);
+        r.fence();
+        Ok(())
+    })?;
+    let row = Row::new(SUITE, "floor-2fence", "write", B, f.threads)
+        .method(format!("nt 4 KiB + sfence + {} 8 B + sfence", word.name()))
+        .timed(&t, f.raw.page_bytes);
+    ctx.push(row);
+    Ok(())
+}
+
+/// floor-paper: the copy, then the paper's six words each with its own fence.
+fn floor_paper(
+    ctx: &mut Ctx,
+    f: &FloorRun,
+    policy: &OrderingPolicy,
+    with_peer: bool,
+) -> Result<()> {
+    let r = &*f.raw.region;
+    let word = policy.map;
+    // floor-paper's journal words, one line per thread at the end of the commit area; the
+    // lookup table (8 bytes per block) at its start.
+    let journal_line = |t: usize| f.raw.span + COMMIT_AREA_BYTES - 4096 + t as u64 * 64;
+    let offs = random_indices(ctx.opts.seed, f.salt | 0x40, f.n, f.blocks);
+    let words = random_indices(ctx.opts.seed, f.salt | 0x50, f.n, COMMIT_AREA_BYTES / 8);
+    let per = f.ops + f.warm;
+    let pb = ctx.bar(&format!("floor-paper x{}", f.threads));
+    let t = run_threads(&pb, f.threads, f.warm, f.ops, |i| {
+        let line = journal_line(i / per);
+        r.write_nt(offs[i] * B, f.buf);
+        r.fence();
+        for (off, v) in [(line, offs[i]), (line + 8, i as u64), (line + 16, i as u64)] {
+            store_word(r, policy.journal, off, v);
+            r.fence();
+        }
+        store_word(r, word, f.raw.span + words[i] * 8, i as u64);
+        r.fence();
+        for off in [line + 8, line + 16] {
+            store_word(r, policy.journal, off, u64::MAX);
+            r.fence();
+        }
+        Ok(())
+    })?;
+    let mut row = Row::new(SUITE, "floor-paper", "write", B, f.threads).method(format!(
+        "nt 4 KiB + sfence + 6 x ({} 8 B + sfence)",
+        policy.journal.name()
+    ));
+    if with_peer {
+        // Whether the paper's protocol can reach the peer at all, in the same run.
+        row = row.baseline("libpmemblk");
+    }
+    let row = row.timed(&t, f.raw.page_bytes);
+    ctx.push(row);
+    Ok(())
+}
+
+/// raw-read and raw-read-lookup: the read floors.
+fn floor_reads(ctx: &mut Ctx, f: &FloorRun) -> Result<()> {
+    let r = &*f.raw.region;
+    let offs = random_indices(ctx.opts.seed, f.salt | 0x30, f.n, f.blocks);
+    let pb = ctx.bar(&format!("raw-read x{}", f.threads));
+    let t = run_threads(&pb, f.threads, f.warm, f.ops, |i| {
+        let mut out = [0u8; BENCH_BLOCK_BYTES as usize];
+        r.read(offs[i] * B, &mut out);
+        std::hint::black_box(&mut out);
+        Ok(())
+    })?;
+    let row = Row::new(SUITE, "raw-read", "read", B, f.threads)
+        .method("memcpy 4 KiB")
+        .timed(&t, f.raw.page_bytes);
+    ctx.push(row);
+
+    let lbas = random_indices(ctx.opts.seed, f.salt | 0x60, f.n, f.blocks);
+    let pb = ctx.bar(&format!("raw-read-lookup x{}", f.threads));
+    let t = run_threads(&pb, f.threads, f.warm, f.ops, |i| {
+        // The page depends on the loaded word, as a map entry's page does.
+        let w = r.load_u64(f.raw.span + lbas[i] * 8);
+        let page = (w ^ lbas[i].wrapping_mul(0x9e37_79b9_7f4a_7c15)) % f.blocks;
+        let mut out = [0u8; BENCH_BLOCK_BYTES as usize];
+        r.read(page * B, &mut out);
+        std::hint::black_box(&mut out);
+        Ok(())
+    })?;
+    let row = Row::new(SUITE, "raw-read-lookup", "read", B, f.threads)
+        .method("8 B table load + memcpy 4 KiB")
+        .baseline("raw-read")
+        .timed(&t, f.raw.page_bytes);
+    ctx.push(row);
     Ok(())
 }
 
@@ -288,25 +334,31 @@ fn libpmemblk(ctx: &mut Ctx, p: &Peer) -> Result<()> {
     Ok(())
 }
 
+/// The suite's row `name` doing `op` with `threads` threads on pages of `page_bytes`.
+fn peer_row<'a>(
+    rows: &'a [BenchResult],
+    page_bytes: u64,
+    name: &str,
+    op: &str,
+    threads: u32,
+) -> Option<&'a BenchResult> {
+    let key = RowKey {
+        suite: SUITE,
+        op,
+        block_bytes: B,
+        threads,
+        page_bytes,
+        x: None,
+    };
+    find(rows, &key, name)
+}
+
 /// The targets, 1 thread, per page size.
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
     let mut out = Vec::new();
     let pages = super::page_sizes(rows);
     for page in pages {
-        let get_t = |name: &str, op: &str, threads: u32| {
-            find(
-                rows,
-                &RowKey {
-                    suite: SUITE,
-                    op,
-                    block_bytes: B,
-                    threads,
-                    page_bytes: page,
-                    x: None,
-                },
-                name,
-            )
-        };
+        let get_t = |name: &str, op: &str, threads: u32| peer_row(rows, page, name, op, threads);
         let get = |name: &str, op: &str| get_t(name, op, 1);
         let fast_w = get("nvramdisk-fast", "write");
         let paper_w = get("nvramdisk-paper", "write");

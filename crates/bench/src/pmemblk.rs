@@ -50,22 +50,35 @@ pub const FORCE_PMEM_VAR: &str = "PMEM_IS_PMEM_FORCE";
 
 type PoolPtr = *mut c_void;
 
+/// The C prototypes of the entry points (`<libpmemblk.h>` and `<libpmem.h>`, 1.12.1), named once
+/// for [`Api`] and for the [`sym!`] look-ups that fill it.
+type CheckVersionFn = unsafe extern "C" fn(c_uint, c_uint) -> *const c_char;
+type CreateFn = unsafe extern "C" fn(*const c_char, usize, usize, libc::mode_t) -> PoolPtr;
+type OpenFn = unsafe extern "C" fn(*const c_char, usize) -> PoolPtr;
+type CloseFn = unsafe extern "C" fn(PoolPtr);
+type SizeFn = unsafe extern "C" fn(PoolPtr) -> usize;
+type ReadFn = unsafe extern "C" fn(PoolPtr, *mut c_void, c_longlong) -> c_int;
+type WriteFn = unsafe extern "C" fn(PoolPtr, *const c_void, c_longlong) -> c_int;
+type SetZeroFn = unsafe extern "C" fn(PoolPtr, c_longlong) -> c_int;
+type ErrorMsgFn = unsafe extern "C" fn() -> *const c_char;
+type AutoFlushFn = unsafe extern "C" fn() -> c_int;
+
 /// The entry points, with the prototypes of `<libpmemblk.h>` and `<libpmem.h>` (1.12.1).
 struct Api {
-    pmemblk_check_version: unsafe extern "C" fn(c_uint, c_uint) -> *const c_char,
-    pmemblk_create: unsafe extern "C" fn(*const c_char, usize, usize, libc::mode_t) -> PoolPtr,
-    pmemblk_open: unsafe extern "C" fn(*const c_char, usize) -> PoolPtr,
-    pmemblk_close: unsafe extern "C" fn(PoolPtr),
-    pmemblk_bsize: unsafe extern "C" fn(PoolPtr) -> usize,
-    pmemblk_nblock: unsafe extern "C" fn(PoolPtr) -> usize,
-    pmemblk_read: unsafe extern "C" fn(PoolPtr, *mut c_void, c_longlong) -> c_int,
-    pmemblk_write: unsafe extern "C" fn(PoolPtr, *const c_void, c_longlong) -> c_int,
-    pmemblk_set_zero: unsafe extern "C" fn(PoolPtr, c_longlong) -> c_int,
-    pmemblk_errormsg: unsafe extern "C" fn() -> *const c_char,
-    pmem_check_version: unsafe extern "C" fn(c_uint, c_uint) -> *const c_char,
+    pmemblk_check_version: CheckVersionFn,
+    pmemblk_create: CreateFn,
+    pmemblk_open: OpenFn,
+    pmemblk_close: CloseFn,
+    pmemblk_bsize: SizeFn,
+    pmemblk_nblock: SizeFn,
+    pmemblk_read: ReadFn,
+    pmemblk_write: WriteFn,
+    pmemblk_set_zero: SetZeroFn,
+    pmemblk_errormsg: ErrorMsgFn,
+    pmem_check_version: CheckVersionFn,
     /// `int pmem_has_auto_flush(void)`: 1 on an eADR platform, 0 if not, -1 on error. Looked up
     /// but optional, so an older libpmem still loads.
-    pmem_has_auto_flush: Option<unsafe extern "C" fn() -> c_int>,
+    pmem_has_auto_flush: Option<AutoFlushFn>,
 }
 
 /// The process-wide load: at most one `dlopen` of each library, ever.
@@ -154,10 +167,7 @@ macro_rules! sym {
 }
 
 /// Checks one of PMDK's `*_check_version` entry points.
-fn check_version(
-    lib: &str,
-    f: unsafe extern "C" fn(c_uint, c_uint) -> *const c_char,
-) -> Result<(), String> {
+fn check_version(lib: &str, f: CheckVersionFn) -> Result<(), String> {
     // SAFETY: f is the library's check_version(unsigned, unsigned); it returns NULL when the
     // version is compatible, else a pointer to a static string ("must not be modified or freed").
     let reason = unsafe { f(API_MAJOR, API_MINOR) };
@@ -170,7 +180,8 @@ fn check_version(
     }
 }
 
-fn load_uncached() -> Result<Api, String> {
+/// Sets PMEM_IS_PMEM_FORCE=1 before libpmem is loaded, unless the user set it.
+fn force_pmem_is_pmem() {
     // libpmem reads PMEM_IS_PMEM_FORCE once, at the first pmem_is_pmem() call (libpmem(7),
     // ENVIRONMENT: "not queried at library initialization time, but on the first call to
     // pmem_is_pmem"), which libpmemblk makes when the first pool is created or opened. Setting it
@@ -183,6 +194,10 @@ fn load_uncached() -> Result<Api, String> {
         std::env::set_var(FORCE_PMEM_VAR, "1");
         FORCED_BY_LOAD.store(true, Ordering::Relaxed);
     }
+}
+
+fn load_uncached() -> Result<Api, String> {
+    force_pmem_is_pmem();
 
     // Neither handle is ever dlclosed: a pool holds pointers into libpmemblk's code and data, a
     // `PmemBlkLib` is a `Copy` reference to the function table that any thread may keep, and
@@ -192,78 +207,21 @@ fn load_uncached() -> Result<Api, String> {
     let blk = dlopen(LIBPMEMBLK)?;
 
     let api = Api {
-        pmemblk_check_version: sym!(
-            blk,
-            LIBPMEMBLK,
-            c"pmemblk_check_version",
-            unsafe extern "C" fn(c_uint, c_uint) -> *const c_char
-        ),
-        pmemblk_create: sym!(
-            blk,
-            LIBPMEMBLK,
-            c"pmemblk_create",
-            unsafe extern "C" fn(*const c_char, usize, usize, libc::mode_t) -> PoolPtr
-        ),
-        pmemblk_open: sym!(
-            blk,
-            LIBPMEMBLK,
-            c"pmemblk_open",
-            unsafe extern "C" fn(*const c_char, usize) -> PoolPtr
-        ),
-        pmemblk_close: sym!(
-            blk,
-            LIBPMEMBLK,
-            c"pmemblk_close",
-            unsafe extern "C" fn(PoolPtr)
-        ),
-        pmemblk_bsize: sym!(
-            blk,
-            LIBPMEMBLK,
-            c"pmemblk_bsize",
-            unsafe extern "C" fn(PoolPtr) -> usize
-        ),
-        pmemblk_nblock: sym!(
-            blk,
-            LIBPMEMBLK,
-            c"pmemblk_nblock",
-            unsafe extern "C" fn(PoolPtr) -> usize
-        ),
-        pmemblk_read: sym!(
-            blk,
-            LIBPMEMBLK,
-            c"pmemblk_read",
-            unsafe extern "C" fn(PoolPtr, *mut c_void, c_longlong) -> c_int
-        ),
-        pmemblk_write: sym!(
-            blk,
-            LIBPMEMBLK,
-            c"pmemblk_write",
-            unsafe extern "C" fn(PoolPtr, *const c_void, c_longlong) -> c_int
-        ),
-        pmemblk_set_zero: sym!(
-            blk,
-            LIBPMEMBLK,
-            c"pmemblk_set_zero",
-            unsafe extern "C" fn(PoolPtr, c_longlong) -> c_int
-        ),
-        pmemblk_errormsg: sym!(
-            blk,
-            LIBPMEMBLK,
-            c"pmemblk_errormsg",
-            unsafe extern "C" fn() -> *const c_char
-        ),
-        pmem_check_version: sym!(
-            pmem,
-            LIBPMEM,
-            c"pmem_check_version",
-            unsafe extern "C" fn(c_uint, c_uint) -> *const c_char
-        ),
+        pmemblk_check_version: sym!(blk, LIBPMEMBLK, c"pmemblk_check_version", CheckVersionFn),
+        pmemblk_create: sym!(blk, LIBPMEMBLK, c"pmemblk_create", CreateFn),
+        pmemblk_open: sym!(blk, LIBPMEMBLK, c"pmemblk_open", OpenFn),
+        pmemblk_close: sym!(blk, LIBPMEMBLK, c"pmemblk_close", CloseFn),
+        pmemblk_bsize: sym!(blk, LIBPMEMBLK, c"pmemblk_bsize", SizeFn),
+        pmemblk_nblock: sym!(blk, LIBPMEMBLK, c"pmemblk_nblock", SizeFn),
+        pmemblk_read: sym!(blk, LIBPMEMBLK, c"pmemblk_read", ReadFn),
+        pmemblk_write: sym!(blk, LIBPMEMBLK, c"pmemblk_write", WriteFn),
+        pmemblk_set_zero: sym!(blk, LIBPMEMBLK, c"pmemblk_set_zero", SetZeroFn),
+        pmemblk_errormsg: sym!(blk, LIBPMEMBLK, c"pmemblk_errormsg", ErrorMsgFn),
+        pmem_check_version: sym!(pmem, LIBPMEM, c"pmem_check_version", CheckVersionFn),
         pmem_has_auto_flush: dlsym(pmem, LIBPMEM, c"pmem_has_auto_flush").ok().map(|p| {
             // SAFETY: p is the non-NULL address of `int pmem_has_auto_flush(void)` (libpmem
             // 1.12 header); function and data pointers share one representation (POSIX).
-            unsafe {
-                std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_int>(p.as_ptr())
-            }
+            unsafe { std::mem::transmute::<*mut c_void, AutoFlushFn>(p.as_ptr()) }
         }),
     };
     check_version(LIBPMEM, api.pmem_check_version)?;
@@ -777,22 +735,7 @@ impl PersistMethod {
         env: impl Fn(&str) -> Option<String>,
         auto_flush: Option<bool>,
     ) -> PersistMethod {
-        let is = |name: &str, value: &str| env(name).as_deref() == Some(value);
-
-        let mut flush = None;
-        let mut flush_has_builtin_fence = false;
-        if cpu.clflush {
-            flush = Some(FlushInsn::Clflush);
-            flush_has_builtin_fence = true;
-        }
-        if cpu.clflushopt && !is("PMEM_NO_CLFLUSHOPT", "1") {
-            flush = Some(FlushInsn::Clflushopt);
-            flush_has_builtin_fence = false;
-        }
-        if cpu.clwb && !is("PMEM_NO_CLWB", "1") {
-            flush = Some(FlushInsn::Clwb);
-            flush_has_builtin_fence = false;
-        }
+        let (flush, flush_has_builtin_fence) = Self::select_flush(&cpu, &env);
 
         let wc_workaround = match env("PMEM_WC_WORKAROUND").as_deref() {
             Some("1") => true,
@@ -800,52 +743,14 @@ impl PersistMethod {
             _ => cpu.genuine_intel,
         };
 
-        let no_generic = env("PMEM_NO_GENERIC_MEMCPY").is_some_and(|v| c_atoll(&v) != 0);
-        let copy = if is("PMEM_NO_MOVNT", "1") {
-            if no_generic {
-                CopyMethod::Libc
-            } else {
-                CopyMethod::Generic
-            }
-        } else {
-            // SSE2 is part of x86-64, and libpmem does not test for it.
-            let mut temporal = CopyIsa::Sse2;
-            let mut non_temporal = CopyIsa::Sse2;
-            if cpu.avx && !is("PMEM_AVX", "0") {
-                temporal = CopyIsa::Avx;
-                non_temporal = CopyIsa::Avx;
-            }
-            if cpu.avx512f && !is("PMEM_AVX512F", "0") {
-                temporal = CopyIsa::Avx512f;
-                non_temporal = CopyIsa::Avx512f;
-            }
-            // MOVDIR64B replaces only the non-temporal loops.
-            if cpu.movdir64b && env("PMEM_MOVDIR64B").is_some_and(|v| v != "0") {
-                non_temporal = CopyIsa::Movdir64b;
-            }
-            CopyMethod::Isa {
-                temporal,
-                non_temporal,
-            }
-        };
+        let copy = Self::select_copy(&cpu, &env);
 
         let movnt_threshold = match env("PMEM_MOVNT_THRESHOLD").map(|v| c_atoll(&v)) {
             Some(v) if v >= 0 => v as u64,
             _ => DEFAULT_MOVNT_THRESHOLD,
         };
 
-        let (flushes, flush_reason) = match env("PMEM_NO_FLUSH").as_deref() {
-            Some("1") => (false, "PMEM_NO_FLUSH=1".to_string()),
-            Some("0") => (true, "PMEM_NO_FLUSH=0 forces flushing".to_string()),
-            _ => match auto_flush {
-                Some(true) => (
-                    false,
-                    "eADR: CPU caches are in the persistence domain".into(),
-                ),
-                Some(false) => (true, "no eADR: pmem_has_auto_flush() = 0".to_string()),
-                None => (true, "eADR not reported (libpmem not loaded)".to_string()),
-            },
-        };
+        let (flushes, flush_reason) = Self::select_flushes(&env, auto_flush);
         // pmem_init: with flushes, the fence is empty when clflush (self-ordering) is the flush;
         // without flushes it is always the architecture's sfence.
         let drain_sfence = if flushes {
@@ -878,6 +783,83 @@ impl PersistMethod {
             auto_flush,
             forced_by_load: false,
             overrides,
+        }
+    }
+
+    /// The flush instruction (the last one the CPU has and the environment allows, of clflush,
+    /// clflushopt and clwb) and whether it is ordered by itself (clflush only).
+    fn select_flush(
+        cpu: &CpuBits,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> (Option<FlushInsn>, bool) {
+        let is = |name: &str, value: &str| env(name).as_deref() == Some(value);
+        let mut flush = None;
+        let mut flush_has_builtin_fence = false;
+        if cpu.clflush {
+            flush = Some(FlushInsn::Clflush);
+            flush_has_builtin_fence = true;
+        }
+        if cpu.clflushopt && !is("PMEM_NO_CLFLUSHOPT", "1") {
+            flush = Some(FlushInsn::Clflushopt);
+            flush_has_builtin_fence = false;
+        }
+        if cpu.clwb && !is("PMEM_NO_CLWB", "1") {
+            flush = Some(FlushInsn::Clwb);
+            flush_has_builtin_fence = false;
+        }
+        (flush, flush_has_builtin_fence)
+    }
+
+    /// The copy routine: the widest ISA the CPU has and the environment allows, or the
+    /// generic or libc copy under PMEM_NO_MOVNT=1.
+    fn select_copy(cpu: &CpuBits, env: &impl Fn(&str) -> Option<String>) -> CopyMethod {
+        let is = |name: &str, value: &str| env(name).as_deref() == Some(value);
+        let no_generic = env("PMEM_NO_GENERIC_MEMCPY").is_some_and(|v| c_atoll(&v) != 0);
+        if is("PMEM_NO_MOVNT", "1") {
+            if no_generic {
+                CopyMethod::Libc
+            } else {
+                CopyMethod::Generic
+            }
+        } else {
+            // SSE2 is part of x86-64, and libpmem does not test for it.
+            let mut temporal = CopyIsa::Sse2;
+            let mut non_temporal = CopyIsa::Sse2;
+            if cpu.avx && !is("PMEM_AVX", "0") {
+                temporal = CopyIsa::Avx;
+                non_temporal = CopyIsa::Avx;
+            }
+            if cpu.avx512f && !is("PMEM_AVX512F", "0") {
+                temporal = CopyIsa::Avx512f;
+                non_temporal = CopyIsa::Avx512f;
+            }
+            // MOVDIR64B replaces only the non-temporal loops.
+            if cpu.movdir64b && env("PMEM_MOVDIR64B").is_some_and(|v| v != "0") {
+                non_temporal = CopyIsa::Movdir64b;
+            }
+            CopyMethod::Isa {
+                temporal,
+                non_temporal,
+            }
+        }
+    }
+
+    /// Whether libpmem flushes at all, and why (PMEM_NO_FLUSH, else eADR).
+    fn select_flushes(
+        env: &impl Fn(&str) -> Option<String>,
+        auto_flush: Option<bool>,
+    ) -> (bool, String) {
+        match env("PMEM_NO_FLUSH").as_deref() {
+            Some("1") => (false, "PMEM_NO_FLUSH=1".to_string()),
+            Some("0") => (true, "PMEM_NO_FLUSH=0 forces flushing".to_string()),
+            _ => match auto_flush {
+                Some(true) => (
+                    false,
+                    "eADR: CPU caches are in the persistence domain".into(),
+                ),
+                Some(false) => (true, "no eADR: pmem_has_auto_flush() = 0".to_string()),
+                None => (true, "eADR not reported (libpmem not loaded)".to_string()),
+            },
         }
     }
 
@@ -939,6 +921,17 @@ impl fmt::Display for PersistMethod {
             f,
             "libpmem 1.12 persist method (its selection rules applied to this CPU and environment):"
         )?;
+        self.fmt_mapping(f)?;
+        self.fmt_cpu(f)?;
+        self.fmt_copies(f)?;
+        self.fmt_environment(f)
+    }
+}
+
+/// The sections of [`PersistMethod`]'s report, in the order `fmt` writes them.
+impl PersistMethod {
+    /// How libpmemblk persists the pool's mapping (pmem_is_pmem forced or detected).
+    fn fmt_mapping(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.is_pmem {
             IsPmem::Forced(true) => writeln!(
                 f,
@@ -961,6 +954,11 @@ impl fmt::Display for PersistMethod {
                  DAX file system); on tmpfs libpmemblk falls back to memcpy + msync(MS_SYNC)"
             )?,
         }
+        Ok(())
+    }
+
+    /// The CPU's flush features and the flush and drain instructions chosen from them.
+    fn fmt_cpu(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let cpu = &self.cpu;
         let has: Vec<&str> = [
             (cpu.clflush, "clflush"),
@@ -1002,7 +1000,11 @@ impl fmt::Display for PersistMethod {
             } else {
                 "nothing (clflush is ordered by itself)"
             }
-        )?;
+        )
+    }
+
+    /// How block data is copied (temporal, non-temporal, generic, libc) and the WC workaround.
+    fn fmt_copies(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.copy {
             CopyMethod::Isa {
                 temporal,
@@ -1053,6 +1055,12 @@ impl fmt::Display for PersistMethod {
                 if self.wc_workaround { "on" } else { "off" }
             )?;
         }
+        Ok(())
+    }
+
+    /// What the OS and environment change: CPU state not enabled, eADR, PMEM_* overrides.
+    fn fmt_environment(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cpu = &self.cpu;
         let os_missing: Vec<&str> = [
             (cpu.avx && !cpu.os_avx, "avx"),
             (cpu.avx512f && !cpu.os_avx512f, "avx512f"),

@@ -23,33 +23,38 @@ fn quick(suites: Vec<Suite>) -> (tempfile::TempDir, BenchReport) {
     (dir, r)
 }
 
+/// One row's figures are positive and finite, its baseline found, its fields consistent.
+fn assert_row_well_formed(row: &BenchResult) {
+    let what = format!("{} {} {} x{}", row.suite, row.name, row.op, row.threads);
+    for v in [row.ops_per_sec, row.median_ns, row.p99_ns, row.mb_per_sec] {
+        assert!(v.is_finite() && v > 0.0, "{what}: {v}");
+    }
+    assert!(row.p99_ns >= row.median_ns, "{what}");
+    assert!(row.op == "read" || row.op == "write", "{what}");
+    assert!(row.block_bytes >= 8 && row.threads >= 1, "{what}");
+    assert!(row.page_bytes >= 4096, "{what}: page size measured");
+    assert!(
+        !row.persist_method.is_empty(),
+        "{what}: persist method named"
+    );
+    assert_eq!(row.x.is_some(), row.x_name.is_some(), "{what}");
+    if let Some(b) = &row.baseline {
+        let t = row
+            .time_ratio
+            .unwrap_or_else(|| panic!("{what}: no row {b} to compare"));
+        assert!(t.is_finite() && t > 0.0, "{what}");
+        assert!(row.throughput_ratio.unwrap() > 0.0, "{what}");
+    }
+    if row.name.starts_with("nvramdisk") {
+        assert!(row.protocol.is_some() && row.ordering.is_some(), "{what}");
+        assert_eq!(row.fences_per_op.is_some(), row.op == "write", "{what}");
+    }
+}
+
 fn assert_well_formed(r: &BenchReport, dir: &Path) {
     assert!(!r.results.is_empty());
     for row in &r.results {
-        let what = format!("{} {} {} x{}", row.suite, row.name, row.op, row.threads);
-        for v in [row.ops_per_sec, row.median_ns, row.p99_ns, row.mb_per_sec] {
-            assert!(v.is_finite() && v > 0.0, "{what}: {v}");
-        }
-        assert!(row.p99_ns >= row.median_ns, "{what}");
-        assert!(row.op == "read" || row.op == "write", "{what}");
-        assert!(row.block_bytes >= 8 && row.threads >= 1, "{what}");
-        assert!(row.page_bytes >= 4096, "{what}: page size measured");
-        assert!(
-            !row.persist_method.is_empty(),
-            "{what}: persist method named"
-        );
-        assert_eq!(row.x.is_some(), row.x_name.is_some(), "{what}");
-        if let Some(b) = &row.baseline {
-            let t = row
-                .time_ratio
-                .unwrap_or_else(|| panic!("{what}: no row {b} to compare"));
-            assert!(t.is_finite() && t > 0.0, "{what}");
-            assert!(row.throughput_ratio.unwrap() > 0.0, "{what}");
-        }
-        if row.name.starts_with("nvramdisk") {
-            assert!(row.protocol.is_some() && row.ordering.is_some(), "{what}");
-            assert_eq!(row.fences_per_op.is_some(), row.op == "write", "{what}");
-        }
+        assert_row_well_formed(row);
     }
     // The image files are gone.
     assert_eq!(
@@ -298,23 +303,9 @@ fn mcsim_suite() {
     assert_eq!(r.targets[0].limit, 10e6);
 }
 
-#[test]
-fn nvcache_suite() {
-    let (dir, r) = quick(vec![Suite::Nvcache]);
-    assert_well_formed(&r, dir.path());
-    // The shared traces are found (beside the checkout): no replay was skipped.
-    assert!(
-        !r.notes.iter().any(|n| n.contains("skipped")),
-        "{:?}",
-        r.notes
-    );
-    assert_eq!(
-        leftovers(&nvcache::backing_dir()),
-        0,
-        "backing file left behind"
-    );
-    // The commit sweep: every n of the quick points, each commit row beside the row that
-    // wrote its blocks, and two fences per commit whatever n (the cache's own counter).
+/// The commit sweep: every n of the quick points, each commit row beside the row that wrote
+/// its blocks, and two fences per commit whatever n (the cache's own counter).
+fn assert_commit_sweep(r: &BenchReport) {
     let commits: Vec<&BenchResult> = r
         .results
         .iter()
@@ -341,6 +332,42 @@ fn nvcache_suite() {
     assert_eq!(writes.clone().count(), want.len());
     // Writes fence nothing: their blocks persist at the commit's first fence.
     assert!(writes.into_iter().all(|x| x.fences_per_op == Some(0.0)));
+}
+
+/// The write cache's rows: its 512 B write beside nvramdisk's, and the four destage policies
+/// on each shared trace, each against lrw, each saying what it destaged.
+fn assert_write_cache_rows(r: &BenchReport) {
+    let w = row(r, "wc-write-512", "write", 1);
+    assert_eq!(w.baseline.as_deref(), Some("nvramdisk-fast-512"));
+    assert!(w.time_ratio.is_some() && w.block_bytes == 512);
+    for stem in ["cloudphysicsio", "tpcc"] {
+        for p in ["lrw", "lru", "clock", "random"] {
+            let x = row(r, &format!("wc-{stem}-{p}"), "write", 1);
+            assert!(
+                x.note.as_deref().unwrap().contains("destaged"),
+                "{stem} {p}"
+            );
+            assert!(x.time_ratio.is_some(), "{stem} {p}");
+        }
+    }
+}
+
+#[test]
+fn nvcache_suite() {
+    let (dir, r) = quick(vec![Suite::Nvcache]);
+    assert_well_formed(&r, dir.path());
+    // The shared traces are found (beside the checkout): no replay was skipped.
+    assert!(
+        !r.notes.iter().any(|n| n.contains("skipped")),
+        "{:?}",
+        r.notes
+    );
+    assert_eq!(
+        leftovers(&nvcache::backing_dir()),
+        0,
+        "backing file left behind"
+    );
+    assert_commit_sweep(&r);
     // One block through UBJ, each row against nvramdisk's of the same op in the same run.
     for (name, op, fences) in [
         ("ubj-read-hit", "read", None),
@@ -375,21 +402,7 @@ fn nvcache_suite() {
             .any(|t| t.what.contains("write cache") && t.limit == 1.2),
         "{t:?}"
     );
-    // The write cache's rows: its 512 B write beside nvramdisk's, and the four destage
-    // policies on each shared trace, each against lrw, each saying what it destaged.
-    let w = row(&r, "wc-write-512", "write", 1);
-    assert_eq!(w.baseline.as_deref(), Some("nvramdisk-fast-512"));
-    assert!(w.time_ratio.is_some() && w.block_bytes == 512);
-    for stem in ["cloudphysicsio", "tpcc"] {
-        for p in ["lrw", "lru", "clock", "random"] {
-            let x = row(&r, &format!("wc-{stem}-{p}"), "write", 1);
-            assert!(
-                x.note.as_deref().unwrap().contains("destaged"),
-                "{stem} {p}"
-            );
-            assert!(x.time_ratio.is_some(), "{stem} {p}");
-        }
-    }
+    assert_write_cache_rows(&r);
     assert!(format_table(&r).contains("exactly 2.00"));
 }
 

@@ -139,7 +139,8 @@ pub fn run(a: CrashArgs) -> Result<i32> {
     Ok(if report.violations > 0 { 1 } else { 0 })
 }
 
-fn print_report(r: &Report) -> Result<()> {
+/// One line per (protocol, ordering, fault, tier) run.
+fn print_rows(r: &Report) -> Result<()> {
     say!(
         "{:<7} {:<14} {:<5} {:<10} {:>12} {:>14} {:>9} {:>10}",
         "proto",
@@ -164,6 +165,11 @@ fn print_report(r: &Report) -> Result<()> {
             x.violations
         )?;
     }
+    Ok(())
+}
+
+/// What was covered: crash points, images, states, and the rate.
+fn print_coverage(r: &Report) -> Result<()> {
     say!("")?;
     say!(
         "crash points {} ({} enumerated in full, {} the same as the point before, {} sampled: {:.2e} of their images on average); images checked {} ({} recoveries run; {} at depth 2); cycles {}",
@@ -185,6 +191,11 @@ fn print_report(r: &Report) -> Result<()> {
         r.seconds,
         r.seed
     )?;
+    Ok(())
+}
+
+/// What was found: each violation, the seeded bug's fate, the media faults' outcomes.
+fn print_findings(r: &Report) -> Result<()> {
     for v in &r.violation_details {
         say!(
             "VIOLATION {} {} {} {} step {} depth {} lba {:?}: {} [image: {}]",
@@ -220,6 +231,13 @@ fn print_report(r: &Report) -> Result<()> {
             r.media_faults, r.media_detected_at_open, r.media_detected_on_read, r.media_no_effect
         )?;
     }
+    Ok(())
+}
+
+fn print_report(r: &Report) -> Result<()> {
+    print_rows(r)?;
+    print_coverage(r)?;
+    print_findings(r)?;
     say!("violations: {}", r.violations)?;
     Ok(())
 }

@@ -5,10 +5,12 @@
 use crate::{print_json, say};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
+use nvstack_crashtest::oracle::BlockError;
 use nvstack_nvramdisk::check::check_image;
 use nvstack_nvramdisk::image::{format_image, open_image, Disk};
 use nvstack_nvramdisk::{Action, Event, FormatOptions, OpenOptions, Phase, Protocol, Step};
 use rand::{Rng, SeedableRng};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -293,7 +295,7 @@ fn cut_and_recover(path: &Path, p: Protocol, cut: &CutSpec) -> Result<Cut> {
     } else {
         rep.actions.join("; ")
     };
-    let mut versions = std::collections::BTreeSet::new();
+    let mut versions = BTreeSet::new();
     let mut buf = vec![0u8; BLOCK];
     let mut torn = None;
     for l in base..base + n {
@@ -305,7 +307,24 @@ fn cut_and_recover(path: &Path, p: Protocol, cut: &CutSpec) -> Result<Cut> {
             Err(e) => torn = Some(e),
         }
     }
-    let outcome = match (stopped, torn, versions.len()) {
+    Ok(Cut {
+        protocol: p.name(),
+        write: format!("{n} block{}", if n > 1 { "s" } else { "" }),
+        cut_at: cut.name.to_string(),
+        recovery,
+        outcome: outcome(stopped, torn, &versions, n),
+    })
+}
+
+/// What the cut left of an `n`-block write of version 2 over version 1: all old or all new
+/// passes; a cut never reached, a torn block or mixed versions fail.
+fn outcome(
+    stopped: bool,
+    torn: Option<BlockError>,
+    versions: &BTreeSet<Option<u64>>,
+    n: u64,
+) -> String {
+    match (stopped, torn, versions.len()) {
         (false, _, _) => "FAIL: the cut point was never reached".to_string(),
         (_, Some(e), _) => format!("FAIL: {e}"),
         (_, None, 1) => match versions.first() {
@@ -316,14 +335,7 @@ fn cut_and_recover(path: &Path, p: Protocol, cut: &CutSpec) -> Result<Cut> {
             v => format!("FAIL: unexpected version {v:?}"),
         },
         _ => format!("FAIL: mixed versions {versions:?} across an atomic write"),
-    };
-    Ok(Cut {
-        protocol: p.name(),
-        write: format!("{n} block{}", if n > 1 { "s" } else { "" }),
-        cut_at: cut.name.to_string(),
-        recovery,
-        outcome,
-    })
+    }
 }
 
 fn print_report(r: &Report) -> Result<()> {

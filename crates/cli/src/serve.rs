@@ -740,7 +740,10 @@ fn recording(a: &ServeArgs, dev: Arc<dyn BlockDevice>) -> Result<Recording> {
     Ok((rec, Some(t)))
 }
 
-fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
+/// Checks the paths before anything opens: the backend fits the arguments, the mountpoint is
+/// usable, and neither the image nor its backing file is attached to a loop device (writing
+/// under a loop device's page cache would corrupt it).
+fn check_paths(a: &ServeArgs) -> Result<Backend> {
     let backend = backend_of(a)?;
     check_mountpoint(&a.mountpoint)?;
     if let Some(img) = &a.image {
@@ -762,11 +765,12 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     if let Some(b) = &backing {
         check_no_loop(b, "backing file")?;
     }
-    let served = open_backend(a, backend)?;
-    let (what, power_cut) = (served.what.clone(), served.power_cut.clone());
-    let (dev, trace) = recording(a, served.dev.clone())?;
-    let file = Arc::new(BlockFile::new(dev));
-    // The FUSE max_write the device's capabilities allow (63 blocks for nvramdisk and raw).
+    Ok(backend)
+}
+
+/// The FUSE max_write: `--max-write` or the longest the device's capabilities allow (63
+/// blocks for nvramdisk and raw), refused when it could not be atomic.
+fn max_write_of(a: &ServeArgs, file: &BlockFile) -> Result<u64> {
     let limit_max = file.write_bytes_max();
     if limit_max < 4096 {
         return Err(Error::bad(format!(
@@ -787,6 +791,146 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
             file.limit_name()
         )));
     }
+    Ok(max_write)
+}
+
+/// Arms the power cut on SIGUSR1 (the delay starts now: the test sends SIGUSR1 once its
+/// workload runs, so no cut lands in its recovery checks).
+fn arm_power_cut(pc: &Arc<PowerCut>, stats: &Arc<ServeStats>) {
+    eprintln!("nvstack serve: power cut armed");
+    let st = stats.clone();
+    pc.arm_with(move || {
+        // After the delay, the first instant (within 300 ms) at which acknowledged writes
+        // wait for an fsync (the cut must find writes in flight, like the kill tests'
+        // SIGKILL), and the counters stop there: nothing is acknowledged after the cut.
+        let (s, hit) = st.freeze_when(|s| s.acked_not_fsynced() > 0, Duration::from_millis(300));
+        eprintln!(
+            "nvstack serve: power cut: counters frozen at {} writes \
+             acknowledged, {} covered by fsyncs{}",
+            s.writes_acked,
+            s.fsync_covered,
+            if hit {
+                ""
+            } else {
+                " (no unfsynced write within 300 ms)"
+            }
+        );
+    });
+}
+
+/// The thread that answers signals: SIGUSR1 arms the power cut (if any), SIGINT and SIGTERM
+/// unmount, which ends the session.
+fn spawn_signal_thread(
+    mut unmounter: fuse::Unmounter,
+    mountpoint: PathBuf,
+    power_cut: Option<Arc<PowerCut>>,
+    stats: Arc<ServeStats>,
+) -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGUSR1,
+    ])
+    .map_err(|e| Error::env(format!("cannot install signal handlers: {e}")))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if sig == signal_hook::consts::SIGUSR1 {
+                    if let Some(pc) = &power_cut {
+                        arm_power_cut(pc, &stats);
+                    }
+                    continue;
+                }
+                eprintln!(
+                    "nvstack serve: signal {sig}: unmounting {}",
+                    mountpoint.display()
+                );
+                if let Err(e) = unmounter.unmount() {
+                    // Busy: a loop device still holds DIR/disk. Detach the mount now; the
+                    // daemon goes on serving the open file and ends when it is closed.
+                    eprintln!(
+                        "nvstack serve: unmount {}: {e}; detaching lazily, the daemon ends \
+                         when the last user (a loop device?) closes {DISK_NAME}",
+                        mountpoint.display()
+                    );
+                    let _ = Command::new("umount").arg("-l").arg(&mountpoint).status();
+                }
+                break;
+            }
+        })
+        .map_err(|e| Error::env(format!("cannot start the signal thread: {e}")))?;
+    Ok(())
+}
+
+/// The line that says what is served, where and how.
+fn ready_message(
+    a: &ServeArgs,
+    backend: Backend,
+    served_name: &Path,
+    what: &str,
+    file: &BlockFile,
+    opts: &FuseOptions,
+) -> String {
+    format!(
+        "serving {} ({}, {} bytes, {what}; durable {}) at {}/{DISK_NAME}: pid {}, {} threads, \
+         max write {} bytes{}",
+        served_name.display(),
+        backend.name(),
+        file.size_bytes(),
+        if file.is_durable_on_return() {
+            "when a write returns"
+        } else {
+            "at the next fsync"
+        },
+        a.mountpoint.display(),
+        std::process::id(),
+        a.threads,
+        opts.max_write_bytes,
+        if opts.parallel_direct_writes {
+            ", parallel direct writes"
+        } else {
+            ""
+        }
+    )
+}
+
+/// After the session: closes the cache, writes back a power-cut region, closes the trace,
+/// reports the counters and removes the pid file.
+fn shut_down(
+    a: &ServeArgs,
+    served: &Served,
+    trace: Option<&TraceWriter>,
+    stats: &ServeStats,
+) -> Result<()> {
+    if let Some(c) = &served.cache {
+        let done = c.close()?;
+        eprintln!("nvstack serve: {done}");
+    }
+    if let Some(pc) = &served.power_cut {
+        pc.write_back_all()?;
+    }
+    if let (Some(t), Some(p)) = (trace, &a.record_trace) {
+        let n = t.close()?;
+        eprintln!("nvstack serve: trace {}: {n} requests", p.display());
+    }
+    let s = stats.snapshot();
+    eprintln!(
+        "nvstack serve: unmounted; {} writes, {} fsyncs, {} discards",
+        s.writes_acked, s.fsyncs, s.discards
+    );
+    if let Some(p) = &a.pid_file {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}
+
+fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
+    let backend = check_paths(a)?;
+    let served = open_backend(a, backend)?;
+    let (dev, trace) = recording(a, served.dev.clone())?;
+    let file = Arc::new(BlockFile::new(dev));
+    let max_write = max_write_of(a, &file)?;
     let stats = Arc::new(ServeStats::new(a.stats.as_deref())?);
     if let Some(c) = &served.cache {
         c.observe(stats.clone());
@@ -811,93 +955,17 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
         threads: a.threads,
     };
     let mut session = fuse::mount(fs, &a.mountpoint, &mount_opts)?;
-    let mut unmounter = session.unmounter();
-    let mountpoint = a.mountpoint.clone();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGUSR1,
-    ])
-    .map_err(|e| Error::env(format!("cannot install signal handlers: {e}")))?;
-    let cut_on_signal = power_cut.clone();
-    let cut_stats = stats.clone();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for sig in signals.forever() {
-                if sig == signal_hook::consts::SIGUSR1 {
-                    // Power-cut runs: the delay starts now (the test sends SIGUSR1 once its
-                    // workload runs, so no cut lands in its recovery checks).
-                    if let Some(pc) = &cut_on_signal {
-                        eprintln!("nvstack serve: power cut armed");
-                        let st = cut_stats.clone();
-                        pc.arm_with(move || {
-                            // After the delay, the first instant (within 300 ms) at which
-                            // acknowledged writes wait for an fsync (the cut must find writes
-                            // in flight, like the kill tests' SIGKILL), and the counters
-                            // stop there: nothing is acknowledged after the cut.
-                            let (s, hit) = st.freeze_when(
-                                |s| s.acked_not_fsynced() > 0,
-                                Duration::from_millis(300),
-                            );
-                            eprintln!(
-                                "nvstack serve: power cut: counters frozen at {} writes \
-                                 acknowledged, {} covered by fsyncs{}",
-                                s.writes_acked,
-                                s.fsync_covered,
-                                if hit {
-                                    ""
-                                } else {
-                                    " (no unfsynced write within 300 ms)"
-                                }
-                            );
-                        });
-                    }
-                    continue;
-                }
-                eprintln!(
-                    "nvstack serve: signal {sig}: unmounting {}",
-                    mountpoint.display()
-                );
-                if let Err(e) = unmounter.unmount() {
-                    // Busy: a loop device still holds DIR/disk. Detach the mount now; the
-                    // daemon goes on serving the open file and ends when it is closed.
-                    eprintln!(
-                        "nvstack serve: unmount {}: {e}; detaching lazily, the daemon ends \
-                         when the last user (a loop device?) closes {DISK_NAME}",
-                        mountpoint.display()
-                    );
-                    let _ = Command::new("umount").arg("-l").arg(&mountpoint).status();
-                }
-                break;
-            }
-        })
-        .map_err(|e| Error::env(format!("cannot start the signal thread: {e}")))?;
+    spawn_signal_thread(
+        session.unmounter(),
+        a.mountpoint.clone(),
+        served.power_cut.clone(),
+        stats.clone(),
+    )?;
     if let Some(p) = &a.pid_file {
         std::fs::write(p, format!("{}\n", std::process::id()))
             .map_err(|e| Error::env(format!("{}: cannot write pid file: {e}", p.display())))?;
     }
-    let msg = format!(
-        "serving {} ({}, {} bytes, {what}; durable {}) at {}/{DISK_NAME}: pid {}, {} threads, \
-         max write {} bytes{}",
-        served_name.display(),
-        backend.name(),
-        file.size_bytes(),
-        if file.is_durable_on_return() {
-            "when a write returns"
-        } else {
-            "at the next fsync"
-        },
-        a.mountpoint.display(),
-        std::process::id(),
-        a.threads,
-        max_write,
-        if opts.parallel_direct_writes {
-            ", parallel direct writes"
-        } else {
-            ""
-        }
-    );
+    let msg = ready_message(a, backend, &served_name, &served.what, &file, &opts);
     if notify {
         report(&format!("ready {msg}"));
     } else {
@@ -905,25 +973,7 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     }
     eprintln!("nvstack serve: {msg}");
     let ran = session.run();
-    if let Some(c) = &served.cache {
-        let done = c.close()?;
-        eprintln!("nvstack serve: {done}");
-    }
-    if let Some(pc) = &power_cut {
-        pc.write_back_all()?;
-    }
-    if let (Some(t), Some(p)) = (&trace, &a.record_trace) {
-        let n = t.close()?;
-        eprintln!("nvstack serve: trace {}: {n} requests", p.display());
-    }
-    let s = stats.snapshot();
-    eprintln!(
-        "nvstack serve: unmounted; {} writes, {} fsyncs, {} discards",
-        s.writes_acked, s.fsyncs, s.discards
-    );
-    if let Some(p) = &a.pid_file {
-        let _ = std::fs::remove_file(p);
-    }
+    shut_down(a, &served, trace.as_deref(), &stats)?;
     ran.map_err(|e| Error::env(format!("FUSE session ended with an error: {e}")))?;
     Ok(0)
 }

@@ -274,8 +274,8 @@ fn up_backend(a: &UpArgs) -> Result<Backend> {
     }
 }
 
-pub fn up(a: UpArgs) -> Result<i32> {
-    let backend = up_backend(&a)?;
+/// The programs `up` runs are installed, and the kernel has FUSE.
+fn check_tools(a: &UpArgs) -> Result<()> {
     for (tool, pkg) in [
         ("losetup", "mount"),
         ("blkid", "util-linux"),
@@ -298,9 +298,12 @@ pub fn up(a: UpArgs) -> Result<i32> {
     if !Path::new("/dev/fuse").exists() {
         return Err(Error::env("/dev/fuse is missing: the kernel has no FUSE"));
     }
-    check_mountpoint(&a.mount)?;
-    let dir = state_dir(&a.mount)?;
-    if let Some(st) = load(&dir)? {
+    Ok(())
+}
+
+/// Refuses a mount point that is already up (its state file exists).
+fn check_not_up(a: &UpArgs, dir: &Path) -> Result<()> {
+    if let Some(st) = load(dir)? {
         return Err(Error::env(format!(
             "{} is already up according to {} (daemon pid {}{}, loop {}): run `nvstack down \
              --mount {}` first",
@@ -316,10 +319,14 @@ pub fn up(a: UpArgs) -> Result<i32> {
             a.mount.display()
         )));
     }
-    // The image: reuse or create.
-    let created = prepare_image(&a, backend)?;
+    Ok(())
+}
+
+/// The directory the daemon mounts on, created under `dir`; refused while a stale daemon's
+/// mount is still on it.
+fn make_fuse_dir(dir: &Path) -> Result<PathBuf> {
     let fuse_dir = dir.join("fuse");
-    std::fs::create_dir_all(&dir)
+    std::fs::create_dir_all(dir)
         .map_err(|e| Error::env(format!("{}: cannot create: {e}", dir.display())))?;
     if is_mount_point(&fuse_dir)? {
         return Err(Error::env(format!(
@@ -330,7 +337,12 @@ pub fn up(a: UpArgs) -> Result<i32> {
     }
     std::fs::create_dir_all(&fuse_dir)
         .map_err(|e| Error::env(format!("{}: cannot create: {e}", fuse_dir.display())))?;
-    let mut st = UpState {
+    Ok(fuse_dir)
+}
+
+/// The state recorded for `down` before anything is started: nothing attached or mounted yet.
+fn new_state(a: &UpArgs, backend: Backend, dir: &Path, fuse_dir: PathBuf) -> UpState {
+    UpState {
         version: 1,
         mount: std::fs::canonicalize(&a.mount).unwrap_or(a.mount.clone()),
         image: {
@@ -339,7 +351,7 @@ pub fn up(a: UpArgs) -> Result<i32> {
         },
         backend: backend.name().into(),
         fs: a.fs,
-        fuse_dir: fuse_dir.clone(),
+        fuse_dir,
         loop_dev: None,
         daemon_pid: None,
         // On tmpfs, where the daemon maps it (/run need not be tmpfs).
@@ -351,7 +363,19 @@ pub fn up(a: UpArgs) -> Result<i32> {
         mounted: false,
         backing: a.backing.clone(),
         mount_options: a.mount_options.clone(),
-    };
+    }
+}
+
+pub fn up(a: UpArgs) -> Result<i32> {
+    let backend = up_backend(&a)?;
+    check_tools(&a)?;
+    check_mountpoint(&a.mount)?;
+    let dir = state_dir(&a.mount)?;
+    check_not_up(&a, &dir)?;
+    // The image: reuse or create.
+    let created = prepare_image(&a, backend)?;
+    let fuse_dir = make_fuse_dir(&dir)?;
+    let mut st = new_state(&a, backend, &dir, fuse_dir);
     if let Some(what) = created {
         crate::say!("image: {what}")?;
     } else if backend == Backend::DirectFile {
@@ -468,18 +492,27 @@ fn create_cache(a: &UpArgs, image: &Path, size: u64) -> Result<String> {
     ))
 }
 
-fn bring_up(a: &UpArgs, backend: Backend, dir: &Path, st: &mut UpState) -> Result<()> {
-    let exe = std::env::current_exe()
-        .map_err(|e| Error::env(format!("cannot find the nvstack executable: {e}")))?;
-    // Read before the daemon takes the image's lock.
-    let block_bytes = match backend {
+/// The device's block size, read before the daemon takes the image's lock: the loop device's
+/// sector size.
+fn block_bytes_of(backend: Backend, st: &UpState) -> Result<u32> {
+    Ok(match backend {
         Backend::Nvramdisk => peek(&st.image)?.geometry.block_bytes,
         Backend::Raw => nvstack_export::raw::RAW_BLOCK_BYTES,
         Backend::Cache if crate::kind::kind(&st.image)? == crate::kind::Kind::WriteCache => {
             nvstack_nvcache::wimage::peek_wc(&st.image)?.sector_bytes
         }
         Backend::Cache | Backend::DirectFile => nvstack_nvcache::format::BLOCK_BYTES,
-    };
+    })
+}
+
+/// Starts `nvstack serve` on the image and records its pid.
+fn start_daemon(
+    a: &UpArgs,
+    backend: Backend,
+    exe: PathBuf,
+    dir: &Path,
+    st: &mut UpState,
+) -> Result<()> {
     // A write cache is served with the settings stored at create (they were given there).
     let write_cache =
         backend == Backend::Cache && crate::kind::kind(&st.image)? == crate::kind::Kind::WriteCache;
@@ -520,6 +553,11 @@ fn bring_up(a: &UpArgs, backend: Backend, dir: &Path, st: &mut UpState) -> Resul
     st.daemon_pid = Some(pid);
     save(dir, st)?;
     crate::say!("serve: {msg}")?;
+    Ok(())
+}
+
+/// Attaches a loop device to the daemon's DIR/disk and records it.
+fn attach_loop(a: &UpArgs, dir: &Path, st: &mut UpState, block_bytes: u32) -> Result<String> {
     let disk = st.fuse_dir.join("disk");
     let mut losetup = Command::new("losetup");
     losetup
@@ -537,9 +575,15 @@ fn bring_up(a: &UpArgs, backend: Backend, dir: &Path, st: &mut UpState) -> Resul
         "loop: {dev} attached to {} (sector size {block_bytes})",
         disk.display()
     )?;
+    Ok(dev)
+}
+
+/// Makes the file system on `dev` unless it already holds one; then `st.fs` names the one
+/// found, which is what gets mounted.
+fn ensure_fs(a: &UpArgs, st: &mut UpState, dev: &str) -> Result<()> {
     // blkid -p exits 2 when it finds no signature.
     let probe = Command::new("blkid")
-        .args(["-p", "-o", "value", "-s", "TYPE", &dev])
+        .args(["-p", "-o", "value", "-s", "TYPE", dev])
         .output()
         .map_err(|e| Error::env(format!("blkid: cannot run: {e}")))?;
     let found = String::from_utf8_lossy(&probe.stdout).trim().to_string();
@@ -549,7 +593,7 @@ fn bring_up(a: &UpArgs, backend: Backend, dir: &Path, st: &mut UpState) -> Resul
             FsKind::Ext4 => mkfs.args(["-q", "-F"]),
             FsKind::Xfs => mkfs.args(["-q", "-f"]),
         };
-        run(mkfs.arg(&dev), &format!("mkfs.{}", a.fs.name()))?;
+        run(mkfs.arg(dev), &format!("mkfs.{}", a.fs.name()))?;
         crate::say!("mkfs: made {} on {dev}", a.fs.name())?;
     } else {
         if found != a.fs.name() {
@@ -562,6 +606,16 @@ fn bring_up(a: &UpArgs, backend: Backend, dir: &Path, st: &mut UpState) -> Resul
             _ => FsKind::Ext4,
         };
     }
+    Ok(())
+}
+
+fn bring_up(a: &UpArgs, backend: Backend, dir: &Path, st: &mut UpState) -> Result<()> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::env(format!("cannot find the nvstack executable: {e}")))?;
+    let block_bytes = block_bytes_of(backend, st)?;
+    start_daemon(a, backend, exe, dir, st)?;
+    let dev = attach_loop(a, dir, st, block_bytes)?;
+    ensure_fs(a, st, &dev)?;
     let mut mount = Command::new("mount");
     if let Some(o) = &a.mount_options {
         mount.arg("-o").arg(o);

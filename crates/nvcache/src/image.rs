@@ -319,6 +319,21 @@ pub(crate) fn open_parts<S>(
     Ok((Arc::new(region), Arc::new(dev), bpath))
 }
 
+/// [`open_parts`], then the cache's own open (`open`, recovery included) on them; its error
+/// names both files.
+pub(crate) fn open_cache<S, C>(
+    path: &Path,
+    v: Validated<S>,
+    over: Option<&Path>,
+    write: bool,
+    open: impl FnOnce(Arc<MmapRegion>, Arc<FileDevice>) -> Result<C>,
+) -> Result<(Arc<C>, PathBuf)> {
+    let (region, dev, bpath) = open_parts(path, v, over, write)?;
+    let cache = open(region, dev)
+        .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
+    Ok((Arc::new(cache), bpath))
+}
+
 /// Open a cache for writing: the image and its backing file locked exclusively, the region
 /// mapped shared, recovery run on it. `backing` overrides the recorded path (a moved file;
 /// its label must still name this cache); `settings` overrides the stored ones for this run.
@@ -327,25 +342,19 @@ pub fn open_image(
     backing: Option<&Path>,
     settings: Option<Settings>,
 ) -> Result<Opened> {
-    let (region, dev, bpath) = open_parts(path, validate(path, true)?, backing, true)?;
-    let cache = Ubj::open(region, dev, settings)
-        .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
-    Ok(Opened {
-        cache: Arc::new(cache),
-        backing: bpath,
-    })
+    let (cache, backing) = open_cache(path, validate(path, true)?, backing, true, |r, d| {
+        Ubj::open(r, d, settings)
+    })?;
+    Ok(Opened { cache, backing })
 }
 
 /// Open a cache for reading: shared locks, a private copy of the region (recovery and the
 /// blocks a read caches stay in memory), the backing file read-only.
 pub fn open_readonly(path: &Path, backing: Option<&Path>) -> Result<Opened> {
-    let (region, dev, bpath) = open_parts(path, validate(path, false)?, backing, false)?;
-    let cache = Ubj::open(region, dev, None)
-        .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
-    Ok(Opened {
-        cache: Arc::new(cache),
-        backing: bpath,
-    })
+    let (cache, backing) = open_cache(path, validate(path, false)?, backing, false, |r, d| {
+        Ubj::open(r, d, None)
+    })?;
+    Ok(Opened { cache, backing })
 }
 
 /// The backing file a cache image names (`over` when given), validating the image with plain

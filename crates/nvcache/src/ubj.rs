@@ -190,13 +190,7 @@ pub fn create<R: Region>(
         identity: random_identity(),
         settings,
     };
-    let label = Label {
-        identity: sb.identity,
-        blocks,
-        detached: false,
-    };
-    backing.write(blocks, &label.encode())?;
-    backing.flush()?;
+    write_label(backing, sb.identity, blocks)?;
     region.write_nt(
         crate::format::TABLE_OFF,
         &vec![0u8; (layout.data_off - crate::format::TABLE_OFF) as usize],
@@ -234,13 +228,7 @@ impl<R: Region> Ubj<R> {
         region.read(SUPERBLOCK_OFF, &mut sb_bytes);
         let sb = Superblock::decode(&sb_bytes)?;
         let layout = Layout::new(sb.slots);
-        if region.len() < layout.region_bytes {
-            return Err(Error::bad(format!(
-                "nvcache image: {} bytes, its superblock needs {}",
-                region.len(),
-                layout.region_bytes
-            )));
-        }
+        check_region_holds(region.len(), layout.region_bytes, "nvcache image")?;
         check_label(&sb, &*backing)?;
         let settings = over.unwrap_or(sb.settings);
         settings.validate()?;
@@ -424,20 +412,54 @@ fn check_label(sb: &Superblock, backing: &dyn BlockDevice) -> Result<()> {
             sb.blocks
         )));
     }
-    let mut b = vec![0u8; B];
-    backing.read(sb.blocks, &mut b)?;
+    check_label_names(backing, B, sb.identity, sb.blocks)
+}
+
+/// Write a new cache's label (not detached) into `blocks`, the backing device's last block,
+/// and flush it: the label is durable before the cache's superblock names the device.
+pub(crate) fn write_label(backing: &dyn BlockDevice, identity: u128, blocks: u64) -> Result<()> {
+    let label = Label {
+        identity,
+        blocks,
+        detached: false,
+    };
+    backing.write(blocks, &label.encode())?;
+    backing.flush()
+}
+
+/// The label in block `blocks` (of `block_bytes`) names the cache of `identity` over `blocks`
+/// blocks, and the backing device was not detached from it (either kind of cache).
+pub(crate) fn check_label_names(
+    backing: &dyn BlockDevice,
+    block_bytes: usize,
+    identity: u128,
+    blocks: u64,
+) -> Result<()> {
+    let mut b = vec![0u8; block_bytes];
+    backing.read(blocks, &mut b)?;
     let label = Label::decode(&b)?;
-    if label.identity != sb.identity || label.blocks != sb.blocks {
+    if label.identity != identity || label.blocks != blocks {
         return Err(Error::bad(format!(
             "backing device belongs to another cache (label identity {:032x}, this cache \
              {:032x})",
-            label.identity, sb.identity
+            label.identity, identity
         )));
     }
     if label.detached {
         return Err(Error::bad(
             "backing device was detached from this cache: it alone is the state now",
         ));
+    }
+    Ok(())
+}
+
+/// The region holds the layout its superblock describes (`what`: the image's kind, named in
+/// the error).
+pub(crate) fn check_region_holds(region_bytes: u64, need_bytes: u64, what: &str) -> Result<()> {
+    if region_bytes < need_bytes {
+        return Err(Error::bad(format!(
+            "{what}: {region_bytes} bytes, its superblock needs {need_bytes}"
+        )));
     }
     Ok(())
 }

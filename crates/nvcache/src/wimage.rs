@@ -6,7 +6,7 @@
 use crate::backing::FileDevice;
 use crate::format::{decode_path, encode_path, Settings};
 use crate::image::{
-    claim_existing, open_parts, prepare_backing, read_first_block, CreateOptions, Validated,
+    claim_existing, open_cache, prepare_backing, read_first_block, CreateOptions, Validated,
 };
 use crate::wformat::{
     Admit, WcLayout, WcSettings, WcSuperblock, WC_PATH_BYTES, WC_PATH_OFF, WC_SLOTS_MIN,
@@ -124,25 +124,19 @@ pub fn open_wc_image(
     backing: Option<&Path>,
     settings: Option<WcSettings>,
 ) -> Result<WcOpened> {
-    let (region, dev, bpath) = open_parts(path, validate(path, true)?, backing, true)?;
-    let cache = WriteCache::open(region, dev, settings)
-        .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
-    Ok(WcOpened {
-        cache: Arc::new(cache),
-        backing: bpath,
-    })
+    let (cache, backing) = open_cache(path, validate(path, true)?, backing, true, |r, d| {
+        WriteCache::open(r, d, settings)
+    })?;
+    Ok(WcOpened { cache, backing })
 }
 
 /// Open a write cache for reading: shared locks, a private copy of the region (recovery stays
 /// in memory), the backing file read-only.
 pub fn open_wc_readonly(path: &Path, backing: Option<&Path>) -> Result<WcOpened> {
-    let (region, dev, bpath) = open_parts(path, validate(path, false)?, backing, false)?;
-    let cache = WriteCache::open(region, dev, None)
-        .map_err(|e| e.context(format!("{} over {}", path.display(), bpath.display())))?;
-    Ok(WcOpened {
-        cache: Arc::new(cache),
-        backing: bpath,
-    })
+    let (cache, backing) = open_cache(path, validate(path, false)?, backing, false, |r, d| {
+        WriteCache::open(r, d, None)
+    })?;
+    Ok(WcOpened { cache, backing })
 }
 
 /// Validate an image with plain reads (shared lock) and return its superblock.

@@ -21,7 +21,7 @@
 //!   device, durable after the next flush.
 //! - Recovery: wrecover.rs's table; then a fence.
 
-use crate::format::{encode_commit, Label, LBA_MAX, SEQ_MAX};
+use crate::format::{encode_commit, LBA_MAX, SEQ_MAX};
 use crate::wbugs::WcBug;
 use crate::wentry::{crc_of, WcEntry};
 use crate::wformat::{
@@ -279,13 +279,7 @@ pub fn create_wc<R: Region>(
     if let Admit::Ranges(rs) = admit {
         Admit::ranges(rs.clone(), sb.blocks)?;
     }
-    let label = Label {
-        identity: sb.identity,
-        blocks: backing_blocks,
-        detached: false,
-    };
-    backing.write(backing_blocks, &label.encode())?;
-    backing.flush()?;
+    crate::ubj::write_label(backing, sb.identity, backing_blocks)?;
     let table = vec![0u8; (layout.data_off - crate::format::TABLE_OFF) as usize];
     region.write_nt(crate::format::TABLE_OFF, &table);
     for off in WC_COMMIT_OFF {
@@ -317,13 +311,7 @@ impl<R: Region> WriteCache<R> {
     ) -> Result<WriteCache<R>> {
         let sb = read_superblock(&*region)?;
         let layout = sb.layout();
-        if region.len() < layout.region_bytes {
-            return Err(Error::bad(format!(
-                "write cache image: {} bytes, its superblock needs {}",
-                region.len(),
-                layout.region_bytes
-            )));
-        }
+        crate::ubj::check_region_holds(region.len(), layout.region_bytes, "write cache image")?;
         check_label(&sb, &*backing)?;
         let settings = over.unwrap_or(sb.settings);
         settings.validate()?;
@@ -623,22 +611,12 @@ fn check_label(sb: &WcSuperblock, backing: &dyn BlockDevice) -> Result<()> {
             sb.backing_block_bytes
         )));
     }
-    let mut b = vec![0u8; sb.backing_block_bytes as usize];
-    backing.read(sb.backing_blocks, &mut b)?;
-    let label = Label::decode(&b)?;
-    if label.identity != sb.identity || label.blocks != sb.backing_blocks {
-        return Err(Error::bad(format!(
-            "backing device belongs to another cache (label identity {:032x}, this cache \
-             {:032x})",
-            label.identity, sb.identity
-        )));
-    }
-    if label.detached {
-        return Err(Error::bad(
-            "backing device was detached from this cache: it alone is the state now",
-        ));
-    }
-    Ok(())
+    crate::ubj::check_label_names(
+        backing,
+        sb.backing_block_bytes as usize,
+        sb.identity,
+        sb.backing_blocks,
+    )
 }
 
 /// Small helpers of the protocol.

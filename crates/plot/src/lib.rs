@@ -264,24 +264,8 @@ impl Axis {
         } else {
             (-1074, 1023)
         };
-        let positive: Vec<f64> = values.iter().copied().filter(|&v| v > 0.0).collect();
         let has_zero = values.contains(&0.0);
-        let log_of = |v: f64| v.log(base);
-        let (mut lo, mut hi) = if positive.is_empty() {
-            (0.0, 1.0)
-        } else {
-            let min_t = positive
-                .iter()
-                .copied()
-                .map(log_of)
-                .fold(f64::INFINITY, f64::min);
-            let max_t = positive
-                .iter()
-                .copied()
-                .map(log_of)
-                .fold(f64::NEG_INFINITY, f64::max);
-            (min_t, max_t)
-        };
+        let (mut lo, mut hi) = Axis::log_range(base, values);
         // log10(1000) can come out as 2.9999999999999996; an exact power should be a tick.
         let snap = |t: f64| {
             if (t - t.round()).abs() < 1e-9 {
@@ -313,17 +297,7 @@ impl Axis {
             .filter(|e| (min_exp..=max_exp).contains(e))
             .map(power)
             .collect();
-        let mut minor_ticks = Vec::new();
-        if stride > 1 && stride <= 10 {
-            minor_ticks = (e_lo..=e_hi)
-                .filter(|e| e % stride != 0 && (min_exp..=max_exp).contains(e))
-                .map(power)
-                .collect();
-        } else if stride == 1 && base == 10.0 {
-            for e in (e_lo..e_hi).filter(|e| (min_exp..max_exp).contains(e)) {
-                minor_ticks.extend((2..=9).map(|m| m as f64 * power(e)));
-            }
-        }
+        let minor_ticks = Axis::log_minor_ticks(base, (e_lo, e_hi), stride, (min_exp, max_exp));
         let mut zero_t = None;
         if has_zero {
             let z = (e_lo - stride) as f64;
@@ -340,6 +314,51 @@ impl Axis {
             minor_ticks,
             step: 1.0,
         }
+    }
+
+    /// The logarithms of the smallest and largest positive values; (0, 1) when there is none.
+    fn log_range(base: f64, values: &[f64]) -> (f64, f64) {
+        let positive: Vec<f64> = values.iter().copied().filter(|&v| v > 0.0).collect();
+        let log_of = |v: f64| v.log(base);
+        if positive.is_empty() {
+            (0.0, 1.0)
+        } else {
+            let min_t = positive
+                .iter()
+                .copied()
+                .map(log_of)
+                .fold(f64::INFINITY, f64::min);
+            let max_t = positive
+                .iter()
+                .copied()
+                .map(log_of)
+                .fold(f64::NEG_INFINITY, f64::max);
+            (min_t, max_t)
+        }
+    }
+
+    /// Unlabelled ticks between the labelled powers `e_lo..=e_hi`: the skipped powers when
+    /// the stride is 2 to 10, or 2..9 times each power of ten when every power is labelled.
+    /// Only exponents in the given range, whose powers are finite and non-zero.
+    fn log_minor_ticks(
+        base: f64,
+        (e_lo, e_hi): (i64, i64),
+        stride: i64,
+        (min_exp, max_exp): (i64, i64),
+    ) -> Vec<f64> {
+        let power = |e: i64| base.powf(e as f64);
+        let mut minor_ticks = Vec::new();
+        if stride > 1 && stride <= 10 {
+            minor_ticks = (e_lo..=e_hi)
+                .filter(|e| e % stride != 0 && (min_exp..=max_exp).contains(e))
+                .map(power)
+                .collect();
+        } else if stride == 1 && base == 10.0 {
+            for e in (e_lo..e_hi).filter(|e| (min_exp..max_exp).contains(e)) {
+                minor_ticks.extend((2..=9).map(|m| m as f64 * power(e)));
+            }
+        }
+        minor_ticks
     }
 
     /// Room at both ends, so markers on the first and last ticks are not cut by the frame.

@@ -374,32 +374,43 @@ impl Volatile {
                     }
                     return;
                 }
-                if self.slots.full() {
-                    let victim = self.lru.front().expect("a full cache has an LRU block");
-                    self.lru.remove(victim);
-                    if self.dirty_since[victim as usize] != CLEAN {
-                        self.dirty.remove(victim);
-                        self.dirty_since[victim as usize] = CLEAN;
-                        self.logged(victim);
-                        s.writebacks += 1;
-                        s.writebacks_eviction += 1;
-                        s.bus_blocks += 1;
-                    }
-                    let removed = self.index.remove(&self.key[victim as usize]);
-                    assert_eq!(removed, Some(victim));
-                    self.slots.give(victim);
-                }
-                let slot = self.slots.take();
-                set(&mut self.key, slot, a.key, 0);
-                set(&mut self.dirty_since, slot, CLEAN, CLEAN);
-                self.index.insert(a.key, slot);
-                self.lru.push_back(slot);
-                slot
+                self.insert(a.key, s)
             }
         };
-        if !write {
-            return;
+        if write {
+            self.written(slot, a, s);
         }
+    }
+
+    /// A slot for a missed block, clean, at the LRU list's back; when the cache is full, the
+    /// least recently used block leaves first (written back if dirty).
+    fn insert(&mut self, key: u64, s: &mut CacheStats) -> u32 {
+        if self.slots.full() {
+            let victim = self.lru.front().expect("a full cache has an LRU block");
+            self.lru.remove(victim);
+            if self.dirty_since[victim as usize] != CLEAN {
+                self.dirty.remove(victim);
+                self.dirty_since[victim as usize] = CLEAN;
+                self.logged(victim);
+                s.writebacks += 1;
+                s.writebacks_eviction += 1;
+                s.bus_blocks += 1;
+            }
+            let removed = self.index.remove(&self.key[victim as usize]);
+            assert_eq!(removed, Some(victim));
+            self.slots.give(victim);
+        }
+        let slot = self.slots.take();
+        set(&mut self.key, slot, key, 0);
+        set(&mut self.dirty_since, slot, CLEAN, CLEAN);
+        self.index.insert(key, slot);
+        self.lru.push_back(slot);
+        slot
+    }
+
+    /// A write to a cached slot: it becomes dirty (or was: an overwrite absorbed); a sync
+    /// write goes back at once.
+    fn written(&mut self, slot: u32, a: &BlockAccess, s: &mut CacheStats) {
         let si = slot as usize;
         if self.dirty_since[si] == CLEAN {
             self.dirty_since[si] = a.time_ns;
@@ -477,25 +488,7 @@ impl WriteAside {
                 if self.vslots.cap == 0 {
                     None
                 } else {
-                    if self.vslots.full() {
-                        let victim = self.lru.front().expect("a full cache has an LRU block");
-                        self.lru.remove(victim);
-                        if self.nv_of[victim as usize] != NIL {
-                            self.drop_nvram_copy(victim);
-                            s.writebacks += 1;
-                            s.writebacks_eviction += 1;
-                            s.bus_blocks += 1;
-                        }
-                        let removed = self.index.remove(&self.key[victim as usize]);
-                        assert_eq!(removed, Some(victim));
-                        self.vslots.give(victim);
-                    }
-                    let v = self.vslots.take();
-                    set(&mut self.key, v, a.key, 0);
-                    set(&mut self.nv_of, v, NIL, NIL);
-                    self.index.insert(a.key, v);
-                    self.lru.push_back(v);
-                    Some(v)
+                    Some(self.insert(a.key, s))
                 }
             }
         };
@@ -509,6 +502,36 @@ impl WriteAside {
             s.bus_blocks += 1;
             return;
         };
+        self.written(v, t, s);
+    }
+
+    /// A volatile slot for a missed block, at the LRU list's back; when the cache is full,
+    /// the least recently used block leaves first (its NVRAM copy written back, if any).
+    fn insert(&mut self, key: u64, s: &mut CacheStats) -> u32 {
+        if self.vslots.full() {
+            let victim = self.lru.front().expect("a full cache has an LRU block");
+            self.lru.remove(victim);
+            if self.nv_of[victim as usize] != NIL {
+                self.drop_nvram_copy(victim);
+                s.writebacks += 1;
+                s.writebacks_eviction += 1;
+                s.bus_blocks += 1;
+            }
+            let removed = self.index.remove(&self.key[victim as usize]);
+            assert_eq!(removed, Some(victim));
+            self.vslots.give(victim);
+        }
+        let v = self.vslots.take();
+        set(&mut self.key, v, key, 0);
+        set(&mut self.nv_of, v, NIL, NIL);
+        self.index.insert(key, v);
+        self.lru.push_back(v);
+        v
+    }
+
+    /// A write to volatile slot `v`: its NVRAM copy is overwritten, or one is made (the
+    /// policy's victim written back when the NVRAM is full); with no NVRAM, written through.
+    fn written(&mut self, v: u32, t: Touch, s: &mut CacheStats) {
         let n = self.nv_of[v as usize];
         if n != NIL {
             s.overwrites_absorbed += 1;

@@ -198,6 +198,26 @@ pub fn fig4(dir: &Path, points: &[Point]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Figures 5 and 6's line of model `m` from a volatile cache of `base` bytes: net total
+/// traffic against the memory added.
+fn model_series(pts: &[&Point], base: u64, m: Model) -> Series {
+    Series {
+        name: format!(
+            "{}, {} volatile",
+            m.name(),
+            nvstack_core::size::format_size(base)
+        ),
+        points: by_x(
+            &pts.iter()
+                .copied()
+                .filter(|p| p.base_volatile_bytes == base && p.model == m)
+                .collect::<Vec<_>>(),
+            |p| pct(p.stats.net_total_traffic),
+            |p| p.added_bytes,
+        ),
+    }
+}
+
 /// Figures 5 and 6: net total traffic as memory is added, per trace; one chart per figure.
 pub fn fig56(dir: &Path, points: &[Point]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
@@ -212,31 +232,11 @@ pub fn fig56(dir: &Path, points: &[Point]) -> Result<Vec<PathBuf>> {
         let mut bases: Vec<u64> = pts.iter().map(|p| p.base_volatile_bytes).collect();
         bases.sort();
         bases.dedup();
-        let line = |base: u64, m: Model| {
-            by_x(
-                &pts.iter()
-                    .copied()
-                    .filter(|p| p.base_volatile_bytes == base && p.model == m)
-                    .collect::<Vec<_>>(),
-                |p| pct(p.stats.net_total_traffic),
-                |p| p.added_bytes,
-            )
-        };
-        let name = |base: u64, m: Model| {
-            format!(
-                "{}, {} volatile",
-                m.name(),
-                nvstack_core::size::format_size(base)
-            )
-        };
         // Figure 5: the three models from the smallest starting cache.
         let b0 = bases[0];
         let s5: Vec<Series> = [Model::Volatile, Model::WriteAside, Model::Unified]
             .into_iter()
-            .map(|m| Series {
-                name: name(b0, m),
-                points: line(b0, m),
-            })
+            .map(|m| model_series(&pts, b0, m))
             .filter(|s| !s.points.is_empty())
             .collect();
         let path = file(dir, "fig5-models", Some(&t));
@@ -257,10 +257,7 @@ pub fn fig56(dir: &Path, points: &[Point]) -> Result<Vec<PathBuf>> {
         let s6: Vec<Series> = bases
             .iter()
             .flat_map(|&b| [Model::Volatile, Model::Unified].map(|m| (b, m)))
-            .map(|(b, m)| Series {
-                name: name(b, m),
-                points: line(b, m),
-            })
+            .map(|(b, m)| model_series(&pts, b, m))
             .filter(|s| !s.points.is_empty())
             .collect();
         let path = file(dir, "fig6-memory", Some(&t));

@@ -219,6 +219,12 @@ impl Ref {
             self.wb("through");
             return;
         };
+        self.write_aside_nvram(i, seq, nw);
+    }
+
+    /// A write-aside write to volatile entry `i`: its NVRAM copy overwritten, or one made
+    /// (the policy's victim written back when the NVRAM is full), or written through.
+    fn write_aside_nvram(&mut self, i: usize, seq: u64, nw: u64) {
         if self.e[i].in_nv {
             self.s.overwrites_absorbed += 1;
             self.s.nvram_writes += 1;

@@ -57,7 +57,8 @@ pub fn run(a: LfsArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn print_table(r: &LfsReport) -> Result<()> {
+/// The run's settings and the trace's counts: one (label, value) line each.
+fn head_lines(r: &LfsReport) -> Vec<(&'static str, String)> {
     let c = &r.config;
     let g: &Geometry = &r.run.geometry;
     let t: &TraceCounts = &r.run.counts;
@@ -73,7 +74,7 @@ fn print_table(r: &LfsReport) -> Result<()> {
         Some(n) => format!("every {n} write requests, and the trace's sync flags"),
         None => "the trace's sync flags only".to_string(),
     };
-    let head: Vec<(&str, String)> = vec![
+    vec![
         ("trace", format!("{} ({})", r.trace, r.format.name())),
         (
             "segment",
@@ -104,13 +105,17 @@ fn print_table(r: &LfsReport) -> Result<()> {
             format!("{} ({})", t.write_requests, t.sync_requests_flagged),
         ),
         ("sync points", t.syncs.to_string()),
-    ];
+    ]
+}
+
+/// The statistics, one (label, (without buffer, with buffer)) row each.
+fn stat_rows(r: &LfsReport) -> Vec<(&'static str, (String, String))> {
     let (a, b) = (&r.run.without_buffer, &r.run.with_buffer);
     let kib = |x: Option<f64>| x.map_or("NA".to_string(), |k| format!("{k:.1}"));
     let pct = |x: f64| format!("{x:.2} %");
     let pct_opt = |x: Option<f64>| x.map_or("NA".to_string(), |p| format!("{p:.2} %"));
     let row = |f: &dyn Fn(&LfsStats) -> String| (f(a), f(b));
-    let rows: Vec<(&str, (String, String))> = vec![
+    vec![
         (
             "NVRAM write buffer",
             row(&|s| {
@@ -166,7 +171,12 @@ fn print_table(r: &LfsReport) -> Result<()> {
             "overhead, % of a partial segment",
             row(&|s| pct_opt(s.pct_overhead_per_partial)),
         ),
-    ];
+    ]
+}
+
+fn print_table(r: &LfsReport) -> Result<()> {
+    let head = head_lines(r);
+    let rows = stat_rows(r);
     let w = head
         .iter()
         .map(|(k, _)| k.len())

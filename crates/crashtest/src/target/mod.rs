@@ -13,9 +13,10 @@ pub mod wcache;
 
 use crate::oracle::Expect;
 use nvstack_core::blockdev::BlockDevice;
-use nvstack_core::error::Result;
+use nvstack_core::error::{Error, Result};
 use nvstack_pmem::crash::{FaultModel, SimEvent, SimRegion};
 use rand::rngs::SmallRng;
+use rand::Rng;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -109,6 +110,54 @@ pub struct Workload<'a> {
     /// The last version written: every write takes a new one.
     pub version: &'a mut u64,
     pub rng: &'a mut SmallRng,
+}
+
+/// Blocks read while running (`buf`, blocks of `block_bytes`) against what they should read
+/// (`want`, in order): Err(Finding) names the first wrong one (the cache targets' reads).
+pub fn check_read_blocks(
+    want: &[(u64, Option<u64>)],
+    buf: &[u8],
+    block_bytes: usize,
+) -> Result<()> {
+    for ((l, w), b) in want.iter().zip(buf.chunks(block_bytes)) {
+        let got = crate::oracle::decode_block(*l, b)
+            .map_err(|e| Error::finding(format!("block {l}: {e}")))?;
+        if got != *w {
+            return Err(Error::finding(format!(
+                "block {l} reads {got:?} while running, not {w:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Workload<'_> {
+    /// The randomized loop the cache targets share: `ops` operations, each of a kind drawn
+    /// from 0..100 and of 1 to 8 blocks when the kind is below `long_below` (the writes), else
+    /// 1 to 4, at a random LBA of the window (the draws in that order, so a seed replays the
+    /// same run); `op(kind, lba, n)` runs one. An error it returns is a violation at `lba`.
+    pub fn run_random_ops(
+        &mut self,
+        region: &SimRegion,
+        long_below: i32,
+        mut op: impl FnMut(i32, u64, u64) -> Result<()>,
+    ) -> std::result::Result<(), RunningViolation> {
+        for _ in 0..self.ops {
+            let kind = self.rng.gen_range(0..100);
+            let n = if kind < long_below {
+                self.rng.gen_range(1..=8)
+            } else {
+                self.rng.gen_range(1..=4)
+            };
+            let lba = self.window + self.rng.gen_range(0..=self.window_blocks - n);
+            op(kind, lba, n).map_err(|e| RunningViolation {
+                what: format!("while running: {e}"),
+                lba: Some(lba),
+                step: region.event_count(),
+            })?;
+        }
+        Ok(())
+    }
 }
 
 /// A violation of the running device (no crash involved), at event index `step`.

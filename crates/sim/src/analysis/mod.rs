@@ -131,30 +131,84 @@ pub struct Lifetimes {
     pub net_write_traffic: Vec<f64>,
 }
 
+/// One written block's state in [`lifetimes`]: its last write, and per delay the start of its
+/// current dirty period.
+struct LifeBlock {
+    last_write_ns: u64,
+    dirty_since_ns: [u64; DELAYS_MAX],
+}
+
+impl Lifetimes {
+    /// Nothing counted yet, one column per delay.
+    fn empty(spec: &TraceSpec, delays_ns: &[u64]) -> Lifetimes {
+        let nd = delays_ns.len();
+        Lifetimes {
+            trace: spec.name(),
+            block_accesses: 0,
+            writes: 0,
+            distinct_written: 0,
+            overwritten: 0,
+            delays_ns: delays_ns.to_vec(),
+            died_within: vec![0; nd],
+            flushed: vec![0; nd],
+            remaining: vec![0; nd],
+            net_write_traffic: vec![0.0; nd],
+        }
+    }
+
+    /// A write at `t` to a block written before: the earlier data dies (within each delay it
+    /// is younger than), and a dirty period that has reached its flush instant ends flushed,
+    /// this write starting the next one.
+    fn overwrite(&mut self, b: &mut LifeBlock, t: u64) {
+        self.overwritten += 1;
+        let life = t - b.last_write_ns;
+        for (i, &d) in self.delays_ns.iter().enumerate() {
+            if life <= d {
+                self.died_within[i] += 1;
+            }
+            if t >= b.dirty_since_ns[i].saturating_add(d) {
+                self.flushed[i] += 1;
+                b.dirty_since_ns[i] = t;
+            }
+        }
+        b.last_write_ns = t;
+    }
+
+    /// At the trace's end (`end_ns`): each block's last dirty period ends flushed if its
+    /// instant has come, else remaining; then the net traffic per delay.
+    fn finish(&mut self, blocks: &FxHashMap<u64, LifeBlock>, end_ns: u64) {
+        self.distinct_written = blocks.len() as u64;
+        for b in blocks.values() {
+            for (i, &d) in self.delays_ns.iter().enumerate() {
+                if b.dirty_since_ns[i].saturating_add(d) <= end_ns {
+                    self.flushed[i] += 1;
+                } else {
+                    self.remaining[i] += 1;
+                }
+            }
+        }
+        for i in 0..self.delays_ns.len() {
+            // Every dirty period ends flushed or remaining; absorbed writes are the rest.
+            assert!(self.flushed[i] + self.remaining[i] <= self.writes);
+            assert!(self.died_within[i] <= self.overwritten);
+            self.net_write_traffic[i] = if self.writes == 0 {
+                0.0
+            } else {
+                (self.flushed[i] + self.remaining[i]) as f64 / self.writes as f64
+            };
+        }
+        assert_eq!(self.overwritten + self.distinct_written, self.writes);
+    }
+}
+
 /// One pass over the trace: lifetimes of block writes and net write traffic against a fixed
 /// write-back delay from an infinite cache. A block first dirtied at `s` is flushed at `s + d`;
 /// a write at or after that instant starts a new dirty period, an earlier one is absorbed.
 /// Memory: one entry per written block with one word per delay.
 pub fn lifetimes(spec: &TraceSpec, delays_ns: &[u64]) -> Result<Lifetimes> {
     check_delays(delays_ns)?;
-    struct Block {
-        last_write_ns: u64,
-        dirty_since_ns: [u64; DELAYS_MAX],
-    }
-    let nd = delays_ns.len();
-    let mut blocks: FxHashMap<u64, Block> = FxHashMap::default();
-    let mut out = Lifetimes {
-        trace: spec.name(),
-        block_accesses: 0,
-        writes: 0,
-        distinct_written: 0,
-        overwritten: 0,
-        delays_ns: delays_ns.to_vec(),
-        died_within: vec![0; nd],
-        flushed: vec![0; nd],
-        remaining: vec![0; nd],
-        net_write_traffic: vec![0.0; nd],
-    };
+    let mut blocks: FxHashMap<u64, LifeBlock> = FxHashMap::default();
+    let mut out = Lifetimes::empty(spec, delays_ns);
     let mut end_ns = 0;
     for a in spec.open()? {
         let a = a?;
@@ -169,49 +223,16 @@ pub fn lifetimes(spec: &TraceSpec, delays_ns: &[u64]) -> Result<Lifetimes> {
             None => {
                 blocks.insert(
                     a.key,
-                    Block {
+                    LifeBlock {
                         last_write_ns: t,
                         dirty_since_ns: [t; DELAYS_MAX],
                     },
                 );
             }
-            Some(b) => {
-                out.overwritten += 1;
-                let life = t - b.last_write_ns;
-                for (i, &d) in delays_ns.iter().enumerate() {
-                    if life <= d {
-                        out.died_within[i] += 1;
-                    }
-                    if t >= b.dirty_since_ns[i].saturating_add(d) {
-                        out.flushed[i] += 1;
-                        b.dirty_since_ns[i] = t;
-                    }
-                }
-                b.last_write_ns = t;
-            }
+            Some(b) => out.overwrite(b, t),
         }
     }
-    out.distinct_written = blocks.len() as u64;
-    for b in blocks.values() {
-        for (i, &d) in delays_ns.iter().enumerate() {
-            if b.dirty_since_ns[i].saturating_add(d) <= end_ns {
-                out.flushed[i] += 1;
-            } else {
-                out.remaining[i] += 1;
-            }
-        }
-    }
-    for i in 0..nd {
-        // Every dirty period ends flushed or remaining; absorbed writes are the rest.
-        assert!(out.flushed[i] + out.remaining[i] <= out.writes);
-        assert!(out.died_within[i] <= out.overwritten);
-        out.net_write_traffic[i] = if out.writes == 0 {
-            0.0
-        } else {
-            (out.flushed[i] + out.remaining[i]) as f64 / out.writes as f64
-        };
-    }
-    assert_eq!(out.overwritten + out.distinct_written, out.writes);
+    out.finish(&blocks, end_ns);
     Ok(out)
 }
 

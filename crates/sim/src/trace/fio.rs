@@ -93,40 +93,18 @@ impl Parser {
             r.sync = true;
         }
     }
-}
 
-impl Format for Parser {
-    const HEADER: bool = true;
-
-    fn parse(&mut self, line: &[u8], line_no: u64) -> Result<Option<Request>, LineError> {
-        if line_no == 1 {
-            self.header(line)?;
-            return Ok(None);
-        }
-        let (f, n) = split_ws::<6>(line);
-        // Version 3 lines start with the time; the rest is laid out as in version 2.
-        let (time_us, f, n) = if self.version == 3 {
-            let time_us = number("time", f[0], "whole microseconds")?;
-            (Some(time_us), &f[1..], n.saturating_sub(1))
-        } else {
-            (None, &f[..5], n.min(5))
-        };
-        let expected = || {
-            if time_us.is_some() {
-                "3 (TIME FILENAME ACTION) or 5 (TIME FILENAME ACTION OFFSET LENGTH)"
-            } else {
-                "2 (FILENAME ACTION) or 4 (FILENAME ACTION OFFSET LENGTH)"
-            }
-        };
-        if n != 2 && n != 4 {
-            return Err(LineError::Bad(format!(
-                "{} fields: expected {}",
-                count_ws(line),
-                expected()
-            )));
-        }
-        let (file, action) = (f[0], f[1]);
-        let io = n == 4;
+    /// What a line's action does: the I/O operation of a read or write line; None for an
+    /// action that only names a file (add, open, close) or is not replayed (sync, trim, wait),
+    /// after applying its effect (a new stream, a sync of the stream's pending writes).
+    fn action(
+        &mut self,
+        line: &[u8],
+        file: &[u8],
+        action: &[u8],
+        io: bool,
+        timed: bool,
+    ) -> Result<Option<Op>, LineError> {
         let op = match (action, io) {
             (b"add" | b"open" | b"close", false) => {
                 self.streams.id(file)?;
@@ -152,7 +130,7 @@ impl Format for Parser {
                     "{} fields for action '{}': expected {}",
                     count_ws(line),
                     super::lines::quote(action),
-                    expected()
+                    expected_fields(timed)
                 )))
             }
             _ => {
@@ -163,8 +141,11 @@ impl Format for Parser {
                 )))
             }
         };
-        let offset_bytes = number("offset", f[2], "a whole number of bytes")?;
-        let size_bytes = number("length", f[3], "a whole number of bytes")?;
+        Ok(Some(op))
+    }
+
+    /// A request's time: the line's (version 3) or its rank times interarrival_ns (version 2).
+    fn time_ns(&self, time_us: Option<u64>) -> Result<u64, LineError> {
         let time_ns = match (time_us, self.interarrival_ns) {
             (Some(us), _) => scaled("time", us, NS_PER_US)?,
             (None, Some(gap_ns)) => self.requests.checked_mul(gap_ns).ok_or_else(|| {
@@ -180,6 +161,50 @@ impl Format for Parser {
                 ))
             }
         };
+        Ok(time_ns)
+    }
+}
+
+/// The field counts a line may have, with the time field (version 3) or without.
+fn expected_fields(timed: bool) -> &'static str {
+    if timed {
+        "3 (TIME FILENAME ACTION) or 5 (TIME FILENAME ACTION OFFSET LENGTH)"
+    } else {
+        "2 (FILENAME ACTION) or 4 (FILENAME ACTION OFFSET LENGTH)"
+    }
+}
+
+impl Format for Parser {
+    const HEADER: bool = true;
+
+    fn parse(&mut self, line: &[u8], line_no: u64) -> Result<Option<Request>, LineError> {
+        if line_no == 1 {
+            self.header(line)?;
+            return Ok(None);
+        }
+        let (f, n) = split_ws::<6>(line);
+        // Version 3 lines start with the time; the rest is laid out as in version 2.
+        let (time_us, f, n) = if self.version == 3 {
+            let time_us = number("time", f[0], "whole microseconds")?;
+            (Some(time_us), &f[1..], n.saturating_sub(1))
+        } else {
+            (None, &f[..5], n.min(5))
+        };
+        if n != 2 && n != 4 {
+            return Err(LineError::Bad(format!(
+                "{} fields: expected {}",
+                count_ws(line),
+                expected_fields(time_us.is_some())
+            )));
+        }
+        let (file, action) = (f[0], f[1]);
+        let io = n == 4;
+        let Some(op) = self.action(line, file, action, io, time_us.is_some())? else {
+            return Ok(None);
+        };
+        let offset_bytes = number("offset", f[2], "a whole number of bytes")?;
+        let size_bytes = number("length", f[3], "a whole number of bytes")?;
+        let time_ns = self.time_ns(time_us)?;
         let stream = self.streams.id(file)?;
         self.requests += 1;
         self.pending.push_back(Request {

@@ -339,6 +339,24 @@ impl<F: Format> Reader<F> {
         Some(Err(bad_line(&self.path, line, msg)))
     }
 
+    /// The line just read: what to yield (a request, or the error that ends the stream), or
+    /// None to read on (a blank line, a line without a request, a bad line skipped).
+    fn parse_line(&mut self, line_no: u64) -> Option<Result<Request>> {
+        let line = self.lines.line();
+        if (line_no > 1 || !F::HEADER) && lines::is_blank(line) {
+            return None;
+        }
+        match self.format.parse(line, line_no) {
+            Ok(None) => None,
+            Ok(Some(req)) => self.yield_request(req),
+            Err(LineError::Bad(msg)) => self.bad(line_no, msg),
+            Err(LineError::Fatal(msg)) => {
+                self.done = true;
+                Some(Err(bad_line(&self.path, line_no, msg)))
+            }
+        }
+    }
+
     /// A request the format produced: checked, then yielded or treated as a bad line.
     fn yield_request(&mut self, req: Request) -> Option<Result<Request>> {
         match self.check(&req) {
@@ -403,26 +421,8 @@ impl<F: Format> Iterator for Reader<F> {
                     }
                 }
                 LineRead::Line => {
-                    let line = self.lines.line();
-                    if (line_no > 1 || !F::HEADER) && lines::is_blank(line) {
-                        continue;
-                    }
-                    match self.format.parse(line, line_no) {
-                        Ok(None) => {}
-                        Ok(Some(req)) => {
-                            if let Some(r) = self.yield_request(req) {
-                                return Some(r);
-                            }
-                        }
-                        Err(LineError::Bad(msg)) => {
-                            if let Some(r) = self.bad(line_no, msg) {
-                                return Some(r);
-                            }
-                        }
-                        Err(LineError::Fatal(msg)) => {
-                            self.done = true;
-                            return Some(Err(bad_line(&self.path, line_no, msg)));
-                        }
+                    if let Some(r) = self.parse_line(line_no) {
+                        return Some(r);
                     }
                 }
             }

@@ -5,13 +5,12 @@
 //! so every commit's state is exact.
 
 use super::{format_sim, open_sim, UbjDevice, UbjTrace, RANDOM_SLOTS};
-use crate::oracle::{block, decode_block, Epochs, Expect, OpRecord};
-use crate::target::{Recorded, RunningViolation, Workload};
-use nvstack_core::error::{Error, Result};
+use crate::oracle::{block, Epochs, Expect, OpRecord};
+use crate::target::{check_read_blocks, Recorded, RunningViolation, Workload};
+use nvstack_core::error::Result;
 use nvstack_nvcache::format::{PolicyName, Settings, BLOCK_BYTES};
 use nvstack_nvcache::Bug;
 use nvstack_pmem::crash::SimRegion;
-use rand::Rng;
 use std::collections::BTreeMap;
 
 const B: usize = BLOCK_BYTES as usize;
@@ -157,16 +156,7 @@ impl<'a> Recorder<'a> {
         let check = want.clone();
         self.op("read", want, |d| {
             d.read_blocks(lba, &mut buf)?;
-            for ((l, w), b) in check.iter().zip(buf.chunks(B)) {
-                let got =
-                    decode_block(*l, b).map_err(|e| Error::finding(format!("block {l}: {e}")))?;
-                if got != *w {
-                    return Err(Error::finding(format!(
-                        "block {l} reads {got:?} while running, not {w:?}"
-                    )));
-                }
-            }
-            Ok(())
+            check_read_blocks(&check, &buf, B)
         })
     }
 }
@@ -295,34 +285,20 @@ fn workload(r: &mut Recorder<'_>, name: &str) -> Result<()> {
 pub fn random_workload(
     dev: &UbjDevice,
     region: &SimRegion,
-    w: Workload<'_>,
+    mut w: Workload<'_>,
 ) -> std::result::Result<Expect, RunningViolation> {
     debug_assert!(
         u64::from(RANDOM_SLOTS) / 2 >= 8,
         "a write of 8 fits one epoch"
     );
     let mut r = Recorder::new(dev, region, w.known.clone(), *w.version);
-    for _ in 0..w.ops {
-        let kind = w.rng.gen_range(0..100);
-        let n = if kind < 35 {
-            w.rng.gen_range(1..=8)
-        } else {
-            w.rng.gen_range(1..=4)
-        };
-        let lba = w.window + w.rng.gen_range(0..=w.window_blocks - n);
-        let done = match kind {
-            0..35 => r.write(lba, n),
-            35..45 => r.discard(lba, n),
-            45..70 => r.read(lba, n),
-            70..90 => r.commit(),
-            _ => r.checkpoint(),
-        };
-        done.map_err(|e| RunningViolation {
-            what: format!("while running: {e}"),
-            lba: Some(lba),
-            step: region.event_count(),
-        })?;
-    }
+    w.run_random_ops(region, 35, |kind, lba, n| match kind {
+        0..35 => r.write(lba, n),
+        35..45 => r.discard(lba, n),
+        45..70 => r.read(lba, n),
+        70..90 => r.commit(),
+        _ => r.checkpoint(),
+    })?;
     *w.version = r.version;
     Ok(r.exp)
 }

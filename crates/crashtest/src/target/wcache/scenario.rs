@@ -4,13 +4,12 @@
 //! then it is in flight).
 
 use super::{format_sim, open_sim, random_setup, WcDevice, WcTrace, SECTOR};
-use crate::oracle::{block, decode_block, Expect, OpRecord};
-use crate::target::{Recorded, RunningViolation, Workload};
-use nvstack_core::error::{Error, Result};
+use crate::oracle::{block, Expect, OpRecord};
+use crate::target::{check_read_blocks, Recorded, RunningViolation, Workload};
+use nvstack_core::error::Result;
 use nvstack_nvcache::wformat::{Admit, WcSettings};
 use nvstack_nvcache::WcBug;
 use nvstack_pmem::crash::SimRegion;
-use rand::Rng;
 use std::collections::BTreeMap;
 
 const S: usize = SECTOR as usize;
@@ -153,14 +152,7 @@ impl<'a> Recorder<'a> {
             .collect();
         let mut buf = vec![0u8; n as usize * S];
         self.dev.read_blocks(lba, &mut buf)?;
-        for ((l, w), b) in want.iter().zip(buf.chunks(S)) {
-            let got = decode_block(*l, b).map_err(|e| Error::finding(format!("block {l}: {e}")))?;
-            if got != *w {
-                return Err(Error::finding(format!(
-                    "block {l} reads {got:?} while running, not {w:?}"
-                )));
-            }
-        }
+        check_read_blocks(&want, &buf, S)?;
         // The blocks read are judged after every crash too.
         for (l, _) in want {
             self.exp.initial.entry(l).or_insert(None);
@@ -286,31 +278,17 @@ fn workload(r: &mut Recorder<'_>, name: &str) -> Result<()> {
 pub fn random_workload(
     dev: &WcDevice,
     region: &SimRegion,
-    w: Workload<'_>,
+    mut w: Workload<'_>,
 ) -> std::result::Result<Expect, RunningViolation> {
     debug_assert!(random_setup().0.validate().is_ok());
     let mut r = Recorder::new(dev, region, w.known.clone(), *w.version);
-    for _ in 0..w.ops {
-        let kind = w.rng.gen_range(0..100);
-        let n = if kind < 40 {
-            w.rng.gen_range(1..=8)
-        } else {
-            w.rng.gen_range(1..=4)
-        };
-        let lba = w.window + w.rng.gen_range(0..=w.window_blocks - n);
-        let done = match kind {
-            0..40 => r.write(lba, n),
-            40..50 => r.discard(lba, n),
-            50..75 => r.read(lba, n),
-            75..92 => r.flush(),
-            _ => r.writeback(),
-        };
-        done.map_err(|e| RunningViolation {
-            what: format!("while running: {e}"),
-            lba: Some(lba),
-            step: region.event_count(),
-        })?;
-    }
+    w.run_random_ops(region, 40, |kind, lba, n| match kind {
+        0..40 => r.write(lba, n),
+        40..50 => r.discard(lba, n),
+        50..75 => r.read(lba, n),
+        75..92 => r.flush(),
+        _ => r.writeback(),
+    })?;
     *w.version = r.version;
     Ok(r.exp)
 }
