@@ -79,24 +79,20 @@ pub struct Line {
     pub points: Vec<Point>,
 }
 
-/// Whether each figure's quantity never rises with NVRAM size (sync, log-block, LRW).
+/// Whether each figure's quantity never rises with NVRAM size (log-block, LRW).
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct Trends {
-    pub exec_falls: bool,
-    pub energy_falls: bool,
-    pub erase_mean_falls: bool,
-    pub erase_sd_falls: bool,
-    pub programs_fall: bool,
+    /// Sync-PostMark's (flattened: the JSON keeps these keys at the top of `trends`).
+    #[serde(flatten)]
+    pub sync: LineTrends,
     pub async_exec_falls: bool,
-    pub page_cache_exec_falls: bool,
-    pub page_cache_energy_falls: bool,
     /// The same of the changed-sector view (`sync_changed`).
-    pub changed: ViewTrends,
+    pub changed: LineTrends,
 }
 
-/// Whether each quantity of the changed-sector view never rises with NVRAM size.
+/// Whether each quantity of a synchronous line never rises with NVRAM size.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct ViewTrends {
+pub struct LineTrends {
     pub exec_falls: bool,
     pub energy_falls: bool,
     pub erase_mean_falls: bool,
@@ -106,9 +102,9 @@ pub struct ViewTrends {
     pub page_cache_energy_falls: bool,
 }
 
-impl ViewTrends {
-    fn of(ps: &[Point]) -> ViewTrends {
-        ViewTrends {
+impl LineTrends {
+    fn of(ps: &[Point]) -> LineTrends {
+        LineTrends {
             exec_falls: falls(ps, |p| p.exec_s),
             energy_falls: falls(ps, |p| p.energy_j),
             erase_mean_falls: falls(ps, |p| p.erase_mean),
@@ -117,6 +113,18 @@ impl ViewTrends {
             page_cache_exec_falls: falls(ps, |p| p.page_cache_exec_s),
             page_cache_energy_falls: falls(ps, |p| p.page_cache_energy_j),
         }
+    }
+
+    /// The write side's verdicts, as both sweeps print them.
+    fn describe(&self) -> String {
+        format!(
+            "time {}, energy {}, erase mean {}, erase sd {}, programs {}",
+            self.exec_falls,
+            self.energy_falls,
+            self.erase_mean_falls,
+            self.erase_sd_falls,
+            self.programs_fall
+        )
     }
 }
 
@@ -268,15 +276,9 @@ fn is_seed(o: &Outcome, mode: Mode) -> bool {
 
 fn trends(ps: &[Point], asy: &[Point], changed: &[Point]) -> Trends {
     Trends {
-        exec_falls: falls(ps, |p| p.exec_s),
-        energy_falls: falls(ps, |p| p.energy_j),
-        erase_mean_falls: falls(ps, |p| p.erase_mean),
-        erase_sd_falls: falls(ps, |p| p.erase_sd),
-        programs_fall: falls(ps, |p| p.page_programs as f64),
+        sync: LineTrends::of(ps),
         async_exec_falls: falls(asy, |p| p.exec_s),
-        page_cache_exec_falls: falls(ps, |p| p.page_cache_exec_s),
-        page_cache_energy_falls: falls(ps, |p| p.page_cache_energy_j),
-        changed: ViewTrends::of(changed),
+        changed: LineTrends::of(changed),
     }
 }
 
@@ -504,16 +506,11 @@ impl Report {
         crate::say!(
             "(sync+pc: Sync-PostMark with a page cache for reads, as the seed's VFAT read \
              through Linux's buffer cache; page reads: the raw sync run's flash page reads)\n\
-             falls with NVRAM size (sync): time {}, energy {}, erase mean {}, erase sd {}, \
-             programs {}; async time {}; sync+pc time {}, energy {}",
-            t.exec_falls,
-            t.energy_falls,
-            t.erase_mean_falls,
-            t.erase_sd_falls,
-            t.programs_fall,
+             falls with NVRAM size (sync): {}; async time {}; sync+pc time {}, energy {}",
+            t.sync.describe(),
             t.async_exec_falls,
-            t.page_cache_exec_falls,
-            t.page_cache_energy_falls
+            t.sync.page_cache_exec_falls,
+            t.sync.page_cache_energy_falls
         )
     }
 
@@ -563,13 +560,8 @@ impl Report {
         crate::output::out(render(&hdr, &cells, &right).as_bytes())?;
         self.print_changed_counts()?;
         crate::say!(
-            "falls with NVRAM size (sync changed): time {}, energy {}, erase mean {}, erase sd \
-             {}, programs {}; sync changed+pc time {}, energy {}",
-            t.exec_falls,
-            t.energy_falls,
-            t.erase_mean_falls,
-            t.erase_sd_falls,
-            t.programs_fall,
+            "falls with NVRAM size (sync changed): {}; sync changed+pc time {}, energy {}",
+            t.describe(),
             t.page_cache_exec_falls,
             t.page_cache_energy_falls
         )
@@ -633,61 +625,23 @@ impl Report {
         // seconds, tenths of a joule), and their ratio.
         let seed_exec = (c.seed_exec_s, 0, c.seed_exec_ratio);
         let seed_energy = (c.seed_energy_j, 1, c.seed_energy_ratio);
-        let mut cells = vec![
-            seed_row(
-                "execution time",
-                "s",
-                1,
-                c.sync_exec_s,
-                c.sync_exec_ratio,
-                seed_exec,
-            ),
-            seed_row(
-                "flash energy",
-                "J",
-                3,
-                c.energy_j,
-                c.energy_ratio,
-                seed_energy,
-            ),
-            seed_row(
-                "time, page cache",
-                "s",
-                1,
-                c.page_cache_exec_s,
-                c.page_cache_exec_ratio,
-                seed_exec,
-            ),
-            seed_row(
-                "energy, page cache",
-                "J",
-                3,
-                c.page_cache_energy_j,
-                c.page_cache_energy_ratio,
-                seed_energy,
-            ),
-            vec![
-                "erase count mean / sd".into(),
-                format!(
-                    "{:.2}/{:.2} -> {:.2}/{:.2}",
-                    c.erase_mean.0, c.erase_sd.0, c.erase_mean.1, c.erase_sd.1
-                ),
-                format!(
-                    "sd {:.2}x",
-                    c.erase_sd.0 / c.erase_sd.1.max(f64::MIN_POSITIVE)
-                ),
-                "both fall (Fig. 7)".into(),
-                "-".into(),
-            ],
-            vec![
-                "Async-PostMark time".into(),
-                format!("{:.1} s -> {:.1} s", c.async_exec_s.0, c.async_exec_s.1),
-                format!("VFAT {:.1} s", c.vfat_async_exec_s),
-                "NVFAT beats VFAT by 32.5 % at 128 KB".into(),
-                "-".into(),
-            ],
-        ];
-        cells.extend(changed_rows(&c.changed, seed_exec, seed_energy));
+        // The JSON keeps the raw ratios flat under their first names; the rows are built from
+        // the same `Ratios` as the view's.
+        let raw = Ratios::of(&self.sync.points);
+        let mut cells = ratio_rows(RAW_LABELS, &raw, seed_exec, seed_energy);
+        cells.push(vec![
+            "Async-PostMark time".into(),
+            format!("{:.1} s -> {:.1} s", c.async_exec_s.0, c.async_exec_s.1),
+            format!("VFAT {:.1} s", c.vfat_async_exec_s),
+            "NVFAT beats VFAT by 32.5 % at 128 KB".into(),
+            "-".into(),
+        ]);
+        cells.extend(ratio_rows(
+            CHANGED_LABELS,
+            &c.changed,
+            seed_exec,
+            seed_energy,
+        ));
         let hdr = ["quantity", "ours", "ratio", "seed", "seed ratio"];
         crate::output::out(render(&hdr, &cells, &[false, true, true, true, true]).as_bytes())
     }
@@ -959,24 +913,36 @@ pub fn figures(dir: &Path, r: &Report) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// The changed-sector view's rows of the comparison table.
-fn changed_rows(
+/// The comparison table's labels of a line's five rows (time, energy, time and energy with
+/// the page cache, erases), raw and in the changed-sector view.
+const RAW_LABELS: [&str; 5] = [
+    "execution time",
+    "flash energy",
+    "time, page cache",
+    "energy, page cache",
+    "erase count mean / sd",
+];
+const CHANGED_LABELS: [&str; 5] = [
+    "time, changed",
+    "energy, changed",
+    "time, changed + pc",
+    "energy, changed + pc",
+    "erase mean / sd, changed",
+];
+
+/// A line's rows of the comparison table, beside the seed's.
+fn ratio_rows(
+    labels: [&str; 5],
     r: &Ratios,
     seed_exec: ((f64, f64), usize, f64),
     seed_energy: ((f64, f64), usize, f64),
 ) -> Vec<Vec<String>> {
+    let [time, energy, pc_time, pc_energy, erases] = labels;
     vec![
-        seed_row("time, changed", "s", 1, r.exec_s, r.exec_ratio, seed_exec),
+        seed_row(time, "s", 1, r.exec_s, r.exec_ratio, seed_exec),
+        seed_row(energy, "J", 3, r.energy_j, r.energy_ratio, seed_energy),
         seed_row(
-            "energy, changed",
-            "J",
-            3,
-            r.energy_j,
-            r.energy_ratio,
-            seed_energy,
-        ),
-        seed_row(
-            "time, changed + pc",
+            pc_time,
             "s",
             1,
             r.page_cache_exec_s,
@@ -984,7 +950,7 @@ fn changed_rows(
             seed_exec,
         ),
         seed_row(
-            "energy, changed + pc",
+            pc_energy,
             "J",
             3,
             r.page_cache_energy_j,
@@ -992,7 +958,7 @@ fn changed_rows(
             seed_energy,
         ),
         vec![
-            "erase mean / sd, changed".into(),
+            erases.into(),
             format!(
                 "{:.2}/{:.2} -> {:.2}/{:.2}",
                 r.erase_mean.0, r.erase_sd.0, r.erase_mean.1, r.erase_sd.1
