@@ -205,7 +205,31 @@ pub struct CacheStats {
     pub net_total_traffic: f64,
 }
 
+/// Why a dirty block went back to the server: each has its own counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Writeback {
+    Eviction,
+    Replacement,
+    Cleaner,
+    Sync,
+    Through,
+}
+
 impl CacheStats {
+    /// A block written back: counted in all, under its cause, and as one block on the bus
+    /// (`finish` asserts the causes add up to all).
+    fn wrote_back(&mut self, why: Writeback) {
+        self.writebacks += 1;
+        self.bus_blocks += 1;
+        *match why {
+            Writeback::Eviction => &mut self.writebacks_eviction,
+            Writeback::Replacement => &mut self.writebacks_replacement,
+            Writeback::Cleaner => &mut self.writebacks_cleaner,
+            Writeback::Sync => &mut self.writebacks_sync,
+            Writeback::Through => &mut self.writebacks_through,
+        } += 1;
+    }
+
     pub(crate) fn finish(&mut self) {
         self.misses = self.read_misses + self.write_misses;
         self.nvram_accesses = self.nvram_reads + self.nvram_writes;
@@ -339,9 +363,7 @@ impl Volatile {
             self.dirty.remove(slot);
             self.dirty_since[slot as usize] = CLEAN;
             self.logged(slot);
-            s.writebacks += 1;
-            s.writebacks_cleaner += 1;
-            s.bus_blocks += 1;
+            s.wrote_back(Writeback::Cleaner);
         }
     }
 
@@ -368,9 +390,7 @@ impl Volatile {
                         if let Some(l) = self.log.as_mut() {
                             l.push(a.key);
                         }
-                        s.writebacks += 1;
-                        s.writebacks_through += 1;
-                        s.bus_blocks += 1;
+                        s.wrote_back(Writeback::Through);
                     }
                     return;
                 }
@@ -392,9 +412,7 @@ impl Volatile {
                 self.dirty.remove(victim);
                 self.dirty_since[victim as usize] = CLEAN;
                 self.logged(victim);
-                s.writebacks += 1;
-                s.writebacks_eviction += 1;
-                s.bus_blocks += 1;
+                s.wrote_back(Writeback::Eviction);
             }
             let removed = self.index.remove(&self.key[victim as usize]);
             assert_eq!(removed, Some(victim));
@@ -422,9 +440,7 @@ impl Volatile {
             self.dirty.remove(slot);
             self.dirty_since[si] = CLEAN;
             self.logged(slot);
-            s.writebacks += 1;
-            s.writebacks_sync += 1;
-            s.bus_blocks += 1;
+            s.wrote_back(Writeback::Sync);
         }
     }
 
@@ -497,9 +513,7 @@ impl WriteAside {
         }
         let Some(v) = vslot else {
             // No volatile cache to hold even a copy: the write goes straight to the server.
-            s.writebacks += 1;
-            s.writebacks_through += 1;
-            s.bus_blocks += 1;
+            s.wrote_back(Writeback::Through);
             return;
         };
         self.written(v, t, s);
@@ -513,9 +527,7 @@ impl WriteAside {
             self.lru.remove(victim);
             if self.nv_of[victim as usize] != NIL {
                 self.drop_nvram_copy(victim);
-                s.writebacks += 1;
-                s.writebacks_eviction += 1;
-                s.bus_blocks += 1;
+                s.wrote_back(Writeback::Eviction);
             }
             let removed = self.index.remove(&self.key[victim as usize]);
             assert_eq!(removed, Some(victim));
@@ -541,18 +553,14 @@ impl WriteAside {
             return;
         }
         if self.nslots.cap == 0 {
-            s.writebacks += 1;
-            s.writebacks_through += 1;
-            s.bus_blocks += 1;
+            s.wrote_back(Writeback::Through);
             return;
         }
         if self.nslots.full() {
             let victim = self.policy.victim().expect("a full NVRAM has a victim");
             let vv = self.v_of[victim as usize];
             self.drop_nvram_copy(vv);
-            s.writebacks += 1;
-            s.writebacks_replacement += 1;
-            s.bus_blocks += 1;
+            s.wrote_back(Writeback::Replacement);
         }
         let n = self.nslots.take();
         set(&mut self.v_of, n, v, NIL);
@@ -639,9 +647,7 @@ impl Unified {
         if was_dirty {
             self.ndirty[ni] = false;
             self.dirty -= 1;
-            s.writebacks += 1;
-            s.writebacks_replacement += 1;
-            s.bus_blocks += 1;
+            s.wrote_back(Writeback::Replacement);
         }
         let move_down = if self.vslots.cap == 0 {
             false
@@ -731,9 +737,7 @@ impl Unified {
 
     fn write_to_nvram(&mut self, key: u64, t: Touch, s: &mut CacheStats) {
         if self.nslots.cap == 0 {
-            s.writebacks += 1;
-            s.writebacks_through += 1;
-            s.bus_blocks += 1;
+            s.wrote_back(Writeback::Through);
             // Kept as a clean block where a clean block may live.
             self.place_clean_in_volatile(key, t.seq);
             return;
