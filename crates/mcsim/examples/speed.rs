@@ -1,6 +1,9 @@
 //! Profiling aid: the bench suite's run (hash-map kernel, Table II, 16 cores) at a chosen size.
 //! `cargo run --release -p nvstack-mcsim --example speed -- fine 1000000` prints requests per
 //! second; `-- floor 1000000` runs the functional work alone (workload and caches, no timing).
+//! `-- digest 100000` runs every mode with the controller's event log on and prints a digest
+//! of the log and of the final memory beside the report's figures: two builds that print the
+//! same lines ran the same timeline (how a change meant to keep the model is checked).
 //! `nvstack bench --suite mcsim` is the measurement of record.
 
 use nvstack_mcsim::kernels::{Kernel, KernelConfig, KernelWorkload};
@@ -11,6 +14,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let what = args.get(1).map_or("fine", |s| s.as_str());
     let requests: u64 = args.get(2).map_or(Ok(1_000_000), |s| s.parse())?;
+    if what == "digest" {
+        return digest(requests);
+    }
     let functional = what == "floor";
     let mode = if functional {
         Mode::Fine
@@ -21,13 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         mode,
         ..Config::default()
     };
-    let kc = KernelConfig {
-        kernel: Kernel::Hashmap,
-        threads: machine.cores,
-        updates_per_thread: requests.div_ceil(6 * u64::from(machine.cores)),
-        ..KernelConfig::default()
-    };
-    let mut work = KernelWorkload::new(&kc)?;
+    let mut work = KernelWorkload::new(&workload(&machine, requests))?;
     let start = Instant::now();
     if functional {
         let f = nvstack_mcsim::floor(&machine, &mut work)?;
@@ -53,5 +53,53 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         r.mc.syncs,
         r.commit_cycles_mean
     );
+    Ok(())
+}
+
+/// The bench's workload: the hash-map kernel on every core, about `requests` requests.
+fn workload(machine: &Config, requests: u64) -> KernelConfig {
+    KernelConfig {
+        kernel: Kernel::Hashmap,
+        threads: machine.cores,
+        updates_per_thread: requests.div_ceil(6 * u64::from(machine.cores)),
+        ..KernelConfig::default()
+    }
+}
+
+/// Every mode with the event log on: the report's figures and digests of the log and the
+/// final memory (sorted by line), one line a mode.
+fn digest(requests: u64) -> Result<(), Box<dyn std::error::Error>> {
+    use std::hash::{Hash, Hasher};
+    for mode in [Mode::Fine, Mode::Global, Mode::Adr, Mode::Eadr] {
+        let machine = Config {
+            mode,
+            log_events: true,
+            ..Config::default()
+        };
+        let mut work = KernelWorkload::new(&workload(&machine, requests))?;
+        let out = nvstack_mcsim::run(&machine, &mut work)?;
+        let mut log = rustc_hash::FxHasher::default();
+        for entry in &out.log {
+            format!("{entry:?}").hash(&mut log);
+        }
+        let mut memory: Vec<(u64, u64)> = out.memory.into_iter().collect();
+        memory.sort_unstable();
+        let mut mem = rustc_hash::FxHasher::default();
+        memory.hash(&mut mem);
+        let r = &out.report;
+        println!(
+            "{mode:?}: requests {} cycles {} instructions {} syncs {} commit_cycles {:.4} served {:?} log {} entries {:016x} memory {} lines {:016x}",
+            r.mc.reads + r.mc.writes,
+            r.cycles,
+            r.instructions,
+            r.mc.syncs,
+            r.commit_cycles_mean,
+            r.served,
+            out.log.len(),
+            log.finish(),
+            memory.len(),
+            mem.finish()
+        );
+    }
     Ok(())
 }
