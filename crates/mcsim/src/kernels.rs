@@ -6,8 +6,7 @@
 use crate::trace::{Op, Workload};
 use nvstack_core::error::{Error, Result};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-use std::collections::VecDeque;
+use rand::{Rng, RngCore, SeedableRng};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -105,13 +104,75 @@ impl KernelConfig {
     }
 }
 
+/// `rng.gen_range(low..=high)` of rand 0.8 for one fixed range, its setup done once: the same
+/// draws from the same stream (the `UniformInt::sample_single_inclusive` algorithm: the
+/// widening multiply and the approximate rejection zone), so the workload stays the same
+/// while a draw costs one multiply and a compare. A test checks it against `gen_range`.
+#[derive(Clone, Copy, Debug)]
+struct Draw {
+    low: u64,
+    range: u64,
+    zone: u64,
+}
+
+impl Draw {
+    /// Draws of 64-bit values (`gen_range` on `u64`: one `next_u64` an attempt).
+    fn u64(low: u64, high: u64) -> Draw {
+        assert!(low <= high, "a range of one value at least");
+        let range = high - low + 1;
+        assert!(range != 0, "the whole 64-bit range is not drawn here");
+        Draw {
+            low,
+            range,
+            zone: (range << range.leading_zeros()).wrapping_sub(1),
+        }
+    }
+
+    /// Draws of 32-bit values (`gen_range` on `u32`: one `next_u32` an attempt).
+    fn u32(low: u32, high: u32) -> Draw {
+        assert!(low <= high, "a range of one value at least");
+        let range = high - low + 1;
+        assert!(range != 0, "the whole 32-bit range is not drawn here");
+        Draw {
+            low: low.into(),
+            range: range.into(),
+            zone: (range << range.leading_zeros()).wrapping_sub(1).into(),
+        }
+    }
+
+    fn sample_u64(&self, rng: &mut SmallRng) -> u64 {
+        loop {
+            let wide = u128::from(rng.next_u64()) * u128::from(self.range);
+            if wide as u64 <= self.zone {
+                return self.low + (wide >> 64) as u64;
+            }
+        }
+    }
+
+    fn sample_u32(&self, rng: &mut SmallRng) -> u32 {
+        loop {
+            let wide = u64::from(rng.next_u32()) * self.range;
+            if wide as u32 as u64 <= self.zone {
+                return (self.low + (wide >> 32)) as u32;
+            }
+        }
+    }
+}
+
 struct Thread {
     rng: SmallRng,
     base: u64,
     updates: u64,
-    ops: VecDeque<Op>,
+    /// The operations of the update being handed out (made whole, then read in order: a
+    /// vector reused from update to update, where a deque pushed and popped each one).
+    ops: Vec<Op>,
+    /// How many of `ops` were handed out.
+    taken: usize,
     next_node: u64,
     bound: bool,
+    /// A line of the index half (`gen_range(0..region / 128)`) and a gap's length.
+    index_line: Draw,
+    gap: Draw,
 }
 
 /// The generator: each thread's operations are made an update at a time, never stored whole.
@@ -123,15 +184,19 @@ pub struct KernelWorkload {
 impl KernelWorkload {
     pub fn new(cfg: &KernelConfig) -> Result<KernelWorkload> {
         cfg.validate()?;
+        let mean = cfg.gap_instructions;
         let threads = (0..u64::from(cfg.threads))
             .map(|t| Thread {
                 rng: SmallRng::seed_from_u64(cfg.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ t),
                 // Regions are disjoint and far apart: threads share no line.
                 base: (t + 1) << 40,
                 updates: 0,
-                ops: VecDeque::new(),
+                ops: Vec::new(),
+                taken: 0,
                 next_node: 0,
                 bound: false,
+                index_line: Draw::u64(0, cfg.region_bytes / 2 / 64 - 1),
+                gap: Draw::u32(mean.div_ceil(2), mean + mean / 2),
             })
             .collect();
         Ok(KernelWorkload { cfg: *cfg, threads })
@@ -139,13 +204,16 @@ impl KernelWorkload {
 }
 
 impl Thread {
-    fn line(&mut self, region: u64) -> u64 {
-        self.base + (self.rng.gen_range(0..region / 64) * 64)
+    /// A line of the index (the region's lower half): every caller draws from that half.
+    fn line(&mut self, half: u64) -> u64 {
+        debug_assert_eq!(half / 64 - 1, self.index_line.range - 1);
+        self.base + self.index_line.sample_u64(&mut self.rng) * 64
     }
 
     fn gap(&mut self, mean: u32) {
-        let g = self.rng.gen_range(mean.div_ceil(2)..=mean + mean / 2);
-        self.ops.push_back(Op::Gap(g));
+        let g = self.gap.sample_u32(&mut self.rng);
+        debug_assert!(mean.div_ceil(2) <= g && g <= mean + mean / 2);
+        self.ops.push(Op::Gap(g));
     }
 
     /// A fresh node from the region's upper half (the lower half is the index).
@@ -156,14 +224,14 @@ impl Thread {
 
     fn load(&mut self, a: u64, gap: u32) {
         self.gap(gap);
-        self.ops.push_back(Op::Load(a));
+        self.ops.push(Op::Load(a));
     }
 
     /// A persistent store: store, flush, (the fence comes per update).
     fn store(&mut self, a: u64, gap: u32) {
         self.gap(gap);
-        self.ops.push_back(Op::Store(a));
-        self.ops.push_back(Op::Flush(a));
+        self.ops.push(Op::Store(a));
+        self.ops.push(Op::Flush(a));
     }
 }
 
@@ -205,14 +273,14 @@ impl Thread {
                 }
                 self.load(log, g);
                 self.store(log, g);
-                self.ops.push_back(Op::Fence);
+                self.ops.push(Op::Fence);
                 let rec = self.line(index);
                 self.load(rec, g);
                 self.load(rec + 64, g);
                 self.store(rec, g);
             }
         }
-        self.ops.push_back(Op::Fence);
+        self.ops.push(Op::Fence);
     }
 
     fn kv(&mut self, cfg: &KernelConfig) {
@@ -240,23 +308,39 @@ impl Workload for KernelWorkload {
     fn next(&mut self, thread: usize) -> Result<Option<Op>> {
         let cfg = self.cfg;
         let th = &mut self.threads[thread];
-        if !th.bound {
-            th.bound = true;
-            return Ok(Some(Op::Bind {
-                addr: th.base,
-                len: cfg.region_bytes,
-            }));
-        }
-        if th.ops.is_empty() && th.updates < cfg.updates_per_thread {
-            th.update(&cfg);
-            th.updates += 1;
-            if th.updates.is_multiple_of(cfg.commit_every) || th.updates == cfg.updates_per_thread {
-                th.ops.push_back(Op::Commit {
+        if th.taken == th.ops.len() {
+            if !th.bound {
+                th.bound = true;
+                return Ok(Some(Op::Bind {
                     addr: th.base,
                     len: cfg.region_bytes,
-                });
+                }));
             }
+            if th.updates == cfg.updates_per_thread {
+                return Ok(None);
+            }
+            th.refill(&cfg);
         }
-        Ok(th.ops.pop_front())
+        let op = th.ops[th.taken];
+        th.taken += 1;
+        Ok(Some(op))
+    }
+}
+
+impl Thread {
+    /// The next update's operations, with the commit that follows it when one is due.
+    fn refill(&mut self, cfg: &KernelConfig) {
+        assert!(self.updates < cfg.updates_per_thread, "an update is left");
+        self.ops.clear();
+        self.taken = 0;
+        self.update(cfg);
+        self.updates += 1;
+        if self.updates.is_multiple_of(cfg.commit_every) || self.updates == cfg.updates_per_thread {
+            self.ops.push(Op::Commit {
+                addr: self.base,
+                len: cfg.region_bytes,
+            });
+        }
+        assert!(!self.ops.is_empty(), "an update has operations");
     }
 }
