@@ -59,11 +59,8 @@ impl Cache {
 
     /// The slot holding `line`, if any.
     fn position(&self, line: u64) -> Option<usize> {
-        let key = line + 1;
         let set = self.set(line);
-        let at = self.tags[set.clone()]
-            .iter()
-            .position(|&t| t & !DIRTY == key)?;
+        let at = scan(&self.tags[set.clone()], line + 1)?;
         Some(set.start + at)
     }
 
@@ -79,9 +76,8 @@ impl Cache {
     /// pushed out if it was dirty (its data stays in the map, for the caller to move).
     fn insert(&mut self, line: u64, dirty: bool) -> Option<u64> {
         let set = self.set(line);
-        let last = self.tags[set.end - 1];
-        self.tags[set.clone()].rotate_right(1);
-        self.tags[set.start] = (line + 1) | if dirty { DIRTY } else { 0 };
+        let tag = (line + 1) | if dirty { DIRTY } else { 0 };
+        let last = push_front(&mut self.tags[set], tag);
         (last & DIRTY != 0).then(|| (last & !DIRTY) - 1)
     }
 
@@ -116,6 +112,56 @@ impl Cache {
     fn clean(&mut self, line: u64) -> bool {
         self.position(line).is_some_and(|slot| self.clean_at(slot))
     }
+}
+
+/// The way of `set` holding `key` (a line + 1), dirty or not. Table II's sets (4, 8 and 16
+/// ways) are scanned at a width known to the compiler, unrolled: a scan is most of a
+/// request's host instructions, and most scans miss, reading every way.
+fn scan(set: &[u64], key: u64) -> Option<usize> {
+    debug_assert!(key & DIRTY == 0, "a key is a line + 1, below the dirty bit");
+    match set.len() {
+        4 => scan_n::<4>(set, key),
+        8 => scan_n::<8>(set, key),
+        16 => scan_n::<16>(set, key),
+        _ => set.iter().position(|&t| same_line(t, key)),
+    }
+}
+
+#[inline(always)]
+fn scan_n<const N: usize>(set: &[u64], key: u64) -> Option<usize> {
+    let set: &[u64; N] = set.try_into().expect("a set of N ways");
+    set.iter().position(|&t| same_line(t, key))
+}
+
+/// Whether the way `tag` holds `key`: equal but for the dirty bit (shifted out).
+#[inline(always)]
+fn same_line(tag: u64, key: u64) -> bool {
+    (tag ^ key) << 1 == 0
+}
+
+/// Shift `set`'s ways one back, `tag` in front; returns the way shifted out. At Table II's
+/// widths the move is a few register copies instead of a call to memmove.
+fn push_front(set: &mut [u64], tag: u64) -> u64 {
+    match set.len() {
+        4 => push_front_n::<4>(set, tag),
+        8 => push_front_n::<8>(set, tag),
+        16 => push_front_n::<16>(set, tag),
+        _ => {
+            let last = set[set.len() - 1];
+            set.rotate_right(1);
+            set[0] = tag;
+            last
+        }
+    }
+}
+
+#[inline(always)]
+fn push_front_n<const N: usize>(set: &mut [u64], tag: u64) -> u64 {
+    let set: &mut [u64; N] = set.try_into().expect("a set of N ways");
+    let last = set[N - 1];
+    set.copy_within(0..N - 1, 1);
+    set[0] = tag;
+    last
 }
 
 /// The dirty map's holder of L3's copies (cores are numbered below 1024).
