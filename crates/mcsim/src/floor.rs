@@ -34,20 +34,45 @@ impl Floor {
     }
 }
 
+/// A thread's operations taken from the workload a batch at a time (one call per update
+/// of a kernel instead of one per operation), and its stores so far.
+#[derive(Default)]
+struct Lane {
+    ops: Vec<Op>,
+    taken: usize,
+    stores: u64,
+}
+
+impl Lane {
+    /// Thread `c`'s next operation, or None at its end.
+    #[inline]
+    fn take(&mut self, work: &mut dyn Workload, c: usize) -> Result<Option<Op>> {
+        if self.taken == self.ops.len() {
+            if !work.next_batch(c, &mut self.ops)? {
+                return Ok(None);
+            }
+            self.taken = 0;
+        }
+        let op = self.ops[self.taken];
+        self.taken += 1;
+        Ok(Some(op))
+    }
+}
+
 /// Generate `work`'s operations and filter them through `cfg`'s caches, with no timing.
 pub fn floor(cfg: &Config, work: &mut dyn Workload) -> Result<Floor> {
     crate::sim::check_threads(cfg, work)?;
     let mut caches = Hierarchy::new(cfg);
     let shift = cfg.line_bytes.trailing_zeros();
     let threads = work.threads();
-    let mut stores = vec![0u64; threads];
+    let mut lanes: Vec<Lane> = (0..threads).map(|_| Lane::default()).collect();
     let mut live: Vec<usize> = (0..threads).collect();
     let mut f = Floor::default();
     while !live.is_empty() {
         let mut i = 0;
         while i < live.len() {
             let c = live[i];
-            let Some(op) = work.next(c)? else {
+            let Some(op) = lanes[c].take(work, c)? else {
                 live.remove(i);
                 continue;
             };
@@ -57,8 +82,8 @@ pub fn floor(cfg: &Config, work: &mut dyn Workload) -> Result<Floor> {
                     let version = match op {
                         // The timed run's store data: the core and its store count.
                         Op::Store(_) => {
-                            stores[c] += 1;
-                            ((c as u64 + 1) << 40) | stores[c]
+                            lanes[c].stores += 1;
+                            ((c as u64 + 1) << 40) | lanes[c].stores
                         }
                         _ => 0,
                     };

@@ -325,6 +325,30 @@ impl Workload for KernelWorkload {
         th.taken += 1;
         Ok(Some(op))
     }
+
+    /// What is left of the update being handed out, or the next update whole: its vector is
+    /// swapped with the caller's, not copied.
+    fn next_batch(&mut self, thread: usize, ops: &mut Vec<Op>) -> Result<bool> {
+        let th = &mut self.threads[thread];
+        ops.clear();
+        if th.taken < th.ops.len() {
+            // An update partly handed out by `next`: the rest of it.
+            ops.extend_from_slice(&th.ops[th.taken..]);
+            th.taken = th.ops.len();
+            return Ok(true);
+        }
+        if !th.bound || th.updates == self.cfg.updates_per_thread {
+            // The thread's first operation (its region's binding), or its end.
+            ops.extend(self.next(thread)?);
+            return Ok(!ops.is_empty());
+        }
+        th.refill(&self.cfg);
+        std::mem::swap(&mut th.ops, ops);
+        th.ops.clear();
+        th.taken = 0;
+        assert!(!ops.is_empty(), "an update has operations");
+        Ok(true)
+    }
 }
 
 impl Thread {
