@@ -159,20 +159,26 @@ impl Draw {
     }
 }
 
-struct Thread {
+/// What makes a thread's addresses and gaps: its random stream and where its next node is.
+#[derive(Clone)]
+struct Gen {
     rng: SmallRng,
     base: u64,
+    next_node: u64,
+    /// A line of the index half (`gen_range(0..region / 128)`) and a gap's length.
+    index_line: Draw,
+    gap: Draw,
+}
+
+struct Thread {
+    gen: Gen,
     updates: u64,
     /// The operations of the update being handed out (made whole, then read in order: a
     /// vector reused from update to update, where a deque pushed and popped each one).
     ops: Vec<Op>,
     /// How many of `ops` were handed out.
     taken: usize,
-    next_node: u64,
     bound: bool,
-    /// A line of the index half (`gen_range(0..region / 128)`) and a gap's length.
-    index_line: Draw,
-    gap: Draw,
 }
 
 /// The generator: each thread's operations are made an update at a time, never stored whole.
@@ -187,115 +193,124 @@ impl KernelWorkload {
         let mean = cfg.gap_instructions;
         let threads = (0..u64::from(cfg.threads))
             .map(|t| Thread {
-                rng: SmallRng::seed_from_u64(cfg.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ t),
-                // Regions are disjoint and far apart: threads share no line.
-                base: (t + 1) << 40,
+                gen: Gen {
+                    rng: SmallRng::seed_from_u64(cfg.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ t),
+                    // Regions are disjoint and far apart: threads share no line.
+                    base: (t + 1) << 40,
+                    next_node: 0,
+                    index_line: Draw::u64(0, cfg.region_bytes / 2 / 64 - 1),
+                    gap: Draw::u32(mean.div_ceil(2), mean + mean / 2),
+                },
                 updates: 0,
                 ops: Vec::new(),
                 taken: 0,
-                next_node: 0,
                 bound: false,
-                index_line: Draw::u64(0, cfg.region_bytes / 2 / 64 - 1),
-                gap: Draw::u32(mean.div_ceil(2), mean + mean / 2),
             })
             .collect();
         Ok(KernelWorkload { cfg: *cfg, threads })
     }
 }
 
-impl Thread {
+impl Gen {
     /// A line of the index (the region's lower half): every caller draws from that half.
+    #[inline(always)]
     fn line(&mut self, half: u64) -> u64 {
         debug_assert_eq!(half / 64 - 1, self.index_line.range - 1);
         self.base + self.index_line.sample_u64(&mut self.rng) * 64
     }
 
-    fn gap(&mut self, mean: u32) {
+    #[inline(always)]
+    fn gap(&mut self, ops: &mut Vec<Op>, mean: u32) {
         let g = self.gap.sample_u32(&mut self.rng);
         debug_assert!(mean.div_ceil(2) <= g && g <= mean + mean / 2);
-        self.ops.push(Op::Gap(g));
+        ops.push(Op::Gap(g));
     }
 
     /// A fresh node from the region's upper half (the lower half is the index).
+    #[inline(always)]
     fn node(&mut self, region: u64) -> u64 {
         self.next_node = (self.next_node + 64) % (region / 2);
         self.base + region / 2 + self.next_node
     }
 
-    fn load(&mut self, a: u64, gap: u32) {
-        self.gap(gap);
-        self.ops.push(Op::Load(a));
+    #[inline(always)]
+    fn load(&mut self, ops: &mut Vec<Op>, a: u64, gap: u32) {
+        self.gap(ops, gap);
+        ops.push(Op::Load(a));
     }
 
     /// A persistent store: store, flush, (the fence comes per update).
-    fn store(&mut self, a: u64, gap: u32) {
-        self.gap(gap);
-        self.ops.push(Op::Store(a));
-        self.ops.push(Op::Flush(a));
+    #[inline(always)]
+    fn store(&mut self, ops: &mut Vec<Op>, a: u64, gap: u32) {
+        self.gap(ops, gap);
+        ops.push(Op::Store(a));
+        ops.push(Op::Flush(a));
     }
 }
 
-impl Thread {
-    fn update(&mut self, cfg: &KernelConfig) {
+impl Gen {
+    #[inline(always)]
+    fn update(&mut self, ops: &mut Vec<Op>, cfg: &KernelConfig) {
         let (r, g) = (cfg.region_bytes, cfg.gap_instructions);
         let index = r / 2;
         match cfg.kernel {
             Kernel::Hashmap => {
                 let bucket = self.line(index);
-                self.load(bucket, g);
+                self.load(ops, bucket, g);
                 for _ in 0..3 {
                     let n = self.line(index);
-                    self.load(n, g);
+                    self.load(ops, n, g);
                 }
                 let node = self.node(r);
-                self.store(node, g);
-                self.store(bucket, g);
+                self.store(ops, node, g);
+                self.store(ops, bucket, g);
             }
             Kernel::Btree => {
                 for _ in 0..4 {
                     let n = self.line(index);
-                    self.load(n, g);
+                    self.load(ops, n, g);
                 }
                 let leaf = self.line(index);
-                self.store(leaf, g);
-                self.store(leaf + 64, g);
+                self.store(ops, leaf, g);
+                self.store(ops, leaf + 64, g);
                 if self.rng.gen_ratio(1, 4) {
                     let parent = self.line(index);
-                    self.store(parent, g);
+                    self.store(ops, parent, g);
                 }
             }
-            Kernel::Kv => self.kv(cfg),
+            Kernel::Kv => self.kv(ops, cfg),
             Kernel::Tx => {
                 let log = self.node(r);
                 for _ in 0..2 {
                     let rec = self.line(index);
-                    self.load(rec, g);
+                    self.load(ops, rec, g);
                 }
-                self.load(log, g);
-                self.store(log, g);
-                self.ops.push(Op::Fence);
+                self.load(ops, log, g);
+                self.store(ops, log, g);
+                ops.push(Op::Fence);
                 let rec = self.line(index);
-                self.load(rec, g);
-                self.load(rec + 64, g);
-                self.store(rec, g);
+                self.load(ops, rec, g);
+                self.load(ops, rec + 64, g);
+                self.store(ops, rec, g);
             }
         }
-        self.ops.push(Op::Fence);
+        ops.push(Op::Fence);
     }
 
-    fn kv(&mut self, cfg: &KernelConfig) {
+    #[inline(always)]
+    fn kv(&mut self, ops: &mut Vec<Op>, cfg: &KernelConfig) {
         let (r, g) = (cfg.region_bytes, cfg.gap_instructions);
         let slot = self.line(r / 2);
-        self.load(slot, g);
-        self.load(slot + 64, g);
+        self.load(ops, slot, g);
+        self.load(ops, slot + 64, g);
         if self.rng.gen_bool(0.5) {
             let value = self.line(r / 2);
-            self.load(value, g);
+            self.load(ops, value, g);
         } else {
             let value = self.node(r);
-            self.load(slot + 128, g);
-            self.store(value, g);
-            self.store(slot, g);
+            self.load(ops, slot + 128, g);
+            self.store(ops, value, g);
+            self.store(ops, slot, g);
         }
     }
 }
@@ -312,7 +327,7 @@ impl Workload for KernelWorkload {
             if !th.bound {
                 th.bound = true;
                 return Ok(Some(Op::Bind {
-                    addr: th.base,
+                    addr: th.gen.base,
                     len: cfg.region_bytes,
                 }));
             }
@@ -359,11 +374,15 @@ impl Thread {
         assert!(self.updates < cfg.updates_per_thread, "an update is left");
         self.ops.clear();
         self.taken = 0;
-        self.update(cfg);
+        // The generator's state worked on in a local copy: stores to the vector cannot reach
+        // it, so the random stream's state stays in registers through the update.
+        let mut gen = self.gen.clone();
+        gen.update(&mut self.ops, cfg);
+        self.gen = gen;
         self.updates += 1;
         if self.updates.is_multiple_of(cfg.commit_every) || self.updates == cfg.updates_per_thread {
             self.ops.push(Op::Commit {
-                addr: self.base,
+                addr: self.gen.base,
                 len: cfg.region_bytes,
             });
         }
