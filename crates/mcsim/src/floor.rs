@@ -92,7 +92,14 @@ pub fn floor(cfg: &Config, work: &mut dyn Workload) -> Result<Floor> {
                     caches.writebacks.clear();
                 }
                 Op::Flush(a) => f.writes += u64::from(caches.flush(c, a >> shift).is_some()),
-                Op::Gap(_) | Op::Fence | Op::Commit { .. } | Op::Bind { .. } => {}
+                Op::Gap(_) => {
+                    // A thread's access follows its gap, and comes a round of turns from
+                    // now: its sets are asked for now, so that they are at hand then.
+                    if let Some(&(Op::Load(a) | Op::Store(a))) = lanes[c].ops.get(lanes[c].taken) {
+                        caches.prefetch(c, a >> shift);
+                    }
+                }
+                Op::Fence | Op::Commit { .. } | Op::Bind { .. } => {}
             }
             i += 1;
         }
