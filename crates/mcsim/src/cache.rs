@@ -63,12 +63,14 @@ impl Cache {
         }
     }
 
+    #[inline(always)]
     fn set(&self, line: u64) -> std::ops::Range<usize> {
         let base = self.first + (line & self.set_mask) as usize * self.ways;
         base..base + self.ways
     }
 
     /// The slot holding `line`, if any.
+    #[inline(always)]
     fn position(&self, line: u64) -> Option<usize> {
         let set = self.set(line);
         let at = scan(&self.tags[set.clone()], line + 1)?;
@@ -76,6 +78,7 @@ impl Cache {
     }
 
     /// The slot holding `line`, made most recently used (moved to the set's front).
+    #[inline(always)]
     fn find(&mut self, line: u64) -> Option<usize> {
         let at = self.position(line)?;
         let start = self.set(line).start;
@@ -85,6 +88,7 @@ impl Cache {
 
     /// Put `line` in (it must be absent) at the front, dirty or not; returns the line
     /// pushed out if it was dirty (its data stays in the map, for the caller to move).
+    #[inline(always)]
     fn insert(&mut self, line: u64, dirty: bool) -> Option<u64> {
         let set = self.set(line);
         let tag = (line + 1) | if dirty { DIRTY } else { 0 };
@@ -93,6 +97,7 @@ impl Cache {
     }
 
     /// Make `line` dirty here, inserting it if absent; returns a dirty victim, if any.
+    #[inline(always)]
     fn put_dirty(&mut self, line: u64) -> Option<u64> {
         match self.find(line) {
             Some(slot) => {
@@ -103,6 +108,7 @@ impl Cache {
         }
     }
 
+    #[inline(always)]
     fn contains(&self, line: u64) -> bool {
         self.position(line).is_some()
     }
@@ -113,6 +119,7 @@ impl Cache {
     }
 
     /// Clear the dirty bit of the way in `slot`; whether it was set.
+    #[inline(always)]
     fn clean_at(&mut self, slot: usize) -> bool {
         let was = self.tags[slot] & DIRTY != 0;
         self.tags[slot] &= !DIRTY;
@@ -120,6 +127,7 @@ impl Cache {
     }
 
     /// Clear `line`'s dirty bit here (it stays, clean); whether it was dirty here.
+    #[inline(always)]
     fn clean(&mut self, line: u64) -> bool {
         self.position(line).is_some_and(|slot| self.clean_at(slot))
     }
@@ -128,6 +136,7 @@ impl Cache {
 /// The way of `set` holding `key` (a line + 1), dirty or not. Table II's sets (4, 8 and 16
 /// ways) are scanned at a width known to the compiler, unrolled: a scan is most of a
 /// request's host instructions, and most scans miss, reading every way.
+#[inline(always)]
 fn scan(set: &[u64], key: u64) -> Option<usize> {
     debug_assert!(key & DIRTY == 0, "a key is a line + 1, below the dirty bit");
     match set.len() {
@@ -152,6 +161,7 @@ fn same_line(tag: u64, key: u64) -> bool {
 
 /// Shift `set`'s ways one back, `tag` in front; returns the way shifted out. At Table II's
 /// widths the move is a few register copies instead of a call to memmove.
+#[inline(always)]
 fn push_front(set: &mut [u64], tag: u64) -> u64 {
     match set.len() {
         4 => push_front_n::<4>(set, tag),
