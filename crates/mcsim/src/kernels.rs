@@ -401,7 +401,10 @@ mod tests {
         for _ in 0..200 {
             let seed = pick.next_u64();
             let (lo, hi) = (pick.gen_range(0..1000u64), pick.gen_range(0..1u64 << 40));
-            let (a, b) = (&mut SmallRng::seed_from_u64(seed), &mut SmallRng::seed_from_u64(seed));
+            let (a, b) = (
+                &mut SmallRng::seed_from_u64(seed),
+                &mut SmallRng::seed_from_u64(seed),
+            );
             let (d64, d32) = (Draw::u64(lo, lo + hi), Draw::u32(lo as u32, lo as u32 + 37));
             for _ in 0..500 {
                 assert_eq!(d64.sample_u64(a), b.gen_range(lo..=lo + hi));
