@@ -173,6 +173,9 @@ struct Gen {
 struct Thread {
     gen: Gen,
     updates: u64,
+    /// Updates since the last commit due by `commit_every` (a count kept, not a division
+    /// per update).
+    since_commit: u64,
     /// The operations of the update being handed out (made whole, then read in order: a
     /// vector reused from update to update, where a deque pushed and popped each one).
     ops: Vec<Op>,
@@ -202,6 +205,7 @@ impl KernelWorkload {
                     gap: Draw::u32(mean.div_ceil(2), mean + mean / 2),
                 },
                 updates: 0,
+                since_commit: 0,
                 ops: Vec::new(),
                 taken: 0,
                 bound: false,
@@ -229,7 +233,9 @@ impl Gen {
     /// A fresh node from the region's upper half (the lower half is the index).
     #[inline(always)]
     fn node(&mut self, region: u64) -> u64 {
-        self.next_node = (self.next_node + 64) % (region / 2);
+        // The region is a power of two (validated): a mask, not a division per node.
+        debug_assert!(region.is_power_of_two());
+        self.next_node = (self.next_node + 64) & (region / 2 - 1);
         self.base + region / 2 + self.next_node
     }
 
@@ -380,7 +386,13 @@ impl Thread {
         gen.update(&mut self.ops, cfg);
         self.gen = gen;
         self.updates += 1;
-        if self.updates.is_multiple_of(cfg.commit_every) || self.updates == cfg.updates_per_thread {
+        self.since_commit += 1;
+        let due = self.since_commit == cfg.commit_every;
+        if due {
+            self.since_commit = 0;
+        }
+        debug_assert_eq!(due, self.updates.is_multiple_of(cfg.commit_every));
+        if due || self.updates == cfg.updates_per_thread {
             self.ops.push(Op::Commit {
                 addr: self.gen.base,
                 len: cfg.region_bytes,
