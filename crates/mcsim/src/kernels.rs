@@ -406,6 +406,47 @@ impl Thread {
 mod tests {
     use super::*;
 
+    /// `next_batch` hands out `next`'s stream, for every kernel, also when the two are mixed.
+    #[test]
+    fn batches_are_the_stream_of_next() {
+        for kernel in Kernel::ALL {
+            let kc = KernelConfig {
+                kernel,
+                threads: 2,
+                updates_per_thread: 50,
+                commit_every: 3,
+                ..KernelConfig::default()
+            };
+            let (mut one, mut batched) = (
+                KernelWorkload::new(&kc).unwrap(),
+                KernelWorkload::new(&kc).unwrap(),
+            );
+            for t in 0..2 {
+                let mut want = Vec::new();
+                while let Some(op) = one.next(t).unwrap() {
+                    want.push(op);
+                }
+                let (mut got, mut buf) = (Vec::new(), Vec::new());
+                // Every third call takes one operation, mid-update too.
+                for call in 0.. {
+                    if call % 3 == 2 {
+                        match batched.next(t).unwrap() {
+                            Some(op) => got.push(op),
+                            None => break,
+                        }
+                    } else if batched.next_batch(t, &mut buf).unwrap() {
+                        assert!(!buf.is_empty());
+                        got.extend_from_slice(&buf);
+                    } else {
+                        break;
+                    }
+                }
+                assert_eq!(got, want, "{kernel:?} thread {t}");
+                assert!(!batched.next_batch(t, &mut buf).unwrap() && buf.is_empty());
+            }
+        }
+    }
+
     /// `Draw` gives `gen_range`'s values from the same stream: the workloads depend on it.
     #[test]
     fn draws_are_gen_ranges() {
