@@ -78,10 +78,14 @@ impl Cache {
     /// The slot holding `line`, made most recently used (moved to the set's front).
     #[inline(always)]
     fn find(&mut self, line: u64) -> Option<usize> {
-        let at = self.position(line)?;
-        let start = self.set(line).start;
-        self.tags[start..=at].rotate_right(1);
-        Some(start)
+        // The set computed once (the compiler cannot reuse it across the scan: the tags'
+        // buffer might, for all it knows, hold this struct's fields).
+        let set = self.set(line);
+        let at = scan(&self.tags[set.clone()], line + 1)?;
+        if at > 0 {
+            self.tags[set.start..=set.start + at].rotate_right(1);
+        }
+        Some(set.start)
     }
 
     /// Put `line` in (it must be absent) at the front, dirty or not; returns the line
