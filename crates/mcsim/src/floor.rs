@@ -34,41 +34,85 @@ impl Floor {
     }
 }
 
+/// A thread's operations taken from the workload a batch at a time (one call per update
+/// of a kernel instead of one per operation), and its stores so far.
+struct Lane {
+    core: usize,
+    ops: Vec<Op>,
+    taken: usize,
+    stores: u64,
+}
+
+impl Lane {
+    /// The thread's next operation, or None at its end.
+    #[inline]
+    fn take(&mut self, work: &mut dyn Workload) -> Result<Option<Op>> {
+        if self.taken == self.ops.len() {
+            if !work.next_batch(self.core, &mut self.ops)? {
+                return Ok(None);
+            }
+            self.taken = 0;
+        }
+        let op = self.ops[self.taken];
+        self.taken += 1;
+        Ok(Some(op))
+    }
+
+    /// The thread's turn with `op`: its access or flush, or, on a gap, a prefetch of the sets
+    /// its next access will scan (that access comes a round of turns from now).
+    #[inline]
+    fn turn(&mut self, op: Op, caches: &mut Hierarchy, shift: u32, f: &mut Floor) {
+        let c = self.core;
+        match op {
+            Op::Load(a) | Op::Store(a) => {
+                let version = match op {
+                    // The timed run's store data: the core and its store count.
+                    Op::Store(_) => {
+                        self.stores += 1;
+                        ((c as u64 + 1) << 40) | self.stores
+                    }
+                    _ => 0,
+                };
+                f.reads += u64::from(caches.access(c, a >> shift, version) == Served::Memory);
+                f.writes += caches.writebacks.len() as u64;
+                caches.writebacks.clear();
+            }
+            Op::Flush(a) => f.writes += u64::from(caches.flush(c, a >> shift).is_some()),
+            Op::Gap(_) => {
+                if let Some(&(Op::Load(a) | Op::Store(a))) = self.ops.get(self.taken) {
+                    caches.prefetch(c, a >> shift);
+                }
+            }
+            Op::Fence | Op::Commit { .. } | Op::Bind { .. } => {}
+        }
+    }
+}
+
 /// Generate `work`'s operations and filter them through `cfg`'s caches, with no timing.
 pub fn floor(cfg: &Config, work: &mut dyn Workload) -> Result<Floor> {
     crate::sim::check_threads(cfg, work)?;
     let mut caches = Hierarchy::new(cfg);
     let shift = cfg.line_bytes.trailing_zeros();
-    let threads = work.threads();
-    let mut stores = vec![0u64; threads];
-    let mut live: Vec<usize> = (0..threads).collect();
+    // The live threads' lanes, in core order (a finished thread's lane leaves).
+    let mut lanes: Vec<Lane> = (0..work.threads())
+        .map(|core| Lane {
+            core,
+            ops: Vec::new(),
+            taken: 0,
+            stores: 0,
+        })
+        .collect();
     let mut f = Floor::default();
-    while !live.is_empty() {
+    while !lanes.is_empty() {
         let mut i = 0;
-        while i < live.len() {
-            let c = live[i];
-            let Some(op) = work.next(c)? else {
-                live.remove(i);
+        while i < lanes.len() {
+            let lane = &mut lanes[i];
+            let Some(op) = lane.take(work)? else {
+                lanes.remove(i);
                 continue;
             };
             f.ops += 1;
-            match op {
-                Op::Load(a) | Op::Store(a) => {
-                    let version = match op {
-                        // The timed run's store data: the core and its store count.
-                        Op::Store(_) => {
-                            stores[c] += 1;
-                            ((c as u64 + 1) << 40) | stores[c]
-                        }
-                        _ => 0,
-                    };
-                    f.reads += u64::from(caches.access(c, a >> shift, version) == Served::Memory);
-                    f.writes += caches.writebacks.len() as u64;
-                    caches.writebacks.clear();
-                }
-                Op::Flush(a) => f.writes += u64::from(caches.flush(c, a >> shift).is_some()),
-                Op::Gap(_) | Op::Fence | Op::Commit { .. } | Op::Bind { .. } => {}
-            }
+            lane.turn(op, &mut caches, shift, &mut f);
             i += 1;
         }
     }

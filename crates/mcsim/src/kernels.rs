@@ -6,8 +6,7 @@
 use crate::trace::{Op, Workload};
 use nvstack_core::error::{Error, Result};
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-use std::collections::VecDeque;
+use rand::{Rng, RngCore, SeedableRng};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -105,12 +104,83 @@ impl KernelConfig {
     }
 }
 
-struct Thread {
+/// `rng.gen_range(low..=high)` of rand 0.8 for one fixed range, its setup done once: the same
+/// draws from the same stream (the `UniformInt::sample_single_inclusive` algorithm: the
+/// widening multiply and the approximate rejection zone), so the workload stays the same
+/// while a draw costs one multiply and a compare. A test checks it against `gen_range`.
+#[derive(Clone, Copy, Debug)]
+struct Draw {
+    low: u64,
+    range: u64,
+    zone: u64,
+}
+
+impl Draw {
+    /// Draws of 64-bit values (`gen_range` on `u64`: one `next_u64` an attempt).
+    fn u64(low: u64, high: u64) -> Draw {
+        assert!(low <= high, "a range of one value at least");
+        let range = high - low + 1;
+        assert!(range != 0, "the whole 64-bit range is not drawn here");
+        Draw {
+            low,
+            range,
+            zone: (range << range.leading_zeros()).wrapping_sub(1),
+        }
+    }
+
+    /// Draws of 32-bit values (`gen_range` on `u32`: one `next_u32` an attempt).
+    fn u32(low: u32, high: u32) -> Draw {
+        assert!(low <= high, "a range of one value at least");
+        let range = high - low + 1;
+        assert!(range != 0, "the whole 32-bit range is not drawn here");
+        Draw {
+            low: low.into(),
+            range: range.into(),
+            zone: (range << range.leading_zeros()).wrapping_sub(1).into(),
+        }
+    }
+
+    fn sample_u64(&self, rng: &mut SmallRng) -> u64 {
+        loop {
+            let wide = u128::from(rng.next_u64()) * u128::from(self.range);
+            if wide as u64 <= self.zone {
+                return self.low + (wide >> 64) as u64;
+            }
+        }
+    }
+
+    fn sample_u32(&self, rng: &mut SmallRng) -> u32 {
+        loop {
+            let wide = u64::from(rng.next_u32()) * self.range;
+            if wide as u32 as u64 <= self.zone {
+                return (self.low + (wide >> 32)) as u32;
+            }
+        }
+    }
+}
+
+/// What makes a thread's addresses and gaps: its random stream and where its next node is.
+#[derive(Clone)]
+struct Gen {
     rng: SmallRng,
     base: u64,
-    updates: u64,
-    ops: VecDeque<Op>,
     next_node: u64,
+    /// A line of the index half (`gen_range(0..region / 128)`) and a gap's length.
+    index_line: Draw,
+    gap: Draw,
+}
+
+struct Thread {
+    gen: Gen,
+    updates: u64,
+    /// Updates since the last commit due by `commit_every` (a count kept, not a division
+    /// per update).
+    since_commit: u64,
+    /// The operations of the update being handed out (made whole, then read in order: a
+    /// vector reused from update to update, where a deque pushed and popped each one).
+    ops: Vec<Op>,
+    /// How many of `ops` were handed out.
+    taken: usize,
     bound: bool,
 }
 
@@ -123,14 +193,21 @@ pub struct KernelWorkload {
 impl KernelWorkload {
     pub fn new(cfg: &KernelConfig) -> Result<KernelWorkload> {
         cfg.validate()?;
+        let mean = cfg.gap_instructions;
         let threads = (0..u64::from(cfg.threads))
             .map(|t| Thread {
-                rng: SmallRng::seed_from_u64(cfg.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ t),
-                // Regions are disjoint and far apart: threads share no line.
-                base: (t + 1) << 40,
+                gen: Gen {
+                    rng: SmallRng::seed_from_u64(cfg.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ t),
+                    // Regions are disjoint and far apart: threads share no line.
+                    base: (t + 1) << 40,
+                    next_node: 0,
+                    index_line: Draw::u64(0, cfg.region_bytes / 2 / 64 - 1),
+                    gap: Draw::u32(mean.div_ceil(2), mean + mean / 2),
+                },
                 updates: 0,
-                ops: VecDeque::new(),
-                next_node: 0,
+                since_commit: 0,
+                ops: Vec::new(),
+                taken: 0,
                 bound: false,
             })
             .collect();
@@ -138,96 +215,108 @@ impl KernelWorkload {
     }
 }
 
-impl Thread {
-    fn line(&mut self, region: u64) -> u64 {
-        self.base + (self.rng.gen_range(0..region / 64) * 64)
+impl Gen {
+    /// A line of the index (the region's lower half): every caller draws from that half.
+    #[inline(always)]
+    fn line(&mut self, half: u64) -> u64 {
+        debug_assert_eq!(half / 64 - 1, self.index_line.range - 1);
+        self.base + self.index_line.sample_u64(&mut self.rng) * 64
     }
 
-    fn gap(&mut self, mean: u32) {
-        let g = self.rng.gen_range(mean.div_ceil(2)..=mean + mean / 2);
-        self.ops.push_back(Op::Gap(g));
+    #[inline(always)]
+    fn gap(&mut self, ops: &mut Vec<Op>, mean: u32) {
+        let g = self.gap.sample_u32(&mut self.rng);
+        debug_assert!(mean.div_ceil(2) <= g && g <= mean + mean / 2);
+        ops.push(Op::Gap(g));
     }
 
     /// A fresh node from the region's upper half (the lower half is the index).
+    #[inline(always)]
     fn node(&mut self, region: u64) -> u64 {
-        self.next_node = (self.next_node + 64) % (region / 2);
+        // The region is a power of two (validated): a mask, not a division per node.
+        debug_assert!(region.is_power_of_two());
+        self.next_node = (self.next_node + 64) & (region / 2 - 1);
         self.base + region / 2 + self.next_node
     }
 
-    fn load(&mut self, a: u64, gap: u32) {
-        self.gap(gap);
-        self.ops.push_back(Op::Load(a));
+    #[inline(always)]
+    fn load(&mut self, ops: &mut Vec<Op>, a: u64, gap: u32) {
+        self.gap(ops, gap);
+        ops.push(Op::Load(a));
     }
 
     /// A persistent store: store, flush, (the fence comes per update).
-    fn store(&mut self, a: u64, gap: u32) {
-        self.gap(gap);
-        self.ops.push_back(Op::Store(a));
-        self.ops.push_back(Op::Flush(a));
+    #[inline(always)]
+    fn store(&mut self, ops: &mut Vec<Op>, a: u64, gap: u32) {
+        self.gap(ops, gap);
+        ops.push(Op::Store(a));
+        ops.push(Op::Flush(a));
     }
 }
 
-impl Thread {
-    fn update(&mut self, cfg: &KernelConfig) {
+impl Gen {
+    #[inline(always)]
+    fn update(&mut self, ops: &mut Vec<Op>, cfg: &KernelConfig) {
         let (r, g) = (cfg.region_bytes, cfg.gap_instructions);
         let index = r / 2;
         match cfg.kernel {
             Kernel::Hashmap => {
                 let bucket = self.line(index);
-                self.load(bucket, g);
+                self.load(ops, bucket, g);
                 for _ in 0..3 {
                     let n = self.line(index);
-                    self.load(n, g);
+                    self.load(ops, n, g);
                 }
                 let node = self.node(r);
-                self.store(node, g);
-                self.store(bucket, g);
+                self.store(ops, node, g);
+                self.store(ops, bucket, g);
             }
             Kernel::Btree => {
                 for _ in 0..4 {
                     let n = self.line(index);
-                    self.load(n, g);
+                    self.load(ops, n, g);
                 }
                 let leaf = self.line(index);
-                self.store(leaf, g);
-                self.store(leaf + 64, g);
+                self.store(ops, leaf, g);
+                self.store(ops, leaf + 64, g);
                 if self.rng.gen_ratio(1, 4) {
                     let parent = self.line(index);
-                    self.store(parent, g);
+                    self.store(ops, parent, g);
                 }
             }
-            Kernel::Kv => self.kv(cfg),
+            Kernel::Kv => self.kv(ops, cfg),
             Kernel::Tx => {
                 let log = self.node(r);
                 for _ in 0..2 {
                     let rec = self.line(index);
-                    self.load(rec, g);
+                    self.load(ops, rec, g);
                 }
-                self.load(log, g);
-                self.store(log, g);
-                self.ops.push_back(Op::Fence);
+                self.load(ops, log, g);
+                self.store(ops, log, g);
+                ops.push(Op::Fence);
                 let rec = self.line(index);
-                self.load(rec, g);
-                self.load(rec + 64, g);
-                self.store(rec, g);
+                self.load(ops, rec, g);
+                self.load(ops, rec + 64, g);
+                self.store(ops, rec, g);
             }
         }
-        self.ops.push_back(Op::Fence);
+        ops.push(Op::Fence);
     }
 
-    fn kv(&mut self, cfg: &KernelConfig) {
+    #[inline(always)]
+    fn kv(&mut self, ops: &mut Vec<Op>, cfg: &KernelConfig) {
         let (r, g) = (cfg.region_bytes, cfg.gap_instructions);
         let slot = self.line(r / 2);
-        self.load(slot, g);
-        self.load(slot + 64, g);
+        self.load(ops, slot, g);
+        self.load(ops, slot + 64, g);
         if self.rng.gen_bool(0.5) {
             let value = self.line(r / 2);
-            self.load(value, g);
+            self.load(ops, value, g);
         } else {
             let value = self.node(r);
-            self.load(slot + 128, g);
-            self.store(value, g);
-            self.store(slot, g);
+            self.load(ops, slot + 128, g);
+            self.store(ops, value, g);
+            self.store(ops, slot, g);
         }
     }
 }
@@ -240,23 +329,143 @@ impl Workload for KernelWorkload {
     fn next(&mut self, thread: usize) -> Result<Option<Op>> {
         let cfg = self.cfg;
         let th = &mut self.threads[thread];
-        if !th.bound {
-            th.bound = true;
-            return Ok(Some(Op::Bind {
-                addr: th.base,
-                len: cfg.region_bytes,
-            }));
-        }
-        if th.ops.is_empty() && th.updates < cfg.updates_per_thread {
-            th.update(&cfg);
-            th.updates += 1;
-            if th.updates.is_multiple_of(cfg.commit_every) || th.updates == cfg.updates_per_thread {
-                th.ops.push_back(Op::Commit {
-                    addr: th.base,
+        if th.taken == th.ops.len() {
+            if !th.bound {
+                th.bound = true;
+                return Ok(Some(Op::Bind {
+                    addr: th.gen.base,
                     len: cfg.region_bytes,
-                });
+                }));
+            }
+            if th.updates == cfg.updates_per_thread {
+                return Ok(None);
+            }
+            th.refill(&cfg);
+        }
+        let op = th.ops[th.taken];
+        th.taken += 1;
+        Ok(Some(op))
+    }
+
+    /// What is left of the update being handed out, or the next update whole: its vector is
+    /// swapped with the caller's, not copied.
+    fn next_batch(&mut self, thread: usize, ops: &mut Vec<Op>) -> Result<bool> {
+        let th = &mut self.threads[thread];
+        ops.clear();
+        if th.taken < th.ops.len() {
+            // An update partly handed out by `next`: the rest of it.
+            ops.extend_from_slice(&th.ops[th.taken..]);
+            th.taken = th.ops.len();
+            return Ok(true);
+        }
+        if !th.bound || th.updates == self.cfg.updates_per_thread {
+            // The thread's first operation (its region's binding), or its end.
+            ops.extend(self.next(thread)?);
+            return Ok(!ops.is_empty());
+        }
+        th.refill(&self.cfg);
+        std::mem::swap(&mut th.ops, ops);
+        th.ops.clear();
+        th.taken = 0;
+        assert!(!ops.is_empty(), "an update has operations");
+        Ok(true)
+    }
+}
+
+impl Thread {
+    /// The next update's operations, with the commit that follows it when one is due. Out of
+    /// line: once in 16 operations, and `next`'s common path then saves no registers.
+    #[inline(never)]
+    fn refill(&mut self, cfg: &KernelConfig) {
+        assert!(self.updates < cfg.updates_per_thread, "an update is left");
+        self.ops.clear();
+        self.taken = 0;
+        // The generator's state worked on in a local copy: stores to the vector cannot reach
+        // it, so the random stream's state stays in registers through the update.
+        let mut gen = self.gen.clone();
+        gen.update(&mut self.ops, cfg);
+        self.gen = gen;
+        self.updates += 1;
+        self.since_commit += 1;
+        let due = self.since_commit == cfg.commit_every;
+        if due {
+            self.since_commit = 0;
+        }
+        debug_assert_eq!(due, self.updates.is_multiple_of(cfg.commit_every));
+        if due || self.updates == cfg.updates_per_thread {
+            self.ops.push(Op::Commit {
+                addr: self.gen.base,
+                len: cfg.region_bytes,
+            });
+        }
+        assert!(!self.ops.is_empty(), "an update has operations");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `next_batch` hands out `next`'s stream, for every kernel, also when the two are mixed.
+    #[test]
+    fn batches_are_the_stream_of_next() {
+        for kernel in Kernel::ALL {
+            let kc = KernelConfig {
+                kernel,
+                threads: 2,
+                updates_per_thread: 50,
+                commit_every: 3,
+                ..KernelConfig::default()
+            };
+            let (mut one, mut batched) = (
+                KernelWorkload::new(&kc).unwrap(),
+                KernelWorkload::new(&kc).unwrap(),
+            );
+            for t in 0..2 {
+                let mut want = Vec::new();
+                while let Some(op) = one.next(t).unwrap() {
+                    want.push(op);
+                }
+                let (mut got, mut buf) = (Vec::new(), Vec::new());
+                // Every third call takes one operation, mid-update too.
+                for call in 0.. {
+                    if call % 3 == 2 {
+                        match batched.next(t).unwrap() {
+                            Some(op) => got.push(op),
+                            None => break,
+                        }
+                    } else if batched.next_batch(t, &mut buf).unwrap() {
+                        assert!(!buf.is_empty());
+                        got.extend_from_slice(&buf);
+                    } else {
+                        break;
+                    }
+                }
+                assert_eq!(got, want, "{kernel:?} thread {t}");
+                assert!(!batched.next_batch(t, &mut buf).unwrap() && buf.is_empty());
             }
         }
-        Ok(th.ops.pop_front())
+    }
+
+    /// `Draw` gives `gen_range`'s values from the same stream: the workloads depend on it.
+    #[test]
+    fn draws_are_gen_ranges() {
+        let mut pick = SmallRng::seed_from_u64(7);
+        for _ in 0..200 {
+            let seed = pick.next_u64();
+            let (lo, hi) = (pick.gen_range(0..1000u64), pick.gen_range(0..1u64 << 40));
+            let (a, b) = (
+                &mut SmallRng::seed_from_u64(seed),
+                &mut SmallRng::seed_from_u64(seed),
+            );
+            let (d64, d32) = (Draw::u64(lo, lo + hi), Draw::u32(lo as u32, lo as u32 + 37));
+            for _ in 0..500 {
+                assert_eq!(d64.sample_u64(a), b.gen_range(lo..=lo + hi));
+                assert_eq!(d32.sample_u32(a), b.gen_range(lo as u32..=lo as u32 + 37));
+            }
+            let d = Draw::u32(1 + lo as u32 % 20, 2 + lo as u32 % 20 * 3);
+            let range = (d.low as u32)..=(d.low + d.range - 1) as u32;
+            assert_eq!(d.sample_u32(a), b.gen_range(range));
+        }
     }
 }

@@ -33,6 +33,15 @@ pub trait Workload {
     fn threads(&self) -> usize;
     /// The thread's next operation, or None at its end.
     fn next(&mut self, thread: usize) -> Result<Option<Op>>;
+
+    /// The thread's next operations, one or more, in `ops` (cleared first); false at the
+    /// thread's end. For a caller taking many (the floor): a generator hands out what it
+    /// made together, saving a call per operation. The same stream as `next`'s.
+    fn next_batch(&mut self, thread: usize, ops: &mut Vec<Op>) -> Result<bool> {
+        ops.clear();
+        ops.extend(self.next(thread)?);
+        Ok(!ops.is_empty())
+    }
 }
 
 /// Operations held in memory (tests and small traces).
