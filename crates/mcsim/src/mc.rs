@@ -601,13 +601,18 @@ impl Mc {
             if self.mode == Mode::Fine && sq.credits == 0 {
                 continue;
             }
-            for (i, w) in sq.entries.iter().enumerate() {
-                if w.ch as usize != ch || self.units[w.unit as usize] > now {
-                    continue;
-                }
-                if sq.entries.iter().take(i).all(|o| o.line != w.line) {
-                    return Some((q, i));
-                }
+            // An older write of the same line has the same channel and unit, so it would
+            // be found first: the first write on `ch` with a free unit has none before it.
+            let pick = sq
+                .entries
+                .iter()
+                .position(|w| w.ch as usize == ch && self.units[w.unit as usize] <= now);
+            if let Some(i) = pick {
+                debug_assert!(
+                    sq.entries.iter().take(i).all(|o| o.line != sq.entries[i].line),
+                    "no older write of its line precedes the picked write"
+                );
+                return Some((q, i));
             }
         }
         None
