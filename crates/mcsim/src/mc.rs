@@ -25,6 +25,9 @@ struct Write {
 #[derive(Default)]
 struct SubQueue {
     entries: VecDeque<Write>,
+    /// The units of `entries`, a bit each: a pass skips a sub-queue with nothing on a free
+    /// unit of its channel without looking at its entries.
+    on: Vec<u64>,
     /// Writes that found the sub-queue full or locked, in arrival order.
     waiting: VecDeque<Write>,
     /// Writes issued to the NVM and not finished (the NVM side's taken credits).
@@ -55,6 +58,8 @@ struct Read {
     unit: u32,
     core: u32,
     seq: u64,
+    /// Its place in the read queue's arrival order (entering from the backlog counts).
+    order: u64,
 }
 
 /// A request arriving at the controller (after the caches): what a peer simulator replays.
@@ -98,15 +103,24 @@ pub(crate) struct Mc {
     line_bytes: u64,
     range_registers: u32,
     queues: Vec<SubQueue>,
-    reads: VecDeque<Read>,
+    /// The read queue, a FIFO per unit: the oldest read a channel can issue is the oldest
+    /// (lowest `order`) head among its free units, the one a scan of a single FIFO of every
+    /// read would find first.
+    reads: Vec<VecDeque<Read>>,
+    reads_len: usize,
+    read_order: u64,
     read_backlog: VecDeque<Read>,
     units: Vec<u64>,
+    /// The units busy at the time of the current (or last) pass, `units[u] > now`, a bit
+    /// each, and the earliest time one of them frees: only a pass at or after it clears bits.
+    busy: Vec<u64>,
+    busy_until: u64,
+    /// Per channel, its units, a bit each.
+    ch_units: Vec<Vec<u64>>,
     /// Per unit, the reads in the read queue and the writes in sub-queues that need it: a
     /// pass looks at a channel's queues only when one of its free units has something.
     reads_on: Counts,
     writes_on: Counts,
-    /// Each unit's channel.
-    unit_ch: Vec<u32>,
     bus: Vec<u64>,
     /// Bound ranges in lines, inclusive: (first, last, sub-queue).
     ranges: Vec<(u64, u64, u32)>,
@@ -129,10 +143,16 @@ pub(crate) struct Mc {
 impl Mc {
     pub fn new(cfg: &Config) -> Mc {
         let units = (cfg.channels * cfg.units_per_channel) as usize;
+        let words = units.div_ceil(64);
         let queue = || SubQueue {
             credits: cfg.credits,
+            on: vec![0; words],
             ..SubQueue::default()
         };
+        let mut ch_units = vec![vec![0; words]; cfg.channels as usize];
+        for u in 0..units {
+            ch_units[u % cfg.channels as usize][u / 64] |= 1 << (u % 64);
+        }
         Mc {
             mode: cfg.mode,
             read_cycles: cfg.cycles(cfg.read_ns),
@@ -146,12 +166,16 @@ impl Mc {
             line_bytes: cfg.line_bytes.into(),
             range_registers: cfg.range_registers,
             queues: (0..cfg.sub_queues).map(|_| queue()).collect(),
-            reads: VecDeque::new(),
+            reads: (0..units).map(|_| VecDeque::new()).collect(),
+            reads_len: 0,
+            read_order: 0,
             read_backlog: VecDeque::new(),
             units: vec![0; units],
+            busy: vec![0; words],
+            busy_until: u64::MAX,
+            ch_units,
             reads_on: Counts::new(units),
             writes_on: Counts::new(units),
-            unit_ch: (0..units as u32).map(|u| u % cfg.channels).collect(),
             bus: vec![0; cfg.channels as usize],
             ranges: Vec::new(),
             commits: Vec::new(),
@@ -256,14 +280,41 @@ impl Mc {
             unit: self.unit(line) as u32,
             core,
             seq,
+            order: 0,
         };
-        if self.reads.len() < self.reads_max {
-            self.reads_on.add(r.unit);
-            self.reads.push_back(r);
+        if self.reads_len < self.reads_max {
+            self.enqueue_read(r);
         } else {
             self.read_backlog.push_back(r);
         }
         self.asked = true;
+    }
+
+    /// `r` enters the read queue, after every read in it.
+    fn enqueue_read(&mut self, mut r: Read) {
+        assert!(self.reads_len < self.reads_max, "the read queue has room");
+        self.read_order += 1;
+        r.order = self.read_order;
+        self.reads_on.add(r.unit);
+        self.reads[r.unit as usize].push_back(r);
+        self.reads_len += 1;
+    }
+
+    /// Write `w` enters sub-queue `q`, after every write in it.
+    fn enqueue_write(&mut self, now: u64, q: usize, w: Write) {
+        let sq = &mut self.queues[q];
+        assert!(
+            sq.entries.len() < self.entries_max,
+            "the sub-queue has room"
+        );
+        sq.entries.push_back(w);
+        sq.on[w.unit as usize / 64] |= 1 << (w.unit % 64);
+        self.writes_on.add(w.unit);
+        self.log(Log::WriteAccepted {
+            id: w.id,
+            q: q as u32,
+            t: now,
+        });
     }
 
     /// A write arrives; true if it entered its sub-queue at once.
@@ -291,13 +342,7 @@ impl Mc {
         let room =
             sq.lock.is_none() && sq.waiting.is_empty() && sq.entries.len() < self.entries_max;
         if room {
-            sq.entries.push_back(w);
-            self.writes_on.add(w.unit);
-            self.log(Log::WriteAccepted {
-                id: w.id,
-                q,
-                t: now,
-            });
+            self.enqueue_write(now, q as usize, w);
         } else {
             sq.waiting.push_back(w);
             self.stats.writes_waited += 1;
@@ -323,13 +368,7 @@ impl Mc {
             let Some(w) = self.queues[q].waiting.pop_front() else {
                 break;
             };
-            self.queues[q].entries.push_back(w);
-            self.writes_on.add(w.unit);
-            self.log(Log::WriteAccepted {
-                id: w.id,
-                q: q as u32,
-                t: now,
-            });
+            self.enqueue_write(now, q, w);
             if let Some((core, seq)) = w.waiter {
                 ev.push(now, Ev::Accepted { core, seq });
             }
@@ -482,6 +521,7 @@ impl Mc {
         if let Ok(i) = self.ticks.binary_search(&now) {
             self.ticks.remove(i);
         }
+        self.refresh_busy(now);
         for ch in 0..self.bus.len() {
             while self.bus[ch] <= now {
                 if !(self.issue_read(now, ch, ev)
@@ -499,23 +539,22 @@ impl Mc {
     }
 
     fn issue_read(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
-        if !self.ready_on(&self.reads_on, now, ch) {
+        let Some(u) = self.oldest_read(ch) else {
             return false;
-        }
-        let units = &self.units;
-        let pick = self
-            .reads
-            .iter()
-            .position(|r| r.ch as usize == ch && units[r.unit as usize] <= now);
-        let Some(i) = pick else { return false };
-        let r = self.reads.remove(i).expect("picked");
+        };
+        let r = self.reads[u]
+            .pop_front()
+            .expect("a unit with reads has a head");
+        assert!(
+            r.ch as usize == ch && self.units[u] <= now,
+            "the picked read's channel and unit are free"
+        );
         self.reads_on.remove(r.unit);
+        self.reads_len -= 1;
         if let Some(b) = self.read_backlog.pop_front() {
-            self.reads_on.add(b.unit);
-            self.reads.push_back(b);
+            self.enqueue_read(b);
         }
-        let u = r.unit as usize;
-        self.units[u] = now + self.read_cycles + self.burst_cycles;
+        self.occupy(u, now + self.read_cycles + self.burst_cycles);
         self.bus[ch] = now + self.burst_cycles;
         self.log(Log::ReadIssued {
             line: r.line,
@@ -529,6 +568,23 @@ impl Mc {
             },
         );
         true
+    }
+
+    /// The unit of the oldest queued read on channel `ch` whose unit is free: the lowest
+    /// `order` among the heads of the free units' FIFOs.
+    fn oldest_read(&self, ch: usize) -> Option<usize> {
+        let mut pick = None;
+        let mut oldest = u64::MAX;
+        for w in 0..self.busy.len() {
+            for u in ones(w, self.free_on(&self.reads_on.bits, ch, w)) {
+                let order = self.reads[u][0].order;
+                if order < oldest {
+                    oldest = order;
+                    pick = Some(u);
+                }
+            }
+        }
+        pick
     }
 
     /// The query a sub-queue needs now on channel `ch` (sub-queue q queries on channel
@@ -593,38 +649,43 @@ impl Mc {
     /// The first write on channel `ch` that can go now: sub-queues in turn, each in order,
     /// skipping a write whose unit is busy or that an older write of its line precedes. In
     /// fine mode a sub-queue without credits issues nothing until a query refills them.
-    fn pick_write(&self, now: u64, ch: usize) -> Option<(usize, usize)> {
-        if !self.ready_on(&self.writes_on, now, ch) {
+    fn pick_write(&self, ch: usize) -> Option<(usize, usize)> {
+        if !self.ready_on(&self.writes_on.bits, ch) {
             return None;
         }
         for (q, sq) in self.queues.iter().enumerate() {
-            if self.mode == Mode::Fine && sq.credits == 0 {
+            if (self.mode == Mode::Fine && sq.credits == 0) || !self.ready_on(&sq.on, ch) {
                 continue;
             }
             // An older write of the same line has the same channel and unit, so it would
             // be found first: the first write on `ch` with a free unit has none before it.
-            let pick = sq
+            let i = sq
                 .entries
                 .iter()
-                .position(|w| w.ch as usize == ch && self.units[w.unit as usize] <= now);
-            if let Some(i) = pick {
-                debug_assert!(
-                    sq.entries.iter().take(i).all(|o| o.line != sq.entries[i].line),
-                    "no older write of its line precedes the picked write"
-                );
-                return Some((q, i));
-            }
+                .position(|w| w.ch as usize == ch && !self.is_busy(w.unit as usize))
+                .expect("a free unit of the channel has a write in this sub-queue");
+            debug_assert!(
+                sq.entries
+                    .iter()
+                    .take(i)
+                    .all(|o| o.line != sq.entries[i].line),
+                "no older write of its line precedes the picked write"
+            );
+            return Some((q, i));
         }
         None
     }
 
     fn issue_write(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
-        let Some((q, i)) = self.pick_write(now, ch) else {
+        let Some((q, i)) = self.pick_write(ch) else {
             return false;
         };
         let w = self.queues[q].entries.remove(i).expect("picked");
         self.writes_on.remove(w.unit);
         let sq = &mut self.queues[q];
+        if sq.entries.iter().all(|o| o.unit != w.unit) {
+            sq.on[w.unit as usize / 64] &= !(1 << (w.unit % 64));
+        }
         sq.in_flight += 1;
         assert!(
             sq.in_flight <= self.credits_max || self.mode != Mode::Fine,
@@ -636,7 +697,7 @@ impl Mc {
         }
         let u = w.unit as usize;
         let done = now + self.burst_cycles + self.write_cycles;
-        self.units[u] = done;
+        self.occupy(u, done);
         self.bus[ch] = now + self.burst_cycles;
         self.log(Log::WriteIssued {
             id: w.id,
@@ -655,26 +716,60 @@ impl Mc {
         self.admit(now, q, ev);
         true
     }
+}
 
-    /// Whether a free unit of channel `ch` has a queued request (`count` per unit): if not,
-    /// no scan of the queue can find one to issue.
-    fn ready_on(&self, count: &Counts, now: u64, ch: usize) -> bool {
-        count
-            .units()
-            .any(|u| self.unit_ch[u] as usize == ch && self.units[u] <= now)
+// The units' busy set.
+impl Mc {
+    /// Bring the busy set to `now`: clear the bits of units free by then. Passes come in
+    /// time order, and only an issue makes a unit busy (`occupy`).
+    fn refresh_busy(&mut self, now: u64) {
+        if now >= self.busy_until {
+            let mut until = u64::MAX;
+            for w in 0..self.busy.len() {
+                for u in ones(w, self.busy[w]) {
+                    if self.units[u] <= now {
+                        self.busy[w] &= !(1 << (u % 64));
+                    } else {
+                        until = until.min(self.units[u]);
+                    }
+                }
+            }
+            self.busy_until = until;
+        }
+        debug_assert!(
+            (0..self.units.len()).all(|u| self.is_busy(u) == (self.units[u] > now)),
+            "a unit is in the busy set exactly when it is busy at the pass's time"
+        );
+    }
+
+    /// Unit `u` is busy until `until` (after the pass's time).
+    fn occupy(&mut self, u: usize, until: u64) {
+        self.units[u] = until;
+        self.busy[u / 64] |= 1 << (u % 64);
+        self.busy_until = self.busy_until.min(until);
+    }
+
+    fn is_busy(&self, u: usize) -> bool {
+        self.busy[u / 64] & (1 << (u % 64)) != 0
+    }
+
+    /// Word `w` of the units in `on` that are channel `ch`'s and free now.
+    fn free_on(&self, on: &[u64], ch: usize, w: usize) -> u64 {
+        on[w] & self.ch_units[ch][w] & !self.busy[w]
+    }
+
+    /// Whether a free unit of channel `ch` is in `on` (the units with a queued request): if
+    /// not, no scan of the queue can find one to issue.
+    fn ready_on(&self, on: &[u64], ch: usize) -> bool {
+        (0..self.busy.len()).any(|w| self.free_on(on, ch, w) != 0)
     }
 
     /// The earliest later time a queued read or write finds its channel and unit free: per
     /// unit with something queued, the later of its unit's and its channel's free times.
     fn next_free(&self, now: u64) -> u64 {
         let mut next = u64::MAX;
-        let mut consider = |t: u64| {
-            if t > now && t < next {
-                next = t;
-            }
-        };
-        for u in self.reads_on.units().chain(self.writes_on.units()) {
-            consider(self.bus[self.unit_ch[u] as usize].max(self.units[u]));
+        for ch in 0..self.bus.len() {
+            next = next.min(self.channel_free(now, ch));
         }
         let querying = self
             .queues
@@ -683,15 +778,40 @@ impl Mc {
         // A query waits for its channel's bus, too.
         if querying {
             for &b in &self.bus {
-                consider(b);
+                if b > now && b < next {
+                    next = b;
+                }
             }
         }
         next
     }
 
+    /// `next_free` on channel `ch` (u64::MAX: nothing): a request on a free unit waits for
+    /// the bus alone (if it is busy), one on a busy unit for the later of the two.
+    fn channel_free(&self, now: u64, ch: usize) -> u64 {
+        let bus = self.bus[ch];
+        let work =
+            |w: usize| (self.reads_on.bits[w] | self.writes_on.bits[w]) & self.ch_units[ch][w];
+        if bus > now && (0..self.busy.len()).any(|w| work(w) & !self.busy[w] != 0) {
+            // A busy unit frees after `now`: no later than the bus it cannot beat it.
+            return bus;
+        }
+        let mut unit = u64::MAX;
+        for w in 0..self.busy.len() {
+            for u in ones(w, work(w) & self.busy[w]) {
+                unit = unit.min(self.units[u]);
+            }
+        }
+        if unit == u64::MAX {
+            return u64::MAX;
+        }
+        assert!(unit > now, "a busy unit frees after the pass");
+        unit.max(bus)
+    }
+
     /// Nothing queued, in flight or committing: the run can end.
     pub fn idle(&self) -> bool {
-        self.reads.is_empty()
+        self.reads_len == 0
             && self
                 .queues
                 .iter()
@@ -700,8 +820,20 @@ impl Mc {
     }
 }
 
-/// Requests queued per unit, with a bit per unit that has any, so the units with work are
-/// found a word (64 units) at a time.
+/// The units in word `w` of a unit set, in increasing order.
+fn ones(w: usize, word: u64) -> impl Iterator<Item = usize> {
+    let mut rest = word;
+    std::iter::from_fn(move || {
+        if rest == 0 {
+            return None;
+        }
+        let b = rest.trailing_zeros() as usize;
+        rest &= rest - 1;
+        Some(w * 64 + b)
+    })
+}
+
+/// Requests queued per unit, with a bit per unit that has any.
 struct Counts {
     count: Vec<u32>,
     bits: Vec<u64>,
@@ -731,20 +863,5 @@ impl Counts {
         if self.count[u] == 0 {
             self.bits[u / 64] &= !(1 << (u % 64));
         }
-    }
-
-    /// The units with something queued, in increasing order.
-    fn units(&self) -> impl Iterator<Item = usize> + '_ {
-        self.bits.iter().enumerate().flat_map(|(w, &word)| {
-            let mut rest = word;
-            std::iter::from_fn(move || {
-                if rest == 0 {
-                    return None;
-                }
-                let b = rest.trailing_zeros() as usize;
-                rest &= rest - 1;
-                Some(w * 64 + b)
-            })
-        })
     }
 }
