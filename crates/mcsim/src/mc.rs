@@ -34,7 +34,6 @@ struct SubQueue {
     in_flight: u32,
     /// The controller's view of the credits, stale until a query returns.
     credits: u32,
-    query_out: bool,
     issued_since_query: u32,
     /// The commit holding the sub-queue (index into `Mc::commits`).
     lock: Option<usize>,
@@ -117,6 +116,12 @@ pub(crate) struct Mc {
     busy_until: u64,
     /// Per channel, its units, a bit each.
     ch_units: Vec<Vec<u64>>,
+    /// The sub-queues locked or out of credits, a bit each: the only ones a query can be
+    /// due for (`note_query` keeps it), and per channel the sub-queues that query on it.
+    query_cands: u32,
+    ch_queues: Vec<u32>,
+    /// The sub-queues with a query out, a bit each.
+    queries_out: u32,
     /// Per unit, the reads in the read queue and the writes in sub-queues that need it: a
     /// pass looks at a channel's queues only when one of its free units has something.
     reads_on: Counts,
@@ -153,6 +158,11 @@ impl Mc {
         for u in 0..units {
             ch_units[u % cfg.channels as usize][u / 64] |= 1 << (u % 64);
         }
+        let mut ch_queues = vec![0; cfg.channels as usize];
+        for q in 0..cfg.sub_queues {
+            ch_queues[(q % cfg.channels) as usize] |= 1 << q;
+        }
+        let out_of_credits = if cfg.credits == 0 { u32::MAX } else { 0 };
         Mc {
             mode: cfg.mode,
             read_cycles: cfg.cycles(cfg.read_ns),
@@ -174,6 +184,9 @@ impl Mc {
             busy: vec![0; words],
             busy_until: u64::MAX,
             ch_units,
+            query_cands: out_of_credits & (u32::MAX >> (32 - cfg.sub_queues)),
+            ch_queues,
+            queries_out: 0,
             reads_on: Counts::new(units),
             writes_on: Counts::new(units),
             bus: vec![0; cfg.channels as usize],
@@ -403,6 +416,16 @@ impl Mc {
         false
     }
 
+    /// Sub-queue `q`'s lock or credits changed: keep its bit of `query_cands`.
+    fn note_query(&mut self, q: usize) {
+        let sq = &self.queues[q];
+        if sq.lock.is_some() || sq.credits == 0 {
+            self.query_cands |= 1 << q;
+        } else {
+            self.query_cands &= !(1 << q);
+        }
+    }
+
     /// Start, in arrival order, every waiting commit whose sub-queues are all free: a commit
     /// waits only for commits holding one of its own sub-queues. True if one started: the
     /// caller then runs or asks for the pass that follows.
@@ -421,6 +444,7 @@ impl Mc {
             self.waiting_commits.remove(i);
             for q in (0..self.queues.len()).filter(|q| queues & (1 << q) != 0) {
                 self.queues[q].lock = Some(idx);
+                self.note_query(q);
             }
             self.commits[idx].started = true;
             if self.mode == Mode::Global {
@@ -454,6 +478,7 @@ impl Mc {
         }
         for q in (0..self.queues.len()).filter(|q| queues & (1 << q) != 0) {
             self.queues[q].lock = None;
+            self.note_query(q);
             self.admit(now, q, ev);
         }
         // The pass at `now` is asked for below whether or not one started.
@@ -471,11 +496,12 @@ impl Mc {
             return self.finish_commit(now, idx, ev);
         }
         let sq = &mut self.queues[q as usize];
-        sq.query_out = false;
+        self.queries_out &= !(1 << q);
         sq.credits = answer.saturating_sub(sq.issued_since_query);
         let settled =
             answer == self.credits_max && sq.issued_since_query == 0 && sq.entries.is_empty();
-        if let (Some(idx), true) = (sq.lock, settled) {
+        self.note_query(q as usize);
+        if let (Some(idx), true) = (self.queues[q as usize].lock, settled) {
             let c = &mut self.commits[idx];
             if c.left & (1 << q) != 0 {
                 c.left &= !(1 << q);
@@ -576,7 +602,7 @@ impl Mc {
         let mut pick = None;
         let mut oldest = u64::MAX;
         for w in 0..self.busy.len() {
-            for u in ones(w, self.free_on(&self.reads_on.bits, ch, w)) {
+            for u in ones(w, self.free_in(self.reads_on.bits[w], ch, w)) {
                 let order = self.reads[u][0].order;
                 if order < oldest {
                     oldest = order;
@@ -592,11 +618,8 @@ impl Mc {
     fn issue_query(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
         let back = now + self.read_cycles + self.burst_cycles;
         if let (Some(idx), 0) = (self.global_commit, ch) {
-            let drained = self
-                .queues
-                .iter()
-                .all(|s| s.entries.is_empty() && s.in_flight == 0);
-            if drained && !self.commits[idx].query_sent {
+            let drained = |s: &SubQueue| s.entries.is_empty() && s.in_flight == 0;
+            if !self.commits[idx].query_sent && self.queues.iter().all(drained) {
                 self.commits[idx].query_sent = true;
                 return self.send_query(now, ch, u32::MAX, 0, back, ev);
             }
@@ -604,14 +627,24 @@ impl Mc {
         if self.mode != Mode::Fine {
             return false;
         }
-        for q in (ch..self.queues.len()).step_by(self.bus.len()) {
+        debug_assert!(
+            (0..self.queues.len()).all(|q| {
+                let sq = &self.queues[q];
+                (self.query_cands >> q & 1 != 0) == (sq.lock.is_some() || sq.credits == 0)
+            }),
+            "the query candidates are the sub-queues locked or out of credits"
+        );
+        let mut cands = self.query_cands & self.ch_queues[ch] & !self.queries_out;
+        while cands != 0 {
+            let q = cands.trailing_zeros() as usize;
+            cands &= cands - 1;
             let sq = &self.queues[q];
             let polling = sq
                 .lock
                 .is_some_and(|idx| self.commits[idx].left & (1 << q) != 0)
                 && sq.entries.is_empty();
             let starved = sq.credits == 0 && !sq.entries.is_empty();
-            if !sq.query_out && (polling || starved) {
+            if polling || starved {
                 let answer = self.credits_max - self.queues[q].in_flight;
                 if polling {
                     self.stats.commit_queries += 1;
@@ -634,8 +667,8 @@ impl Mc {
         ev: &mut Events,
     ) -> bool {
         if let Some(sq) = self.queues.get_mut(q as usize) {
-            sq.query_out = true;
             sq.issued_since_query = 0;
+            self.queries_out |= 1 << q;
         }
         self.stats.syncs += 1;
         self.bus[ch] = now + self.burst_cycles;
@@ -650,11 +683,13 @@ impl Mc {
     /// skipping a write whose unit is busy or that an older write of its line precedes. In
     /// fine mode a sub-queue without credits issues nothing until a query refills them.
     fn pick_write(&self, ch: usize) -> Option<(usize, usize)> {
-        if !self.ready_on(&self.writes_on.bits, ch) {
+        if !self.ready_on(self.writes_on.bits.iter().copied(), ch) {
             return None;
         }
         for (q, sq) in self.queues.iter().enumerate() {
-            if (self.mode == Mode::Fine && sq.credits == 0) || !self.ready_on(&sq.on, ch) {
+            if (self.mode == Mode::Fine && sq.credits == 0)
+                || !self.ready_on(sq.on.iter().copied(), ch)
+            {
                 continue;
             }
             // An older write of the same line has the same channel and unit, so it would
@@ -694,6 +729,7 @@ impl Mc {
         if self.mode == Mode::Fine {
             sq.credits -= 1;
             sq.issued_since_query += 1;
+            self.note_query(q);
         }
         let u = w.unit as usize;
         let done = now + self.burst_cycles + self.write_cycles;
@@ -753,60 +789,60 @@ impl Mc {
         self.busy[u / 64] & (1 << (u % 64)) != 0
     }
 
-    /// Word `w` of the units in `on` that are channel `ch`'s and free now.
-    fn free_on(&self, on: &[u64], ch: usize, w: usize) -> u64 {
-        on[w] & self.ch_units[ch][w] & !self.busy[w]
+    /// Of word `w` of a unit set, the units that are channel `ch`'s and free now.
+    fn free_in(&self, word: u64, ch: usize, w: usize) -> u64 {
+        word & self.ch_units[ch][w] & !self.busy[w]
     }
 
     /// Whether a free unit of channel `ch` is in `on` (the units with a queued request): if
     /// not, no scan of the queue can find one to issue.
-    fn ready_on(&self, on: &[u64], ch: usize) -> bool {
-        (0..self.busy.len()).any(|w| self.free_on(on, ch, w) != 0)
+    fn ready_on(&self, on: impl IntoIterator<Item = u64>, ch: usize) -> bool {
+        on.into_iter()
+            .enumerate()
+            .any(|(w, word)| self.free_in(word, ch, w) != 0)
     }
 
-    /// The earliest later time a queued read or write finds its channel and unit free: per
-    /// unit with something queued, the later of its unit's and its channel's free times.
+    /// The earliest later time a queued read or write finds its channel and unit free (per
+    /// unit with something queued, the later of its unit's and its channel's free times), or
+    /// a query its channel's bus (any bus while a sub-queue is locked or starved).
     fn next_free(&self, now: u64) -> u64 {
+        // Locked, or out of credits with writes queued.
+        let querying = ones(0, self.query_cands.into()).any(|q| {
+            let s = &self.queues[q];
+            s.lock.is_some() || !s.entries.is_empty()
+        });
         let mut next = u64::MAX;
         for ch in 0..self.bus.len() {
-            next = next.min(self.channel_free(now, ch));
-        }
-        let querying = self
-            .queues
-            .iter()
-            .any(|s| s.lock.is_some() || (s.credits == 0 && !s.entries.is_empty()));
-        // A query waits for its channel's bus, too.
-        if querying {
-            for &b in &self.bus {
-                if b > now && b < next {
-                    next = b;
-                }
-            }
+            let bus = self.bus[ch];
+            // A request on a busy unit waits for the later of its unit and the bus: it
+            // cannot beat a bus that frees after `now`.
+            let t = if bus > now && (querying || self.ready_on(self.work(), ch)) {
+                bus
+            } else {
+                self.busy_work_until(now, ch).max(bus)
+            };
+            next = next.min(t);
         }
         next
     }
 
-    /// `next_free` on channel `ch` (u64::MAX: nothing): a request on a free unit waits for
-    /// the bus alone (if it is busy), one on a busy unit for the later of the two.
-    fn channel_free(&self, now: u64, ch: usize) -> u64 {
-        let bus = self.bus[ch];
-        let work =
-            |w: usize| (self.reads_on.bits[w] | self.writes_on.bits[w]) & self.ch_units[ch][w];
-        if bus > now && (0..self.busy.len()).any(|w| work(w) & !self.busy[w] != 0) {
-            // A busy unit frees after `now`: no later than the bus it cannot beat it.
-            return bus;
-        }
-        let mut unit = u64::MAX;
-        for w in 0..self.busy.len() {
-            for u in ones(w, work(w) & self.busy[w]) {
-                unit = unit.min(self.units[u]);
+    /// The units with a queued read or write, a word each.
+    fn work(&self) -> impl Iterator<Item = u64> + '_ {
+        let (r, w) = (&self.reads_on.bits, &self.writes_on.bits);
+        r.iter().zip(w).map(|(r, w)| r | w)
+    }
+
+    /// The earliest time a busy unit of channel `ch` with a queued request frees (u64::MAX:
+    /// none).
+    fn busy_work_until(&self, now: u64, ch: usize) -> u64 {
+        let mut until = u64::MAX;
+        for (w, work) in self.work().enumerate() {
+            for u in ones(w, work & self.ch_units[ch][w] & self.busy[w]) {
+                until = until.min(self.units[u]);
             }
         }
-        if unit == u64::MAX {
-            return u64::MAX;
-        }
-        assert!(unit > now, "a busy unit frees after the pass");
-        unit.max(bus)
+        assert!(until > now, "a busy unit frees after the pass");
+        until
     }
 
     /// Nothing queued, in flight or committing: the run can end.
