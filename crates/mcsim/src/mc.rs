@@ -133,7 +133,8 @@ pub(crate) struct Mc {
     waiting_commits: Vec<usize>,
     global_commit: Option<usize>,
     /// Times a scheduling pass is already queued for (one pass per time).
-    /// (A few times, sorted: a search and a short shift beat hashing here.)
+    /// (A few times, latest first: a search and a short shift beat hashing here, and the
+    /// pass that runs, the earliest, leaves from the end.)
     ticks: Vec<u64>,
     next_write: u64,
     pub memory: FxHashMap<u64, u64>,
@@ -272,7 +273,8 @@ impl Mc {
 
     /// Ask for a scheduling pass at `t`, unless one is already queued for then.
     fn tick(&mut self, t: u64, ev: &mut Events) {
-        if let Err(i) = self.ticks.binary_search(&t) {
+        // Latest first.
+        if let Err(i) = self.ticks.binary_search_by(|x| t.cmp(x)) {
             self.ticks.insert(i, t);
             ev.push(t, Ev::Tick);
         }
@@ -544,8 +546,13 @@ impl Mc {
     /// Issue what can be issued at `now`, channel by channel: reads first, then the queries
     /// commits and credits need, then writes; ask for the next pass when a resource frees.
     pub fn schedule(&mut self, now: u64, ev: &mut Events) {
-        if let Ok(i) = self.ticks.binary_search(&now) {
-            self.ticks.remove(i);
+        // Passes run in time order: one queued for now is the earliest, the last.
+        debug_assert!(
+            self.ticks.iter().all(|&t| t >= now),
+            "no pass is queued for before a pass"
+        );
+        if self.ticks.last() == Some(&now) {
+            self.ticks.pop();
         }
         self.refresh_busy(now);
         for ch in 0..self.bus.len() {
