@@ -9,6 +9,9 @@ use crate::event::{Ev, Events, Log};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
+/// Finished writes folded into the final memory at once.
+const WRITTEN_BATCH: usize = 1 << 16;
+
 /// A write: a flushed or evicted line with its data (the version of its last store).
 #[derive(Clone, Copy, Debug)]
 struct Write {
@@ -137,7 +140,11 @@ pub(crate) struct Mc {
     /// pass that runs, the earliest, leaves from the end.)
     ticks: Vec<u64>,
     next_write: u64,
-    pub memory: FxHashMap<u64, u64>,
+    /// The final memory (line -> version) as of the last `memory()`, and the finished
+    /// writes since, in completion order: a push per write, folded in batches (the map's
+    /// inserts in a tight loop, the list's size bounded).
+    memory: FxHashMap<u64, u64>,
+    written: Vec<(u64, u64)>,
     pub stats: McStats,
     pub log: Option<Vec<Log>>,
     /// A core's arrival asked for a pass at its time (`pass_if_asked`).
@@ -198,6 +205,7 @@ impl Mc {
             ticks: Vec::new(),
             next_write: 0,
             memory: FxHashMap::default(),
+            written: Vec::new(),
             stats: McStats::default(),
             log: cfg.log_events.then(Vec::new),
             asked: false,
@@ -535,7 +543,10 @@ impl Mc {
             "a write finishes only after it was issued"
         );
         sq.in_flight -= 1;
-        self.memory.insert(line, version);
+        self.written.push((line, version));
+        if self.written.len() == WRITTEN_BATCH {
+            self.memory();
+        }
         self.log(Log::WriteDone { id, t: now });
         self.tick(now, ev);
     }
@@ -850,6 +861,16 @@ impl Mc {
         }
         assert!(until > now, "a busy unit frees after the pass");
         until
+    }
+
+    /// The memory's contents: per line written, the version of the write that finished
+    /// last (a later completion overwrites an earlier one, as it would in the NVM).
+    pub fn memory(&mut self) -> &mut FxHashMap<u64, u64> {
+        self.memory.reserve(self.written.len());
+        for (line, version) in self.written.drain(..) {
+            self.memory.insert(line, version);
+        }
+        &mut self.memory
     }
 
     /// Nothing queued, in flight or committing: the run can end.
