@@ -133,7 +133,10 @@ pub(crate) struct Mc {
     /// Bound ranges in lines, inclusive: (first, last, sub-queue).
     ranges: Vec<(u64, u64, u32)>,
     commits: Vec<Commit>,
-    waiting_commits: Vec<usize>,
+    /// Commits waiting to start, in arrival order: (index, sub-queues).
+    waiting_commits: Vec<(usize, u32)>,
+    /// The sub-queues a commit holds, a bit each.
+    locked: u32,
     global_commit: Option<usize>,
     /// Times a scheduling pass is already queued for (one pass per time).
     /// (A few times, latest first: a search and a short shift beat hashing here, and the
@@ -201,6 +204,7 @@ impl Mc {
             ranges: Vec::new(),
             commits: Vec::new(),
             waiting_commits: Vec::new(),
+            locked: 0,
             global_commit: None,
             ticks: Vec::new(),
             next_write: 0,
@@ -420,7 +424,7 @@ impl Mc {
             query_sent: false,
         };
         self.commits.push(c);
-        self.waiting_commits.push(self.commits.len() - 1);
+        self.waiting_commits.push((self.commits.len() - 1, queues));
         // A pass follows only if a commit started (one that waits changes nothing to issue).
         self.asked = self.start_commits(now);
         false
@@ -443,16 +447,18 @@ impl Mc {
         let mut started = false;
         let mut i = 0;
         while i < self.waiting_commits.len() {
-            let idx = self.waiting_commits[i];
-            let queues = self.commits[idx].queues;
-            let free = (0..self.queues.len())
-                .all(|q| queues & (1 << q) == 0 || self.queues[q].lock.is_none());
-            if !free {
+            let (idx, queues) = self.waiting_commits[i];
+            if queues & self.locked != 0 {
                 i += 1;
                 continue;
             }
             self.waiting_commits.remove(i);
-            for q in (0..self.queues.len()).filter(|q| queues & (1 << q) != 0) {
+            self.locked |= queues;
+            for q in ones(0, queues.into()) {
+                assert!(
+                    self.queues[q].lock.is_none(),
+                    "a commit starts on free sub-queues"
+                );
                 self.queues[q].lock = Some(idx);
                 self.note_query(q);
             }
@@ -486,8 +492,9 @@ impl Mc {
         if self.global_commit == Some(idx) {
             self.global_commit = None;
         }
-        for q in (0..self.queues.len()).filter(|q| queues & (1 << q) != 0) {
+        for q in ones(0, queues.into()) {
             self.queues[q].lock = None;
+            self.locked &= !(1 << q);
             self.note_query(q);
             self.admit(now, q, ev);
         }
