@@ -54,6 +54,14 @@ struct Commit {
     query_sent: bool,
 }
 
+/// A query a pass can send: for a global commit (its index), polling a committing
+/// sub-queue, or for the credits of a sub-queue that ran out.
+enum Query {
+    Global(usize),
+    Poll(usize),
+    Credits(usize),
+}
+
 struct Read {
     line: u64,
     ch: u32,
@@ -642,15 +650,34 @@ impl Mc {
     /// q mod channels; a global commit on channel 0).
     fn issue_query(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
         let back = now + self.read_cycles + self.burst_cycles;
+        match self.pick_query(ch) {
+            None => false,
+            Some(Query::Global(idx)) => {
+                self.commits[idx].query_sent = true;
+                self.send_query(now, ch, u32::MAX, 0, back, ev)
+            }
+            Some(query @ (Query::Poll(q) | Query::Credits(q))) => {
+                if matches!(query, Query::Poll(_)) {
+                    self.stats.commit_queries += 1;
+                } else {
+                    self.stats.credit_queries += 1;
+                }
+                let answer = self.credits_max - self.queues[q].in_flight;
+                self.send_query(now, ch, q as u32, answer, back, ev)
+            }
+        }
+    }
+
+    /// The query due on channel `ch`, if any.
+    fn pick_query(&self, ch: usize) -> Option<Query> {
         if let (Some(idx), 0) = (self.global_commit, ch) {
             let drained = |s: &SubQueue| s.entries.is_empty() && s.in_flight == 0;
             if !self.commits[idx].query_sent && self.queues.iter().all(drained) {
-                self.commits[idx].query_sent = true;
-                return self.send_query(now, ch, u32::MAX, 0, back, ev);
+                return Some(Query::Global(idx));
             }
         }
         if self.mode != Mode::Fine {
-            return false;
+            return None;
         }
         debug_assert!(
             (0..self.queues.len()).all(|q| {
@@ -659,27 +686,20 @@ impl Mc {
             }),
             "the query candidates are the sub-queues locked or out of credits"
         );
-        let mut cands = self.query_cands & self.ch_queues[ch] & !self.queries_out;
-        while cands != 0 {
-            let q = cands.trailing_zeros() as usize;
-            cands &= cands - 1;
+        let cands = self.query_cands & self.ch_queues[ch] & !self.queries_out;
+        ones(0, cands.into()).find_map(|q| {
             let sq = &self.queues[q];
             let polling = sq
                 .lock
                 .is_some_and(|idx| self.commits[idx].left & (1 << q) != 0)
                 && sq.entries.is_empty();
             let starved = sq.credits == 0 && !sq.entries.is_empty();
-            if polling || starved {
-                let answer = self.credits_max - self.queues[q].in_flight;
-                if polling {
-                    self.stats.commit_queries += 1;
-                } else {
-                    self.stats.credit_queries += 1;
-                }
-                return self.send_query(now, ch, q as u32, answer, back, ev);
+            match (polling, starved) {
+                (true, _) => Some(Query::Poll(q)),
+                (false, true) => Some(Query::Credits(q)),
+                (false, false) => None,
             }
-        }
-        false
+        })
     }
 
     fn send_query(
