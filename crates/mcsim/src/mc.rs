@@ -956,3 +956,6 @@ impl Counts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
