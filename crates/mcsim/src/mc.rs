@@ -9,6 +9,9 @@ use crate::event::{Ev, Events, Log};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
+/// Finished writes folded into the final memory at once.
+const WRITTEN_BATCH: usize = 1 << 16;
+
 /// A write: a flushed or evicted line with its data (the version of its last store).
 #[derive(Clone, Copy, Debug)]
 struct Write {
@@ -25,13 +28,15 @@ struct Write {
 #[derive(Default)]
 struct SubQueue {
     entries: VecDeque<Write>,
+    /// The units of `entries`, a bit each: a pass skips a sub-queue with nothing on a free
+    /// unit of its channel without looking at its entries.
+    on: Vec<u64>,
     /// Writes that found the sub-queue full or locked, in arrival order.
     waiting: VecDeque<Write>,
     /// Writes issued to the NVM and not finished (the NVM side's taken credits).
     in_flight: u32,
     /// The controller's view of the credits, stale until a query returns.
     credits: u32,
-    query_out: bool,
     issued_since_query: u32,
     /// The commit holding the sub-queue (index into `Mc::commits`).
     lock: Option<usize>,
@@ -49,12 +54,22 @@ struct Commit {
     query_sent: bool,
 }
 
+/// A query a pass can send: for a global commit (its index), polling a committing
+/// sub-queue, or for the credits of a sub-queue that ran out.
+enum Query {
+    Global(usize),
+    Poll(usize),
+    Credits(usize),
+}
+
 struct Read {
     line: u64,
     ch: u32,
     unit: u32,
     core: u32,
     seq: u64,
+    /// Its place in the read queue's arrival order (entering from the backlog counts).
+    order: u64,
 }
 
 /// A request arriving at the controller (after the caches): what a peer simulator replays.
@@ -98,26 +113,49 @@ pub(crate) struct Mc {
     line_bytes: u64,
     range_registers: u32,
     queues: Vec<SubQueue>,
-    reads: VecDeque<Read>,
+    /// The read queue, a FIFO per unit: the oldest read a channel can issue is the oldest
+    /// (lowest `order`) head among its free units, the one a scan of a single FIFO of every
+    /// read would find first.
+    reads: Vec<VecDeque<Read>>,
+    reads_len: usize,
+    read_order: u64,
     read_backlog: VecDeque<Read>,
     units: Vec<u64>,
+    /// The units busy at the time of the current (or last) pass, `units[u] > now`, a bit
+    /// each, and the earliest time one of them frees: only a pass at or after it clears bits.
+    busy: Vec<u64>,
+    busy_until: u64,
+    /// Per channel, its units, a bit each.
+    ch_units: Vec<Vec<u64>>,
+    /// The sub-queues locked or out of credits, a bit each: the only ones a query can be
+    /// due for (`note_query` keeps it), and per channel the sub-queues that query on it.
+    query_cands: u32,
+    ch_queues: Vec<u32>,
+    /// The sub-queues with a query out, a bit each.
+    queries_out: u32,
     /// Per unit, the reads in the read queue and the writes in sub-queues that need it: a
     /// pass looks at a channel's queues only when one of its free units has something.
     reads_on: Counts,
     writes_on: Counts,
-    /// Each unit's channel.
-    unit_ch: Vec<u32>,
     bus: Vec<u64>,
     /// Bound ranges in lines, inclusive: (first, last, sub-queue).
     ranges: Vec<(u64, u64, u32)>,
     commits: Vec<Commit>,
-    waiting_commits: Vec<usize>,
+    /// Commits waiting to start, in arrival order: (index, sub-queues).
+    waiting_commits: Vec<(usize, u32)>,
+    /// The sub-queues a commit holds, a bit each.
+    locked: u32,
     global_commit: Option<usize>,
     /// Times a scheduling pass is already queued for (one pass per time).
-    /// (A few times, sorted: a search and a short shift beat hashing here.)
+    /// (A few times, latest first: a search and a short shift beat hashing here, and the
+    /// pass that runs, the earliest, leaves from the end.)
     ticks: Vec<u64>,
     next_write: u64,
-    pub memory: FxHashMap<u64, u64>,
+    /// The final memory (line -> version) as of the last `memory()`, and the finished
+    /// writes since, in completion order: a push per write, folded in batches (the map's
+    /// inserts in a tight loop, the list's size bounded).
+    memory: FxHashMap<u64, u64>,
+    written: Vec<(u64, u64)>,
     pub stats: McStats,
     pub log: Option<Vec<Log>>,
     /// A core's arrival asked for a pass at its time (`pass_if_asked`).
@@ -129,10 +167,21 @@ pub(crate) struct Mc {
 impl Mc {
     pub fn new(cfg: &Config) -> Mc {
         let units = (cfg.channels * cfg.units_per_channel) as usize;
+        let words = units.div_ceil(64);
         let queue = || SubQueue {
             credits: cfg.credits,
+            on: vec![0; words],
             ..SubQueue::default()
         };
+        let mut ch_units = vec![vec![0; words]; cfg.channels as usize];
+        for u in 0..units {
+            ch_units[u % cfg.channels as usize][u / 64] |= 1 << (u % 64);
+        }
+        let mut ch_queues = vec![0; cfg.channels as usize];
+        for q in 0..cfg.sub_queues {
+            ch_queues[(q % cfg.channels) as usize] |= 1 << q;
+        }
+        let out_of_credits = if cfg.credits == 0 { u32::MAX } else { 0 };
         Mc {
             mode: cfg.mode,
             read_cycles: cfg.cycles(cfg.read_ns),
@@ -146,20 +195,29 @@ impl Mc {
             line_bytes: cfg.line_bytes.into(),
             range_registers: cfg.range_registers,
             queues: (0..cfg.sub_queues).map(|_| queue()).collect(),
-            reads: VecDeque::new(),
+            reads: (0..units).map(|_| VecDeque::new()).collect(),
+            reads_len: 0,
+            read_order: 0,
             read_backlog: VecDeque::new(),
             units: vec![0; units],
+            busy: vec![0; words],
+            busy_until: u64::MAX,
+            ch_units,
+            query_cands: out_of_credits & (u32::MAX >> (32 - cfg.sub_queues)),
+            ch_queues,
+            queries_out: 0,
             reads_on: Counts::new(units),
             writes_on: Counts::new(units),
-            unit_ch: (0..units as u32).map(|u| u % cfg.channels).collect(),
             bus: vec![0; cfg.channels as usize],
             ranges: Vec::new(),
             commits: Vec::new(),
             waiting_commits: Vec::new(),
+            locked: 0,
             global_commit: None,
             ticks: Vec::new(),
             next_write: 0,
             memory: FxHashMap::default(),
+            written: Vec::new(),
             stats: McStats::default(),
             log: cfg.log_events.then(Vec::new),
             asked: false,
@@ -235,7 +293,8 @@ impl Mc {
 
     /// Ask for a scheduling pass at `t`, unless one is already queued for then.
     fn tick(&mut self, t: u64, ev: &mut Events) {
-        if let Err(i) = self.ticks.binary_search(&t) {
+        // Latest first.
+        if let Err(i) = self.ticks.binary_search_by(|x| t.cmp(x)) {
             self.ticks.insert(i, t);
             ev.push(t, Ev::Tick);
         }
@@ -256,14 +315,41 @@ impl Mc {
             unit: self.unit(line) as u32,
             core,
             seq,
+            order: 0,
         };
-        if self.reads.len() < self.reads_max {
-            self.reads_on.add(r.unit);
-            self.reads.push_back(r);
+        if self.reads_len < self.reads_max {
+            self.enqueue_read(r);
         } else {
             self.read_backlog.push_back(r);
         }
         self.asked = true;
+    }
+
+    /// `r` enters the read queue, after every read in it.
+    fn enqueue_read(&mut self, mut r: Read) {
+        assert!(self.reads_len < self.reads_max, "the read queue has room");
+        self.read_order += 1;
+        r.order = self.read_order;
+        self.reads_on.add(r.unit);
+        self.reads[r.unit as usize].push_back(r);
+        self.reads_len += 1;
+    }
+
+    /// Write `w` enters sub-queue `q`, after every write in it.
+    fn enqueue_write(&mut self, now: u64, q: usize, w: Write) {
+        let sq = &mut self.queues[q];
+        assert!(
+            sq.entries.len() < self.entries_max,
+            "the sub-queue has room"
+        );
+        sq.entries.push_back(w);
+        sq.on[w.unit as usize / 64] |= 1 << (w.unit % 64);
+        self.writes_on.add(w.unit);
+        self.log(Log::WriteAccepted {
+            id: w.id,
+            q: q as u32,
+            t: now,
+        });
     }
 
     /// A write arrives; true if it entered its sub-queue at once.
@@ -291,13 +377,7 @@ impl Mc {
         let room =
             sq.lock.is_none() && sq.waiting.is_empty() && sq.entries.len() < self.entries_max;
         if room {
-            sq.entries.push_back(w);
-            self.writes_on.add(w.unit);
-            self.log(Log::WriteAccepted {
-                id: w.id,
-                q,
-                t: now,
-            });
+            self.enqueue_write(now, q as usize, w);
         } else {
             sq.waiting.push_back(w);
             self.stats.writes_waited += 1;
@@ -323,13 +403,7 @@ impl Mc {
             let Some(w) = self.queues[q].waiting.pop_front() else {
                 break;
             };
-            self.queues[q].entries.push_back(w);
-            self.writes_on.add(w.unit);
-            self.log(Log::WriteAccepted {
-                id: w.id,
-                q: q as u32,
-                t: now,
-            });
+            self.enqueue_write(now, q, w);
             if let Some((core, seq)) = w.waiter {
                 ev.push(now, Ev::Accepted { core, seq });
             }
@@ -358,10 +432,20 @@ impl Mc {
             query_sent: false,
         };
         self.commits.push(c);
-        self.waiting_commits.push(self.commits.len() - 1);
+        self.waiting_commits.push((self.commits.len() - 1, queues));
         // A pass follows only if a commit started (one that waits changes nothing to issue).
         self.asked = self.start_commits(now);
         false
+    }
+
+    /// Sub-queue `q`'s lock or credits changed: keep its bit of `query_cands`.
+    fn note_query(&mut self, q: usize) {
+        let sq = &self.queues[q];
+        if sq.lock.is_some() || sq.credits == 0 {
+            self.query_cands |= 1 << q;
+        } else {
+            self.query_cands &= !(1 << q);
+        }
     }
 
     /// Start, in arrival order, every waiting commit whose sub-queues are all free: a commit
@@ -371,17 +455,20 @@ impl Mc {
         let mut started = false;
         let mut i = 0;
         while i < self.waiting_commits.len() {
-            let idx = self.waiting_commits[i];
-            let queues = self.commits[idx].queues;
-            let free = (0..self.queues.len())
-                .all(|q| queues & (1 << q) == 0 || self.queues[q].lock.is_none());
-            if !free {
+            let (idx, queues) = self.waiting_commits[i];
+            if queues & self.locked != 0 {
                 i += 1;
                 continue;
             }
             self.waiting_commits.remove(i);
-            for q in (0..self.queues.len()).filter(|q| queues & (1 << q) != 0) {
+            self.locked |= queues;
+            for q in ones(0, queues.into()) {
+                assert!(
+                    self.queues[q].lock.is_none(),
+                    "a commit starts on free sub-queues"
+                );
                 self.queues[q].lock = Some(idx);
+                self.note_query(q);
             }
             self.commits[idx].started = true;
             if self.mode == Mode::Global {
@@ -413,8 +500,10 @@ impl Mc {
         if self.global_commit == Some(idx) {
             self.global_commit = None;
         }
-        for q in (0..self.queues.len()).filter(|q| queues & (1 << q) != 0) {
+        for q in ones(0, queues.into()) {
             self.queues[q].lock = None;
+            self.locked &= !(1 << q);
+            self.note_query(q);
             self.admit(now, q, ev);
         }
         // The pass at `now` is asked for below whether or not one started.
@@ -432,11 +521,12 @@ impl Mc {
             return self.finish_commit(now, idx, ev);
         }
         let sq = &mut self.queues[q as usize];
-        sq.query_out = false;
+        self.queries_out &= !(1 << q);
         sq.credits = answer.saturating_sub(sq.issued_since_query);
         let settled =
             answer == self.credits_max && sq.issued_since_query == 0 && sq.entries.is_empty();
-        if let (Some(idx), true) = (sq.lock, settled) {
+        self.note_query(q as usize);
+        if let (Some(idx), true) = (self.queues[q as usize].lock, settled) {
             let c = &mut self.commits[idx];
             if c.left & (1 << q) != 0 {
                 c.left &= !(1 << q);
@@ -468,7 +558,10 @@ impl Mc {
             "a write finishes only after it was issued"
         );
         sq.in_flight -= 1;
-        self.memory.insert(line, version);
+        self.written.push((line, version));
+        if self.written.len() == WRITTEN_BATCH {
+            self.memory();
+        }
         self.log(Log::WriteDone { id, t: now });
         self.tick(now, ev);
     }
@@ -479,9 +572,15 @@ impl Mc {
     /// Issue what can be issued at `now`, channel by channel: reads first, then the queries
     /// commits and credits need, then writes; ask for the next pass when a resource frees.
     pub fn schedule(&mut self, now: u64, ev: &mut Events) {
-        if let Ok(i) = self.ticks.binary_search(&now) {
-            self.ticks.remove(i);
+        // Passes run in time order: one queued for now is the earliest, the last.
+        debug_assert!(
+            self.ticks.iter().all(|&t| t >= now),
+            "no pass is queued for before a pass"
+        );
+        if self.ticks.last() == Some(&now) {
+            self.ticks.pop();
         }
+        self.refresh_busy(now);
         for ch in 0..self.bus.len() {
             while self.bus[ch] <= now {
                 if !(self.issue_read(now, ch, ev)
@@ -499,23 +598,22 @@ impl Mc {
     }
 
     fn issue_read(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
-        if !self.ready_on(&self.reads_on, now, ch) {
+        let Some(u) = self.oldest_read(ch) else {
             return false;
-        }
-        let units = &self.units;
-        let pick = self
-            .reads
-            .iter()
-            .position(|r| r.ch as usize == ch && units[r.unit as usize] <= now);
-        let Some(i) = pick else { return false };
-        let r = self.reads.remove(i).expect("picked");
+        };
+        let r = self.reads[u]
+            .pop_front()
+            .expect("a unit with reads has a head");
+        assert!(
+            r.ch as usize == ch && self.units[u] <= now,
+            "the picked read's channel and unit are free"
+        );
         self.reads_on.remove(r.unit);
+        self.reads_len -= 1;
         if let Some(b) = self.read_backlog.pop_front() {
-            self.reads_on.add(b.unit);
-            self.reads.push_back(b);
+            self.enqueue_read(b);
         }
-        let u = r.unit as usize;
-        self.units[u] = now + self.read_cycles + self.burst_cycles;
+        self.occupy(u, now + self.read_cycles + self.burst_cycles);
         self.bus[ch] = now + self.burst_cycles;
         self.log(Log::ReadIssued {
             line: r.line,
@@ -531,41 +629,77 @@ impl Mc {
         true
     }
 
+    /// The unit of the oldest queued read on channel `ch` whose unit is free: the lowest
+    /// `order` among the heads of the free units' FIFOs.
+    fn oldest_read(&self, ch: usize) -> Option<usize> {
+        let mut pick = None;
+        let mut oldest = u64::MAX;
+        for w in 0..self.busy.len() {
+            for u in ones(w, self.free_in(self.reads_on.bits[w], ch, w)) {
+                let order = self.reads[u][0].order;
+                if order < oldest {
+                    oldest = order;
+                    pick = Some(u);
+                }
+            }
+        }
+        pick
+    }
+
     /// The query a sub-queue needs now on channel `ch` (sub-queue q queries on channel
     /// q mod channels; a global commit on channel 0).
     fn issue_query(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
         let back = now + self.read_cycles + self.burst_cycles;
-        if let (Some(idx), 0) = (self.global_commit, ch) {
-            let drained = self
-                .queues
-                .iter()
-                .all(|s| s.entries.is_empty() && s.in_flight == 0);
-            if drained && !self.commits[idx].query_sent {
+        match self.pick_query(ch) {
+            None => false,
+            Some(Query::Global(idx)) => {
                 self.commits[idx].query_sent = true;
-                return self.send_query(now, ch, u32::MAX, 0, back, ev);
+                self.send_query(now, ch, u32::MAX, 0, back, ev)
+            }
+            Some(query @ (Query::Poll(q) | Query::Credits(q))) => {
+                if matches!(query, Query::Poll(_)) {
+                    self.stats.commit_queries += 1;
+                } else {
+                    self.stats.credit_queries += 1;
+                }
+                let answer = self.credits_max - self.queues[q].in_flight;
+                self.send_query(now, ch, q as u32, answer, back, ev)
+            }
+        }
+    }
+
+    /// The query due on channel `ch`, if any.
+    fn pick_query(&self, ch: usize) -> Option<Query> {
+        if let (Some(idx), 0) = (self.global_commit, ch) {
+            let drained = |s: &SubQueue| s.entries.is_empty() && s.in_flight == 0;
+            if !self.commits[idx].query_sent && self.queues.iter().all(drained) {
+                return Some(Query::Global(idx));
             }
         }
         if self.mode != Mode::Fine {
-            return false;
+            return None;
         }
-        for q in (ch..self.queues.len()).step_by(self.bus.len()) {
+        debug_assert!(
+            (0..self.queues.len()).all(|q| {
+                let sq = &self.queues[q];
+                (self.query_cands >> q & 1 != 0) == (sq.lock.is_some() || sq.credits == 0)
+            }),
+            "the query candidates are the sub-queues locked or out of credits"
+        );
+        let cands = self.query_cands & self.ch_queues[ch] & !self.queries_out;
+        ones(0, cands.into()).find_map(|q| {
             let sq = &self.queues[q];
             let polling = sq
                 .lock
                 .is_some_and(|idx| self.commits[idx].left & (1 << q) != 0)
                 && sq.entries.is_empty();
             let starved = sq.credits == 0 && !sq.entries.is_empty();
-            if !sq.query_out && (polling || starved) {
-                let answer = self.credits_max - self.queues[q].in_flight;
-                if polling {
-                    self.stats.commit_queries += 1;
-                } else {
-                    self.stats.credit_queries += 1;
-                }
-                return self.send_query(now, ch, q as u32, answer, back, ev);
+            match (polling, starved) {
+                (true, _) => Some(Query::Poll(q)),
+                (false, true) => Some(Query::Credits(q)),
+                (false, false) => None,
             }
-        }
-        false
+        })
     }
 
     fn send_query(
@@ -578,8 +712,8 @@ impl Mc {
         ev: &mut Events,
     ) -> bool {
         if let Some(sq) = self.queues.get_mut(q as usize) {
-            sq.query_out = true;
             sq.issued_since_query = 0;
+            self.queries_out |= 1 << q;
         }
         self.stats.syncs += 1;
         self.bus[ch] = now + self.burst_cycles;
@@ -593,33 +727,45 @@ impl Mc {
     /// The first write on channel `ch` that can go now: sub-queues in turn, each in order,
     /// skipping a write whose unit is busy or that an older write of its line precedes. In
     /// fine mode a sub-queue without credits issues nothing until a query refills them.
-    fn pick_write(&self, now: u64, ch: usize) -> Option<(usize, usize)> {
-        if !self.ready_on(&self.writes_on, now, ch) {
+    fn pick_write(&self, ch: usize) -> Option<(usize, usize)> {
+        if !self.ready_on(self.writes_on.bits.iter().copied(), ch) {
             return None;
         }
         for (q, sq) in self.queues.iter().enumerate() {
-            if self.mode == Mode::Fine && sq.credits == 0 {
+            if (self.mode == Mode::Fine && sq.credits == 0)
+                || !self.ready_on(sq.on.iter().copied(), ch)
+            {
                 continue;
             }
-            for (i, w) in sq.entries.iter().enumerate() {
-                if w.ch as usize != ch || self.units[w.unit as usize] > now {
-                    continue;
-                }
-                if sq.entries.iter().take(i).all(|o| o.line != w.line) {
-                    return Some((q, i));
-                }
-            }
+            // An older write of the same line has the same channel and unit, so it would
+            // be found first: the first write on `ch` with a free unit has none before it.
+            let i = sq
+                .entries
+                .iter()
+                .position(|w| w.ch as usize == ch && !self.is_busy(w.unit as usize))
+                .expect("a free unit of the channel has a write in this sub-queue");
+            debug_assert!(
+                sq.entries
+                    .iter()
+                    .take(i)
+                    .all(|o| o.line != sq.entries[i].line),
+                "no older write of its line precedes the picked write"
+            );
+            return Some((q, i));
         }
         None
     }
 
     fn issue_write(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
-        let Some((q, i)) = self.pick_write(now, ch) else {
+        let Some((q, i)) = self.pick_write(ch) else {
             return false;
         };
         let w = self.queues[q].entries.remove(i).expect("picked");
         self.writes_on.remove(w.unit);
         let sq = &mut self.queues[q];
+        if sq.entries.iter().all(|o| o.unit != w.unit) {
+            sq.on[w.unit as usize / 64] &= !(1 << (w.unit % 64));
+        }
         sq.in_flight += 1;
         assert!(
             sq.in_flight <= self.credits_max || self.mode != Mode::Fine,
@@ -628,10 +774,11 @@ impl Mc {
         if self.mode == Mode::Fine {
             sq.credits -= 1;
             sq.issued_since_query += 1;
+            self.note_query(q);
         }
         let u = w.unit as usize;
         let done = now + self.burst_cycles + self.write_cycles;
-        self.units[u] = done;
+        self.occupy(u, done);
         self.bus[ch] = now + self.burst_cycles;
         self.log(Log::WriteIssued {
             id: w.id,
@@ -650,43 +797,112 @@ impl Mc {
         self.admit(now, q, ev);
         true
     }
+}
 
-    /// Whether a free unit of channel `ch` has a queued request (`count` per unit): if not,
-    /// no scan of the queue can find one to issue.
-    fn ready_on(&self, count: &Counts, now: u64, ch: usize) -> bool {
-        count
-            .units()
-            .any(|u| self.unit_ch[u] as usize == ch && self.units[u] <= now)
+// The units' busy set.
+impl Mc {
+    /// Bring the busy set to `now`: clear the bits of units free by then. Passes come in
+    /// time order, and only an issue makes a unit busy (`occupy`).
+    fn refresh_busy(&mut self, now: u64) {
+        if now >= self.busy_until {
+            let mut until = u64::MAX;
+            for w in 0..self.busy.len() {
+                for u in ones(w, self.busy[w]) {
+                    if self.units[u] <= now {
+                        self.busy[w] &= !(1 << (u % 64));
+                    } else {
+                        until = until.min(self.units[u]);
+                    }
+                }
+            }
+            self.busy_until = until;
+        }
+        debug_assert!(
+            (0..self.units.len()).all(|u| self.is_busy(u) == (self.units[u] > now)),
+            "a unit is in the busy set exactly when it is busy at the pass's time"
+        );
     }
 
-    /// The earliest later time a queued read or write finds its channel and unit free: per
-    /// unit with something queued, the later of its unit's and its channel's free times.
+    /// Unit `u` is busy until `until` (after the pass's time).
+    fn occupy(&mut self, u: usize, until: u64) {
+        self.units[u] = until;
+        self.busy[u / 64] |= 1 << (u % 64);
+        self.busy_until = self.busy_until.min(until);
+    }
+
+    fn is_busy(&self, u: usize) -> bool {
+        self.busy[u / 64] & (1 << (u % 64)) != 0
+    }
+
+    /// Of word `w` of a unit set, the units that are channel `ch`'s and free now.
+    fn free_in(&self, word: u64, ch: usize, w: usize) -> u64 {
+        word & self.ch_units[ch][w] & !self.busy[w]
+    }
+
+    /// Whether a free unit of channel `ch` is in `on` (the units with a queued request): if
+    /// not, no scan of the queue can find one to issue.
+    fn ready_on(&self, on: impl IntoIterator<Item = u64>, ch: usize) -> bool {
+        on.into_iter()
+            .enumerate()
+            .any(|(w, word)| self.free_in(word, ch, w) != 0)
+    }
+
+    /// The earliest later time a queued read or write finds its channel and unit free (per
+    /// unit with something queued, the later of its unit's and its channel's free times), or
+    /// a query its channel's bus (any bus while a sub-queue is locked or starved).
     fn next_free(&self, now: u64) -> u64 {
+        // Locked, or out of credits with writes queued.
+        let querying = ones(0, self.query_cands.into()).any(|q| {
+            let s = &self.queues[q];
+            s.lock.is_some() || !s.entries.is_empty()
+        });
         let mut next = u64::MAX;
-        let mut consider = |t: u64| {
-            if t > now && t < next {
-                next = t;
-            }
-        };
-        for u in self.reads_on.units().chain(self.writes_on.units()) {
-            consider(self.bus[self.unit_ch[u] as usize].max(self.units[u]));
-        }
-        let querying = self
-            .queues
-            .iter()
-            .any(|s| s.lock.is_some() || (s.credits == 0 && !s.entries.is_empty()));
-        // A query waits for its channel's bus, too.
-        if querying {
-            for &b in &self.bus {
-                consider(b);
-            }
+        for ch in 0..self.bus.len() {
+            let bus = self.bus[ch];
+            // A request on a busy unit waits for the later of its unit and the bus: it
+            // cannot beat a bus that frees after `now`.
+            let t = if bus > now && (querying || self.ready_on(self.work(), ch)) {
+                bus
+            } else {
+                self.busy_work_until(now, ch).max(bus)
+            };
+            next = next.min(t);
         }
         next
     }
 
+    /// The units with a queued read or write, a word each.
+    fn work(&self) -> impl Iterator<Item = u64> + '_ {
+        let (r, w) = (&self.reads_on.bits, &self.writes_on.bits);
+        r.iter().zip(w).map(|(r, w)| r | w)
+    }
+
+    /// The earliest time a busy unit of channel `ch` with a queued request frees (u64::MAX:
+    /// none).
+    fn busy_work_until(&self, now: u64, ch: usize) -> u64 {
+        let mut until = u64::MAX;
+        for (w, work) in self.work().enumerate() {
+            for u in ones(w, work & self.ch_units[ch][w] & self.busy[w]) {
+                until = until.min(self.units[u]);
+            }
+        }
+        assert!(until > now, "a busy unit frees after the pass");
+        until
+    }
+
+    /// The memory's contents: per line written, the version of the write that finished
+    /// last (a later completion overwrites an earlier one, as it would in the NVM).
+    pub fn memory(&mut self) -> &mut FxHashMap<u64, u64> {
+        self.memory.reserve(self.written.len());
+        for (line, version) in self.written.drain(..) {
+            self.memory.insert(line, version);
+        }
+        &mut self.memory
+    }
+
     /// Nothing queued, in flight or committing: the run can end.
     pub fn idle(&self) -> bool {
-        self.reads.is_empty()
+        self.reads_len == 0
             && self
                 .queues
                 .iter()
@@ -695,8 +911,20 @@ impl Mc {
     }
 }
 
-/// Requests queued per unit, with a bit per unit that has any, so the units with work are
-/// found a word (64 units) at a time.
+/// The units in word `w` of a unit set, in increasing order.
+fn ones(w: usize, word: u64) -> impl Iterator<Item = usize> {
+    let mut rest = word;
+    std::iter::from_fn(move || {
+        if rest == 0 {
+            return None;
+        }
+        let b = rest.trailing_zeros() as usize;
+        rest &= rest - 1;
+        Some(w * 64 + b)
+    })
+}
+
+/// Requests queued per unit, with a bit per unit that has any.
 struct Counts {
     count: Vec<u32>,
     bits: Vec<u64>,
@@ -727,19 +955,7 @@ impl Counts {
             self.bits[u / 64] &= !(1 << (u % 64));
         }
     }
-
-    /// The units with something queued, in increasing order.
-    fn units(&self) -> impl Iterator<Item = usize> + '_ {
-        self.bits.iter().enumerate().flat_map(|(w, &word)| {
-            let mut rest = word;
-            std::iter::from_fn(move || {
-                if rest == 0 {
-                    return None;
-                }
-                let b = rest.trailing_zeros() as usize;
-                rest &= rest - 1;
-                Some(w * 64 + b)
-            })
-        })
-    }
 }
+
+#[cfg(test)]
+mod tests;

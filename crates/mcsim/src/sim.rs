@@ -497,9 +497,9 @@ impl Sim<'_> {
         // What is still cached dirty reaches memory at the end (it would by eviction), so
         // the final contents do not depend on how full the caches were.
         for (line, version) in self.caches.dirty_lines() {
-            let newer = self.mc.memory.get(&line).is_none_or(|&v| v < version);
+            let newer = self.mc.memory().get(&line).is_none_or(|&v| v < version);
             if newer {
-                self.mc.memory.insert(line, version);
+                self.mc.memory().insert(line, version);
             }
         }
         let stats = self.mc.stats.clone();
@@ -524,7 +524,7 @@ impl Sim<'_> {
         };
         Outcome {
             report,
-            memory: std::mem::take(&mut self.mc.memory),
+            memory: std::mem::take(self.mc.memory()),
             log: self.mc.log.take().unwrap_or_default(),
         }
     }
