@@ -414,11 +414,11 @@ impl Hierarchy {
     #[inline]
     pub fn prefetch(&self, core: usize, line: u64) {
         let (l1, l2, l3) = (&self.l1[core], &self.l2[core], &self.l3);
-        warm(&l1.tags[l1.set(line).start]);
-        warm(&l2.tags[l2.set(line).start]);
+        crate::host::warm(&l1.tags[l1.set(line).start]);
+        crate::host::warm(&l2.tags[l2.set(line).start]);
         let set = l3.set(line);
-        warm(&l3.tags[set.start]);
-        warm(&l3.tags[set.end - 1]);
+        crate::host::warm(&l3.tags[set.start]);
+        crate::host::warm(&l3.tags[set.end - 1]);
     }
 
     /// Every dirty line still cached (the end of a run).
@@ -426,24 +426,6 @@ impl Hierarchy {
         self.dirty.iter().collect()
     }
 }
-
-/// Ask the host to bring `tag`'s line into its caches (the floor knows its next accesses a
-/// round of turns ahead; the sets' host memory was most of a lookup's time). The one `unsafe`
-/// here: `_mm_prefetch` is an intrinsic, and every intrinsic is `unsafe` to call.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-#[inline(always)]
-fn warm(tag: &u64) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    // SAFETY: a prefetch is a hint: it does not read into the program's state, cannot fault,
-    // and `tag` is a live reference besides.
-    unsafe { _mm_prefetch::<{ _MM_HINT_T0 }>(std::ptr::from_ref(tag).cast()) }
-}
-
-/// Elsewhere no hint: the lookup reads the set when it comes to it.
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-fn warm(_tag: &u64) {}
 
 #[cfg(test)]
 mod tests;

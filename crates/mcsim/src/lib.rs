@@ -13,6 +13,8 @@ pub mod config;
 mod event;
 pub mod figures;
 pub mod floor;
+#[allow(unsafe_code)]
+mod host;
 pub mod kernels;
 pub mod mc;
 pub mod sim;
