@@ -14,6 +14,8 @@
 //! (tag, data) pairs in the ways (a test compares the two on random accesses).
 
 use crate::config::{CacheLevel, Config};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Where an access was served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,102 +192,29 @@ fn push_front_n<const N: usize>(set: &mut [u64], tag: u64) -> u64 {
 /// The dirty map's holder of L3's copies (cores are numbered below 1024).
 const L3: u32 = u32::MAX;
 
-/// The dirty copies' data by (line, holder): open addressing with linear probing in a table
-/// of a power-of-two size kept at most half full, removal by shifting the run back (no
-/// tombstones). Persistent code flushes what it writes, so the map is small and on every
-/// store's and dirty flush's path: one multiply and, mostly, one slot read, where a general
-/// hash map spent about 10 % of the floor. The order of `iter` is the table's; its one user
-/// (the final memory) keeps the newest version per line, whatever the order.
-struct DirtyMap {
-    /// (line + 1, holder, data); line + 1 = 0 marks an empty slot.
-    slots: Vec<(u64, u32, u64)>,
-    len: usize,
-}
+/// A cheap hasher for line numbers (the dirty map is on every store's path): one multiply,
+/// folded so that the high bits it mixes reach the low bits the table indexes by.
+#[derive(Default)]
+struct LineHasher(u64);
 
-impl DirtyMap {
-    fn new() -> DirtyMap {
-        DirtyMap {
-            slots: vec![(0, 0, 0); 64],
-            len: 0,
+impl Hasher for LineHasher {
+    fn finish(&self) -> u64 {
+        let h = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 29)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).rotate_left(5);
         }
     }
 
-    /// The slot a key's probe starts at: a multiplicative hash's top bits.
-    #[inline(always)]
-    fn home(&self, (line, holder): (u64, u32)) -> usize {
-        let h = (line ^ u64::from(holder).rotate_left(40)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        (h >> (64 - self.slots.len().trailing_zeros())) as usize
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
     }
 
-    /// The slot holding `key`, or the empty slot ending its probe.
-    #[inline(always)]
-    fn probe(&self, key: (u64, u32)) -> usize {
-        let mask = self.slots.len() - 1;
-        let mut at = self.home(key);
-        loop {
-            let (l, h, _) = self.slots[at];
-            if l == 0 || (l - 1, h) == key {
-                return at;
-            }
-            at = (at + 1) & mask;
-        }
-    }
-
-    fn insert(&mut self, key: (u64, u32), version: u64) {
-        assert!(key.0 < DIRTY - 1, "a line + 1 is below the dirty bit");
-        if 2 * (self.len + 1) > self.slots.len() {
-            self.grow();
-        }
-        let at = self.probe(key);
-        self.len += usize::from(self.slots[at].0 == 0);
-        self.slots[at] = (key.0 + 1, key.1, version);
-    }
-
-    fn remove(&mut self, key: (u64, u32)) -> Option<u64> {
-        let mask = self.slots.len() - 1;
-        let mut hole = self.probe(key);
-        let (l, _, version) = self.slots[hole];
-        if l == 0 {
-            return None;
-        }
-        // Later slots of the run whose probe passes the hole move into it.
-        let mut at = hole;
-        loop {
-            at = (at + 1) & mask;
-            let (l, h, _) = self.slots[at];
-            if l == 0 {
-                break;
-            }
-            let home = self.home((l - 1, h));
-            if (at.wrapping_sub(home) & mask) >= (at.wrapping_sub(hole) & mask) {
-                self.slots[hole] = self.slots[at];
-                hole = at;
-            }
-        }
-        self.slots[hole] = (0, 0, 0);
-        self.len -= 1;
-        Some(version)
-    }
-
-    fn grow(&mut self) {
-        let size = 2 * self.slots.len();
-        let old = std::mem::replace(&mut self.slots, vec![(0, 0, 0); size]);
-        self.len = 0;
-        for (l, h, v) in old.into_iter().filter(|s| s.0 != 0) {
-            self.insert((l - 1, h), v);
-        }
-        assert!(
-            2 * self.len <= self.slots.len(),
-            "half full at most after growing"
-        );
-    }
-
-    /// Every (line, data) held.
-    fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.slots
-            .iter()
-            .filter(|s| s.0 != 0)
-            .map(|&(l, _, v)| (l - 1, v))
+    fn write_u32(&mut self, n: u32) {
+        self.0 = self.0.rotate_left(16) ^ u64::from(n);
     }
 }
 
@@ -297,7 +226,7 @@ pub struct Hierarchy {
     /// The data of every dirty copy, by line and holder: a core's number for its L1 and L2
     /// (one of the two at most holds it dirty), `L3` for L3. Cores may write the same line
     /// (coherence is not modelled), so each holder's copy keeps its own data.
-    dirty: DirtyMap,
+    dirty: HashMap<(u64, u32), u64, BuildHasherDefault<LineHasher>>,
     /// Dirty lines pushed out of L3, to be written to memory by the caller.
     pub writebacks: Vec<(u64, u64)>,
     pub hits: [u64; 4],
@@ -314,7 +243,7 @@ impl Hierarchy {
                 .map(|_| Cache::new(&cfg.l2, cfg.line_bytes, 1))
                 .collect(),
             l3: Cache::new(&cfg.l3_per_core, cfg.line_bytes, u64::from(cfg.cores)),
-            dirty: DirtyMap::new(),
+            dirty: HashMap::default(),
             writebacks: Vec::new(),
             hits: [0; 4],
         }
@@ -388,7 +317,7 @@ impl Hierarchy {
     }
 
     fn take_dirty(&mut self, key: (u64, u32)) -> u64 {
-        let version = self.dirty.remove(key);
+        let version = self.dirty.remove(&key);
         version.expect("a line with a dirty bit has its data in the map")
     }
 
@@ -423,7 +352,7 @@ impl Hierarchy {
 
     /// Every dirty line still cached (the end of a run).
     pub fn dirty_lines(&self) -> Vec<(u64, u64)> {
-        self.dirty.iter().collect()
+        self.dirty.iter().map(|(&(l, _), &v)| (l, v)).collect()
     }
 }
 

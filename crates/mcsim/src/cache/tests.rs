@@ -156,31 +156,6 @@ fn table_ii_widths_match_the_tag_and_data_model() {
     compare_with_reference(cfg, cores);
 }
 
-/// The dirty map against the standard one, on keys that collide and a table that grows.
-#[test]
-fn dirty_map_matches_a_hash_map() {
-    let mut rng = SmallRng::seed_from_u64(5);
-    let (mut map, mut reference) = (super::DirtyMap::new(), std::collections::HashMap::new());
-    for step in 0..200_000u64 {
-        // A few hundred keys early, then a few thousand: removals meet long probe runs.
-        let span = if step < 100_000 { 300 } else { 3_000 };
-        let key = (rng.gen_range(0..span) << 20, rng.gen_range(0..3u32));
-        if rng.gen_bool(0.55) {
-            map.insert(key, step);
-            reference.insert(key, step);
-        } else {
-            assert_eq!(map.remove(key), reference.remove(&key), "step {step}");
-        }
-        assert_eq!(map.len, reference.len());
-    }
-    let mut a: Vec<(u64, u64)> = map.iter().collect();
-    let mut b: Vec<(u64, u64)> = reference.iter().map(|(&(l, _), &v)| (l, v)).collect();
-    a.sort_unstable();
-    b.sort_unstable();
-    assert_eq!(a, b);
-    assert!(map.slots.len() >= 2 * a.len() && a.len() > 1_000);
-}
-
 fn compare_with_reference(cfg: Config, cores: u32) {
     cfg.validate().unwrap();
     let mut new = Hierarchy::new(&cfg);
