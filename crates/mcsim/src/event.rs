@@ -9,8 +9,10 @@ use std::collections::BinaryHeap;
 /// lower-numbered one goes first (whatever order they yielded in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Ev {
-    /// A read's data is back (`core`'s ROB entry `seq`).
-    ReadDone { core: u32, seq: u64 },
+    /// A read's data is back while its core may be asleep: the core wakes if it is (as at
+    /// every completion). The entry's time was set when the read issued (`Events::read_issued`);
+    /// for a core that is awake when its read issues this event is not queued at all.
+    ReadDone { core: u32 },
     /// A flush's write entered its sub-queue.
     Accepted { core: u32, seq: u64 },
     /// A write finished at the NVM.
@@ -61,6 +63,10 @@ pub(crate) struct Events {
     slab: Vec<Ev>,
     free: Vec<u32>,
     seq: u64,
+    /// Reads the controller issued since the engine last looked: (core, ROB entry, the
+    /// time the data is back). A read's completion time is fixed when it issues, so the
+    /// engine hands it to the core at once instead of queueing an event for it.
+    pub reads: Vec<(u32, u64, u64)>,
 }
 
 impl Events {
@@ -97,6 +103,11 @@ impl Events {
         }
     }
 
+    /// The controller issued `core`'s read `seq`; its data is back at `done`.
+    pub fn read_issued(&mut self, done: u64, core: u32, seq: u64) {
+        self.reads.push((core, seq, done));
+    }
+
     /// The earliest key, front or heap.
     fn head(&self) -> Option<u128> {
         self.front.or_else(|| self.heap.peek().map(|Reverse(k)| *k))
@@ -120,6 +131,7 @@ impl Events {
     }
 
     /// The earliest pending time: nothing can happen before it.
+    #[cfg(test)]
     pub fn horizon(&self) -> u64 {
         self.head().map_or(u64::MAX, |key| (key >> 64) as u64)
     }

@@ -2,10 +2,13 @@
 //! controller, in virtual time (CPU cycles).
 //!
 //! Each core keeps a local clock. It runs ahead of the others as long as what it does is
-//! private (instructions, L1 and L2 hits) and nothing it waits for is outstanding; an access
-//! to shared state (L3, the controller) happens only once every other actor's clock has
-//! reached it, so the shared state sees accesses in time order. That keeps the model exact
-//! while a core in a long private stretch costs one event, not one per cycle.
+//! private (instructions, L1 and L2 hits) and no completion still to come can change it: a
+//! read's completion time is fixed when the controller issues it and is handed to the core
+//! then, so only entries of unknown time (a read not yet issued, a flush not yet accepted,
+//! a commit) make a core wait for the others, and only once its retire step can reach one.
+//! An access to shared state (L3, the controller) happens only once every other actor's
+//! clock has reached it, so the shared state sees accesses in time order. That keeps the
+//! model exact while a core in a long private stretch costs one event, not one per cycle.
 
 use crate::cache::{Hierarchy, Served};
 use crate::config::{Config, Mode};
@@ -22,6 +25,8 @@ const PENDING: u64 = u64::MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Mem,
+    /// A load or store that missed every cache: its line is read from memory.
+    Read,
     Fence,
     /// A commit, sent to the controller when it reaches the ROB head.
     Commit {
@@ -167,9 +172,10 @@ impl<'w> Sim<'w> {
             match e {
                 Ev::CoreRun(c) => self.run_core(c as usize)?,
                 Ev::Tick => self.mc.schedule(t, &mut self.ev),
-                Ev::ReadDone { core, seq }
-                | Ev::Accepted { core, seq }
-                | Ev::CommitDone { core, seq } => self.complete(t, core as usize, seq),
+                Ev::ReadDone { core } => self.wake(t, core as usize),
+                Ev::Accepted { core, seq } | Ev::CommitDone { core, seq } => {
+                    self.complete(t, core as usize, seq)
+                }
                 Ev::WriteDone {
                     q,
                     id,
@@ -178,6 +184,7 @@ impl<'w> Sim<'w> {
                 } => self.mc.write_done(t, q, id, line, version, &mut self.ev),
                 Ev::QueryDone { q, answer } => self.mc.query_done(t, q, answer, &mut self.ev),
             }
+            self.deliver_reads();
         }
         assert!(
             self.mc.idle(),
@@ -201,6 +208,37 @@ impl<'w> Sim<'w> {
         assert_eq!(e.ready_at, PENDING, "an entry completes once");
         e.ready_at = t;
         core.pending -= 1;
+        self.wake(t, c);
+    }
+
+    /// The reads the controller issued since the last look: each entry gets its completion
+    /// time at once, so the core need not wait for an event to know it (see `must_sync`). A
+    /// core asleep now is woken at that time as before (`Ev::ReadDone`); one that falls
+    /// asleep later gets its wake-up then (`advance`).
+    fn deliver_reads(&mut self) {
+        while let Some((c, seq, done)) = self.ev.reads.pop() {
+            let core = &mut self.cores[c as usize];
+            let i = core
+                .entries
+                .binary_search_by_key(&seq, |e| e.seq)
+                .expect("an issued read names a ROB entry");
+            let e = &mut core.entries[i];
+            assert!(
+                e.ready_at == PENDING && e.kind == Kind::Read,
+                "a read issues once"
+            );
+            e.ready_at = done;
+            core.pending -= 1;
+            if core.sleeping {
+                self.ev.push(done, Ev::ReadDone { core: c });
+            }
+        }
+    }
+
+    /// Something completed at `t` for core `c`: if it sleeps, it continues at `t` (a
+    /// completion wakes a sleeping core whether or not it is the one the core waits on).
+    fn wake(&mut self, t: u64, c: usize) {
+        let core = &mut self.cores[c];
         if core.sleeping {
             // It slept after its cycle t - 1 at the latest: what it did there can complete
             // at t - 1 (the controller acts after the cores at equal times).
@@ -219,8 +257,9 @@ impl<'w> Sim<'w> {
     fn run_core(&mut self, c: usize) -> Result<()> {
         loop {
             let t = self.cores[c].t;
-            // Past the horizon only a core with nothing outstanding may go on.
-            if self.cores[c].pending > 0 && self.ev.blocks(t, c as u32) {
+            // Past the horizon a core goes on only while no completion still to come can
+            // change what it does in this cycle.
+            if self.must_sync(c, t) && self.ev.blocks(t, c as u32) {
                 self.ev.push(t, Ev::CoreRun(c as u32));
                 return Ok(());
             }
@@ -243,9 +282,37 @@ impl<'w> Sim<'w> {
         }
     }
 
+    /// Whether what core `c` does in its cycle `t` can depend on a completion still to come:
+    /// its retire step (up to R entries in order, stopping at the first not ready) reaches an
+    /// entry whose completion time is unknown, or that entry becomes the ROB head (on which
+    /// `advance` decides to sleep). Only then must every earlier actor have run first.
+    /// Otherwise the core sees only entries whose times it knows and may run ahead.
+    fn must_sync(&self, c: usize, t: u64) -> bool {
+        let core = &self.cores[c];
+        if core.pending == 0 {
+            return false;
+        }
+        let mut budget = u64::from(self.cfg.retire_width);
+        let mut pos = core.retired;
+        for e in &core.entries {
+            let plain = e.seq - pos;
+            if plain > budget {
+                return false;
+            }
+            if e.ready_at == PENDING {
+                return true;
+            }
+            if e.ready_at > t || plain == budget {
+                return false;
+            }
+            budget -= plain + 1;
+            pos = e.seq + 1;
+        }
+        unreachable!("a core with a pending entry has it in its ROB")
+    }
+
     /// Move core `c` to the next cycle where something can happen; false if it sleeps.
     fn advance(&mut self, c: usize) -> bool {
-        let horizon = self.ev.horizon();
         let (rob, fetch, retire) = (
             u64::from(self.cfg.rob_entries),
             self.cfg.fetch_width,
@@ -268,16 +335,25 @@ impl<'w> Sim<'w> {
                     && !matches!(e.kind, Kind::Commit { sent: false, .. }) =>
             {
                 core.sleeping = true;
+                // Reads known to be back at core.t or later wake it then, as each read's
+                // completion event did when it was queued (the earliest is enough: at it the
+                // core runs a cycle and, still waiting, falls asleep again).
+                let back = core
+                    .entries
+                    .iter()
+                    .filter(|e| e.kind == Kind::Read && e.ready_at != PENDING)
+                    .map(|e| e.ready_at)
+                    .filter(|&r| r >= core.t)
+                    .min();
+                if let Some(r) = back {
+                    self.ev.push(r, Ev::ReadDone { core: c as u32 });
+                }
                 return false;
             }
-            // Fetch is blocked and the head is ready later: skip the cycles between.
+            // Fetch is blocked and the head is ready later: skip the cycles between (nothing
+            // can be retired or fetched before the head retires, whatever completes).
             Some(e) if !can_fetch && e.ready_at != PENDING && e.ready_at > core.t => {
-                let until = if core.pending > 0 {
-                    e.ready_at.min(horizon)
-                } else {
-                    e.ready_at
-                };
-                core.t = core.t.max(until);
+                core.t = e.ready_at;
             }
             // A long run of plain instructions through a full ROB: R retire and R enter per
             // cycle, so k cycles are done at once.
@@ -333,12 +409,13 @@ impl Sim<'_> {
                     self.cores[c].entries[0].ready_at = t;
                 }
                 self.mc.pass_if_asked(t, &mut self.ev);
+                self.deliver_reads();
                 continue;
             }
             if e.ready_at > t {
                 break;
             }
-            if e.kind != Kind::Mem {
+            if matches!(e.kind, Kind::Fence | Kind::Commit { .. }) {
                 core.stalled = false;
             }
             core.entries.pop_front();
@@ -379,6 +456,7 @@ impl Sim<'_> {
             self.cores[c].next_op = None;
             self.issue(c, t, op);
             self.mc.pass_if_asked(t, &mut self.ev);
+            self.deliver_reads();
         }
     }
 
@@ -449,7 +527,12 @@ impl Sim<'_> {
             Served::L3 => t + hit_cycles(&self.cfg.l3_per_core),
             Served::Memory => PENDING,
         };
-        let seq = self.push_entry(c, ready_at, Kind::Mem);
+        let kind = if served == Served::Memory {
+            Kind::Read
+        } else {
+            Kind::Mem
+        };
+        let seq = self.push_entry(c, ready_at, kind);
         if served == Served::Memory {
             self.mc.read(t, c as u32, seq, line);
         }
