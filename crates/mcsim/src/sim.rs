@@ -367,10 +367,58 @@ impl<'w> Sim<'w> {
                 core.gap_left -= (k * u64::from(retire)) as u32;
                 core.t += k;
             }
-            _ => {}
+            _ => plain_cycles(core, rob, fetch, retire),
         }
         true
     }
+}
+
+/// Do at once the cycles from `core.t` on in which the core only moves plain instructions,
+/// the same number each cycle: its retire step takes exactly `rr` (R while more than R plain
+/// instructions precede the first entry, or none while that entry is the head and known to be
+/// ready later) and its fetch step exactly `ff` (F from a gap while the ROB keeps room, or
+/// none while fetch is stalled). In such a cycle no entry of unknown time is reached
+/// (`must_sync` is false), nothing shared is touched, the core does not finish, and `advance`
+/// takes none of its special cases (the ROB stays below full while fetching), so k of them
+/// are k times the same arithmetic.
+fn plain_cycles(core: &mut Core, rob: u64, fetch: u32, retire: u32) {
+    let (f, r) = (u64::from(fetch), u64::from(retire));
+    let occ = core.fetched - core.retired;
+    let fetching = !core.stalled && !core.trace_done;
+    let (rr, k_retire) = match core.entries.front() {
+        // All plain: R retire each cycle while more than R are in (fetching adds F >= R).
+        None if fetching && occ >= r => (r, u64::MAX),
+        None if !fetching && occ > r => (r, (occ - 1) / r),
+        Some(e) if e.seq - core.retired > r => (r, (e.seq - core.retired - 1) / r),
+        Some(e) if e.seq == core.retired && e.ready_at != PENDING && e.ready_at > core.t => {
+            (0, e.ready_at - core.t)
+        }
+        _ => return,
+    };
+    let k = if fetching {
+        if f < rr || core.gap_left < fetch {
+            return;
+        }
+        // The ROB after cycle i's fetch holds occ + (i + 1)(F - rr): below full, so fetch
+        // keeps its full width and `advance` its plain case.
+        let k_room = match f - rr {
+            0 if occ < rob => u64::MAX,
+            0 => 0,
+            grow => (rob - 1).saturating_sub(occ) / grow,
+        };
+        k_retire.min(u64::from(core.gap_left / fetch)).min(k_room)
+    } else {
+        k_retire
+    };
+    let ff = if fetching { f } else { 0 };
+    core.retired += k * rr;
+    core.fetched += k * ff;
+    core.gap_left -= (k * ff) as u32;
+    core.t += k;
+    assert!(
+        ff == 0 || core.fetched - core.retired < rob,
+        "plain cycles that fetch leave the ROB below full"
+    );
 }
 
 // One cycle of a core: retire, then fetch.
