@@ -416,7 +416,7 @@ fn plain_cycles(core: &mut Core, rob: u64, fetch: u32, retire: u32) {
     core.gap_left -= (k * ff) as u32;
     core.t += k;
     assert!(
-        ff == 0 || core.fetched - core.retired < rob,
+        k == 0 || ff == 0 || core.fetched - core.retired < rob,
         "plain cycles that fetch leave the ROB below full"
     );
 }
