@@ -215,7 +215,15 @@ impl<'w> Sim<'w> {
     /// time at once, so the core need not wait for an event to know it (see `must_sync`). A
     /// core asleep now is woken at that time as before (`Ev::ReadDone`); one that falls
     /// asleep later gets its wake-up then (`advance`).
+    #[inline]
     fn deliver_reads(&mut self) {
+        if !self.ev.reads.is_empty() {
+            self.deliver_issued_reads();
+        }
+    }
+
+    #[inline(never)]
+    fn deliver_issued_reads(&mut self) {
         while let Some((c, seq, done)) = self.ev.reads.pop() {
             let core = &mut self.cores[c as usize];
             let i = core
@@ -229,7 +237,12 @@ impl<'w> Sim<'w> {
             );
             e.ready_at = done;
             core.pending -= 1;
-            if core.sleeping {
+            if core.sleeping && core.pending == 0 && seq == core.retired {
+                // It sleeps on this read, its head and only unknown entry: whatever wakes it
+                // before `done` finds the head still waiting and it sleeps again, so it
+                // continues at `done` (or its clock) as the completion's own event would have.
+                self.wake(done, c as usize);
+            } else if core.sleeping {
                 self.ev.push(done, Ev::ReadDone { core: c });
             }
         }
@@ -338,6 +351,8 @@ impl<'w> Sim<'w> {
                 // Reads known to be back at core.t or later wake it then, as each read's
                 // completion event did when it was queued (the earliest is enough: at it the
                 // core runs a cycle and, still waiting, falls asleep again).
+                // Not needed when the head is a read and nothing else is unknown: its issue
+                // wakes the core at its completion (`deliver_issued_reads`).
                 let back = core
                     .entries
                     .iter()
@@ -345,7 +360,8 @@ impl<'w> Sim<'w> {
                     .map(|e| e.ready_at)
                     .filter(|&r| r >= core.t)
                     .min();
-                if let Some(r) = back {
+                let wakes_on_issue = e.kind == Kind::Read && core.pending == 1;
+                if let Some(r) = back.filter(|_| !wakes_on_issue) {
                     self.ev.push(r, Ev::ReadDone { core: c as u32 });
                 }
                 return false;
