@@ -505,19 +505,22 @@ impl Sim<'_> {
                 core.fetched += u64::from(n);
                 continue;
             }
-            if core.next_op.is_none() {
-                core.next_op = self.work.next(c)?;
-                if core.next_op.is_none() {
-                    self.cores[c].trace_done = true;
-                    return Ok(true);
-                }
-            }
-            let op = self.cores[c].next_op.expect("just read");
-            // The heap peek first: it is cheaper than the tag scans, and both only read.
+            // The operation stays in a register unless the core must stop before it.
+            let op = match core.next_op.take() {
+                Some(op) => op,
+                None => match self.work.next(c)? {
+                    Some(op) => op,
+                    None => {
+                        self.cores[c].trace_done = true;
+                        return Ok(true);
+                    }
+                },
+            };
+            // The queue look first: it is cheaper than the tag scans, and both only read.
             if self.ev.blocks(t, c as u32) && self.is_shared(c, op) {
+                self.cores[c].next_op = Some(op);
                 return Ok(false);
             }
-            self.cores[c].next_op = None;
             self.issue(c, t, op);
             self.mc.pass_if_asked(t, &mut self.ev);
             self.deliver_reads();
