@@ -348,11 +348,15 @@ impl<'w> Sim<'w> {
                     && !matches!(e.kind, Kind::Commit { sent: false, .. }) =>
             {
                 core.sleeping = true;
-                // Reads known to be back at core.t or later wake it then, as each read's
-                // completion event did when it was queued (the earliest is enough: at it the
-                // core runs a cycle and, still waiting, falls asleep again).
-                // Not needed when the head is a read and nothing else is unknown: its issue
-                // wakes the core at its completion (`deliver_issued_reads`).
+                // The core is in step with the others here: its head, of unknown time, was
+                // within reach of this cycle's retire step or entered the ROB through a shared
+                // access (`must_sync`, `fetch`). Any completion wakes a sleeping core, and the
+                // cycle it then runs moves the clock it resumes from, so reads known to be back
+                // at core.t or later still wake it then, as each read's completion event did
+                // when it was queued (the earliest is enough: at it the core runs a cycle and,
+                // still waiting, falls asleep again). Not needed when the head is a read and
+                // nothing else is unknown: its issue wakes the core at its completion
+                // (`deliver_issued_reads`).
                 let back = core
                     .entries
                     .iter()
