@@ -1,7 +1,7 @@
 //! The event queue of the discrete-event engine, and the log the tests check properties on.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// Something that happens at a time. At equal times completions come first, then the memory
 /// controller's scheduling, then the cores in core-number order: a core sees everything that
@@ -9,8 +9,10 @@ use std::collections::BinaryHeap;
 /// lower-numbered one goes first (whatever order they yielded in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Ev {
-    /// A read's data is back (`core`'s ROB entry `seq`).
-    ReadDone { core: u32, seq: u64 },
+    /// A read's data is back while its core may be asleep: the core wakes if it is (as at
+    /// every completion). The entry's time was set when the read issued (`Events::read_issued`);
+    /// for a core that is awake when its read issues this event is not queued at all.
+    ReadDone { core: u32 },
     /// A flush's write entered its sub-queue.
     Accepted { core: u32, seq: u64 },
     /// A write finished at the NVM.
@@ -41,87 +43,200 @@ impl Ev {
     }
 }
 
-/// Bits of a key below the time: 2 for the class, then the order within the class (the push
-/// order; a core's number for a core), then the slot.
-const SLOT_BITS: u32 = 22;
-const SEQ_BITS: u32 = 64 - 2 - SLOT_BITS;
+/// Cycles the calendar holds in buckets. An event further ahead waits in a heap until the
+/// window reaches its time (at Table II a write's completion, about 420 cycles ahead, is the
+/// longest usual wait).
+const WINDOW: u64 = 1024;
+const WORDS: usize = (WINDOW / 64) as usize;
 
-/// The queue: a binary heap of packed keys (time, class, push order, slot), 16 bytes each,
-/// with the events themselves in a slab whose slots are reused, so a push or pop moves a
-/// key, not an event, and allocates nothing once the slab has grown to the run's need.
-///
-/// The earliest key is kept outside the heap (`front`) when it was pushed ahead of
-/// everything in it: most events (a scheduling pass at the current time, a core yielding to
-/// nobody) are popped right after their push, and those then never enter the heap. Every
-/// key is still unique and compared whole, so the order is the heap's alone.
+/// The events of one cycle in the order they are taken: completions in push order, then the
+/// scheduling passes, then the cores in core-number order.
 #[derive(Default)]
+struct Bucket {
+    done: VecDeque<Ev>,
+    ticks: u32,
+    /// Sorted.
+    cores: Vec<u32>,
+}
+
+impl Bucket {
+    fn is_empty(&self) -> bool {
+        self.done.is_empty() && self.ticks == 0 && self.cores.is_empty()
+    }
+
+    fn push(&mut self, ev: Ev) {
+        match ev {
+            Ev::Tick => self.ticks += 1,
+            Ev::CoreRun(c) => {
+                let i = self.cores.partition_point(|&x| x <= c);
+                self.cores.insert(i, c);
+            }
+            _ => self.done.push_back(ev),
+        }
+    }
+
+    fn pop(&mut self) -> Option<Ev> {
+        if let Some(e) = self.done.pop_front() {
+            return Some(e);
+        }
+        if self.ticks > 0 {
+            self.ticks -= 1;
+            return Some(Ev::Tick);
+        }
+        (!self.cores.is_empty()).then(|| Ev::CoreRun(self.cores.remove(0)))
+    }
+
+    /// Whether something here comes before core `core` at this bucket's time.
+    fn before_core(&self, core: u32) -> bool {
+        !self.done.is_empty() || self.ticks > 0 || self.cores.first().is_some_and(|&c| c < core)
+    }
+}
+
+/// The queue: a calendar of one bucket a cycle over the window [base, base + WINDOW), base
+/// being the time of the last event taken, with a bit a bucket telling which hold events, so
+/// a push or pop is an append or a take at a known place plus a short bit scan, not a heap
+/// sift. Events beyond the window wait in a heap ordered by (time, class, push order or core
+/// number) and move into their bucket as soon as the window covers their time: before
+/// anything can be pushed there directly, so a bucket's completions stay in push order and
+/// the order is exactly the one a single heap of those keys would give.
 pub(crate) struct Events {
-    front: Option<u128>,
-    heap: BinaryHeap<Reverse<u128>>,
-    slab: Vec<Ev>,
-    free: Vec<u32>,
+    base: u64,
+    /// The earliest bucket holding events (u64::MAX: none).
+    next: u64,
+    buckets: Vec<Bucket>,
+    occupied: [u64; WORDS],
+    far: BinaryHeap<Reverse<(u64, u8, u64, Ev)>>,
     seq: u64,
+    /// Reads the controller issued since the engine last looked: (core, ROB entry, the
+    /// time the data is back). A read's completion time is fixed when it issues, so the
+    /// engine hands it to the core at once instead of queueing an event for it.
+    pub reads: Vec<(u32, u64, u64)>,
+}
+
+impl Default for Events {
+    fn default() -> Events {
+        Events {
+            base: 0,
+            next: u64::MAX,
+            buckets: (0..WINDOW).map(|_| Bucket::default()).collect(),
+            occupied: [0; WORDS],
+            far: BinaryHeap::new(),
+            seq: 0,
+            reads: Vec::new(),
+        }
+    }
 }
 
 impl Events {
     pub fn push(&mut self, t: u64, ev: Ev) {
+        assert!(
+            t >= self.base,
+            "nothing is queued before the last event taken"
+        );
+        if t < self.base + WINDOW {
+            self.put(t, ev);
+            return;
+        }
         self.seq += 1;
-        assert!(self.seq < 1 << SEQ_BITS, "fewer than 2^40 events in a run");
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.slab[s as usize] = ev;
-                s
-            }
-            None => {
-                self.slab.push(ev);
-                (self.slab.len() - 1) as u32
-            }
-        };
-        assert!(slot < 1 << SLOT_BITS, "fewer than 2^22 events pending");
         // Cores at one time go in core-number order (at most one of each is queued).
         let order = match ev {
             Ev::CoreRun(c) => u64::from(c),
             _ => self.seq,
         };
-        let low = (u64::from(ev.class()) << 62) | (order << SLOT_BITS) | u64::from(slot);
-        let key = (u128::from(t) << 64) | u128::from(low);
-        match self.front {
-            // Earlier than the front: the front goes into the heap, this key is the new one.
-            Some(f) if key < f => {
-                self.heap.push(Reverse(f));
-                self.front = Some(key);
+        self.far.push(Reverse((t, ev.class(), order, ev)));
+    }
+
+    fn put(&mut self, t: u64, ev: Ev) {
+        let i = (t % WINDOW) as usize;
+        self.buckets[i].push(ev);
+        self.occupied[i / 64] |= 1 << (i % 64);
+        self.next = self.next.min(t);
+    }
+
+    /// The controller issued `core`'s read `seq`; its data is back at `done`.
+    pub fn read_issued(&mut self, done: u64, core: u32, seq: u64) {
+        self.reads.push((core, seq, done));
+    }
+
+    /// The time of the earliest bucket holding events.
+    fn first_near(&self) -> Option<u64> {
+        let start = (self.base % WINDOW) as usize;
+        let (w0, bit) = (start / 64, start % 64);
+        // The first word from `start` on, then the others in turn, then the first word's
+        // bits below `start` (the window's last cycles).
+        let mut idx = None;
+        let head = self.occupied[w0] & (!0u64 << bit);
+        if head != 0 {
+            idx = Some(w0 * 64 + head.trailing_zeros() as usize);
+        } else {
+            for k in 1..=WORDS {
+                let w = (w0 + k) % WORDS;
+                let word = if k == WORDS {
+                    self.occupied[w] & ((1u64 << bit) - 1)
+                } else {
+                    self.occupied[w]
+                };
+                if word != 0 {
+                    idx = Some(w * 64 + word.trailing_zeros() as usize);
+                    break;
+                }
             }
-            Some(_) => self.heap.push(Reverse(key)),
-            None if self.heap.peek().is_none_or(|Reverse(h)| key < *h) => self.front = Some(key),
-            None => self.heap.push(Reverse(key)),
+        }
+        idx.map(|i| self.base + (i as u64 + WINDOW - start as u64) % WINDOW)
+    }
+
+    /// Move the window to start at `t`: far events it now covers enter their buckets, in
+    /// the heap's order.
+    fn slide(&mut self, t: u64) {
+        self.base = t;
+        while let Some(&Reverse((ft, _, _, ev))) = self.far.peek() {
+            if ft >= t + WINDOW {
+                break;
+            }
+            self.far.pop();
+            self.put(ft, ev);
         }
     }
 
-    /// The earliest key, front or heap.
-    fn head(&self) -> Option<u128> {
-        self.front.or_else(|| self.heap.peek().map(|Reverse(k)| *k))
-    }
-
     pub fn pop(&mut self) -> Option<(u64, Ev)> {
-        let key = match self.front.take() {
-            Some(k) => k,
-            None => self.heap.pop()?.0,
+        // Far events all lie beyond the window, so after every near one.
+        let t = match self.next {
+            u64::MAX => self.far.peek()?.0 .0,
+            t => t,
         };
-        let slot = (key as u32) & ((1 << SLOT_BITS) - 1);
-        self.free.push(slot);
-        Some(((key >> 64) as u64, self.slab[slot as usize]))
+        self.slide(t);
+        let i = (t % WINDOW) as usize;
+        let ev = self.buckets[i]
+            .pop()
+            .expect("an occupied bucket holds an event");
+        if self.buckets[i].is_empty() {
+            self.occupied[i / 64] &= !(1 << (i % 64));
+            self.next = self.first_near().unwrap_or(u64::MAX);
+        }
+        debug_assert_eq!(Some(self.next), self.first_near().or(Some(u64::MAX)));
+        Some((t, ev))
     }
 
     /// Whether something must happen before core `core`'s cycle `t`: an event before `t`, a
     /// completion or scheduling pass at `t`, or a lower-numbered core at `t`.
     pub fn blocks(&self, t: u64, core: u32) -> bool {
-        let mine = (u128::from(t) << 64) | (2 << 62) | (u128::from(core) << SLOT_BITS);
-        self.head().is_some_and(|key| key < mine)
+        match self.next {
+            h if h == t => self.buckets[(t % WINDOW) as usize].before_core(core),
+            u64::MAX => self
+                .far
+                .peek()
+                .is_some_and(|&Reverse((ft, class, order, _))| {
+                    ft < t || (ft == t && (class < 2 || order < u64::from(core)))
+                }),
+            h => h < t,
+        }
     }
 
     /// The earliest pending time: nothing can happen before it.
+    #[cfg(test)]
     pub fn horizon(&self) -> u64 {
-        self.head().map_or(u64::MAX, |key| (key >> 64) as u64)
+        let far = self.far.peek().map_or(u64::MAX, |r| r.0 .0);
+        self.first_near().map_or(far, |t| t.min(far))
     }
 }
 
@@ -176,17 +291,16 @@ mod tests {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
-    /// The front slot changes where keys wait, never the order: pops match a plain sort of
-    /// (time, class, push order or core number) on random pushes interleaved with pops.
-    #[test]
-    fn front_slot_keeps_the_heap_order() {
-        let mut rng = SmallRng::seed_from_u64(7);
+    /// Pops match a plain sort of (time, class, push order or core number) on random pushes
+    /// interleaved with pops, `ahead` drawing how far after the last pop each push lands.
+    fn pops_match_a_sort(seed: u64, ahead: impl Fn(&mut SmallRng) -> u64) {
+        let mut rng = SmallRng::seed_from_u64(seed);
         let mut ev = Events::default();
         let mut model: Vec<(u64, u8, u64, Ev)> = Vec::new();
         let (mut now, mut order) = (0u64, 0u64);
         for _ in 0..20_000 {
             if rng.gen_bool(0.55) || model.is_empty() {
-                let t = now + rng.gen_range(0..4u64);
+                let t = now + ahead(&mut rng);
                 let e = match rng.gen_range(0..3) {
                     0 => Ev::Tick,
                     1 => Ev::CoreRun(rng.gen_range(0..4)),
@@ -216,5 +330,23 @@ mod tests {
             assert_eq!(ev.pop(), Some((t, e)));
             now = t;
         }
+    }
+
+    #[test]
+    fn pops_keep_the_order_within_the_window() {
+        pops_match_a_sort(7, |rng| rng.gen_range(0..4u64));
+    }
+
+    /// Events beyond the window wait in the heap and join their buckets in order, also where
+    /// the window wraps around its buckets.
+    #[test]
+    fn pops_keep_the_order_beyond_the_window() {
+        pops_match_a_sort(11, |rng| {
+            if rng.gen_bool(0.1) {
+                WINDOW - 2 + rng.gen_range(0..4u64) * (WINDOW / 2)
+            } else {
+                rng.gen_range(0..4u64)
+            }
+        });
     }
 }

@@ -619,13 +619,7 @@ impl Mc {
             line: r.line,
             t: now,
         });
-        ev.push(
-            self.units[u],
-            Ev::ReadDone {
-                core: r.core,
-                seq: r.seq,
-            },
-        );
+        ev.read_issued(self.units[u], r.core, r.seq);
         true
     }
 

@@ -2,10 +2,13 @@
 //! controller, in virtual time (CPU cycles).
 //!
 //! Each core keeps a local clock. It runs ahead of the others as long as what it does is
-//! private (instructions, L1 and L2 hits) and nothing it waits for is outstanding; an access
-//! to shared state (L3, the controller) happens only once every other actor's clock has
-//! reached it, so the shared state sees accesses in time order. That keeps the model exact
-//! while a core in a long private stretch costs one event, not one per cycle.
+//! private (instructions, L1 and L2 hits) and no completion still to come can change it: a
+//! read's completion time is fixed when the controller issues it and is handed to the core
+//! then, so only entries of unknown time (a read not yet issued, a flush not yet accepted,
+//! a commit) make a core wait for the others, and only once its retire step can reach one.
+//! An access to shared state (L3, the controller) happens only once every other actor's
+//! clock has reached it, so the shared state sees accesses in time order. That keeps the
+//! model exact while a core in a long private stretch costs one event, not one per cycle.
 
 use crate::cache::{Hierarchy, Served};
 use crate::config::{Config, Mode};
@@ -22,6 +25,8 @@ const PENDING: u64 = u64::MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Mem,
+    /// A load or store that missed every cache: its line is read from memory.
+    Read,
     Fence,
     /// A commit, sent to the controller when it reaches the ROB head.
     Commit {
@@ -167,9 +172,10 @@ impl<'w> Sim<'w> {
             match e {
                 Ev::CoreRun(c) => self.run_core(c as usize)?,
                 Ev::Tick => self.mc.schedule(t, &mut self.ev),
-                Ev::ReadDone { core, seq }
-                | Ev::Accepted { core, seq }
-                | Ev::CommitDone { core, seq } => self.complete(t, core as usize, seq),
+                Ev::ReadDone { core } => self.wake(t, core as usize),
+                Ev::Accepted { core, seq } | Ev::CommitDone { core, seq } => {
+                    self.complete(t, core as usize, seq)
+                }
                 Ev::WriteDone {
                     q,
                     id,
@@ -178,6 +184,7 @@ impl<'w> Sim<'w> {
                 } => self.mc.write_done(t, q, id, line, version, &mut self.ev),
                 Ev::QueryDone { q, answer } => self.mc.query_done(t, q, answer, &mut self.ev),
             }
+            self.deliver_reads();
         }
         assert!(
             self.mc.idle(),
@@ -201,6 +208,50 @@ impl<'w> Sim<'w> {
         assert_eq!(e.ready_at, PENDING, "an entry completes once");
         e.ready_at = t;
         core.pending -= 1;
+        self.wake(t, c);
+    }
+
+    /// The reads the controller issued since the last look: each entry gets its completion
+    /// time at once, so the core need not wait for an event to know it (see `must_sync`). A
+    /// core asleep now is woken at that time as before (`Ev::ReadDone`); one that falls
+    /// asleep later gets its wake-up then (`advance`).
+    #[inline]
+    fn deliver_reads(&mut self) {
+        if !self.ev.reads.is_empty() {
+            self.deliver_issued_reads();
+        }
+    }
+
+    #[inline(never)]
+    fn deliver_issued_reads(&mut self) {
+        while let Some((c, seq, done)) = self.ev.reads.pop() {
+            let core = &mut self.cores[c as usize];
+            let i = core
+                .entries
+                .binary_search_by_key(&seq, |e| e.seq)
+                .expect("an issued read names a ROB entry");
+            let e = &mut core.entries[i];
+            assert!(
+                e.ready_at == PENDING && e.kind == Kind::Read,
+                "a read issues once"
+            );
+            e.ready_at = done;
+            core.pending -= 1;
+            if core.sleeping && core.pending == 0 && seq == core.retired {
+                // It sleeps on this read, its head and only unknown entry: whatever wakes it
+                // before `done` finds the head still waiting and it sleeps again, so it
+                // continues at `done` (or its clock) as the completion's own event would have.
+                self.wake(done, c as usize);
+            } else if core.sleeping {
+                self.ev.push(done, Ev::ReadDone { core: c });
+            }
+        }
+    }
+
+    /// Something completed at `t` for core `c`: if it sleeps, it continues at `t` (a
+    /// completion wakes a sleeping core whether or not it is the one the core waits on).
+    fn wake(&mut self, t: u64, c: usize) {
+        let core = &mut self.cores[c];
         if core.sleeping {
             // It slept after its cycle t - 1 at the latest: what it did there can complete
             // at t - 1 (the controller acts after the cores at equal times).
@@ -219,8 +270,9 @@ impl<'w> Sim<'w> {
     fn run_core(&mut self, c: usize) -> Result<()> {
         loop {
             let t = self.cores[c].t;
-            // Past the horizon only a core with nothing outstanding may go on.
-            if self.cores[c].pending > 0 && self.ev.blocks(t, c as u32) {
+            // Past the horizon a core goes on only while no completion still to come can
+            // change what it does in this cycle.
+            if self.must_sync(c, t) && self.ev.blocks(t, c as u32) {
                 self.ev.push(t, Ev::CoreRun(c as u32));
                 return Ok(());
             }
@@ -243,9 +295,37 @@ impl<'w> Sim<'w> {
         }
     }
 
+    /// Whether what core `c` does in its cycle `t` can depend on a completion still to come:
+    /// its retire step (up to R entries in order, stopping at the first not ready) reaches an
+    /// entry whose completion time is unknown, or that entry becomes the ROB head (on which
+    /// `advance` decides to sleep). Only then must every earlier actor have run first.
+    /// Otherwise the core sees only entries whose times it knows and may run ahead.
+    fn must_sync(&self, c: usize, t: u64) -> bool {
+        let core = &self.cores[c];
+        if core.pending == 0 {
+            return false;
+        }
+        let mut budget = u64::from(self.cfg.retire_width);
+        let mut pos = core.retired;
+        for e in &core.entries {
+            let plain = e.seq - pos;
+            if plain > budget {
+                return false;
+            }
+            if e.ready_at == PENDING {
+                return true;
+            }
+            if e.ready_at > t || plain == budget {
+                return false;
+            }
+            budget -= plain + 1;
+            pos = e.seq + 1;
+        }
+        unreachable!("a core with a pending entry has it in its ROB")
+    }
+
     /// Move core `c` to the next cycle where something can happen; false if it sleeps.
     fn advance(&mut self, c: usize) -> bool {
-        let horizon = self.ev.horizon();
         let (rob, fetch, retire) = (
             u64::from(self.cfg.rob_entries),
             self.cfg.fetch_width,
@@ -268,16 +348,32 @@ impl<'w> Sim<'w> {
                     && !matches!(e.kind, Kind::Commit { sent: false, .. }) =>
             {
                 core.sleeping = true;
+                // The core is in step with the others here: its head, of unknown time, was
+                // within reach of this cycle's retire step or entered the ROB through a shared
+                // access (`must_sync`, `fetch`). Any completion wakes a sleeping core, and the
+                // cycle it then runs moves the clock it resumes from, so reads known to be back
+                // at core.t or later still wake it then, as each read's completion event did
+                // when it was queued (the earliest is enough: at it the core runs a cycle and,
+                // still waiting, falls asleep again). Not needed when the head is a read and
+                // nothing else is unknown: its issue wakes the core at its completion
+                // (`deliver_issued_reads`).
+                let back = core
+                    .entries
+                    .iter()
+                    .filter(|e| e.kind == Kind::Read && e.ready_at != PENDING)
+                    .map(|e| e.ready_at)
+                    .filter(|&r| r >= core.t)
+                    .min();
+                let wakes_on_issue = e.kind == Kind::Read && core.pending == 1;
+                if let Some(r) = back.filter(|_| !wakes_on_issue) {
+                    self.ev.push(r, Ev::ReadDone { core: c as u32 });
+                }
                 return false;
             }
-            // Fetch is blocked and the head is ready later: skip the cycles between.
+            // Fetch is blocked and the head is ready later: skip the cycles between (nothing
+            // can be retired or fetched before the head retires, whatever completes).
             Some(e) if !can_fetch && e.ready_at != PENDING && e.ready_at > core.t => {
-                let until = if core.pending > 0 {
-                    e.ready_at.min(horizon)
-                } else {
-                    e.ready_at
-                };
-                core.t = core.t.max(until);
+                core.t = e.ready_at;
             }
             // A long run of plain instructions through a full ROB: R retire and R enter per
             // cycle, so k cycles are done at once.
@@ -291,10 +387,58 @@ impl<'w> Sim<'w> {
                 core.gap_left -= (k * u64::from(retire)) as u32;
                 core.t += k;
             }
-            _ => {}
+            _ => plain_cycles(core, rob, fetch, retire),
         }
         true
     }
+}
+
+/// Do at once the cycles from `core.t` on in which the core only moves plain instructions,
+/// the same number each cycle: its retire step takes exactly `rr` (R while more than R plain
+/// instructions precede the first entry, or none while that entry is the head and known to be
+/// ready later) and its fetch step exactly `ff` (F from a gap while the ROB keeps room, or
+/// none while fetch is stalled). In such a cycle no entry of unknown time is reached
+/// (`must_sync` is false), nothing shared is touched, the core does not finish, and `advance`
+/// takes none of its special cases (the ROB stays below full while fetching), so k of them
+/// are k times the same arithmetic.
+fn plain_cycles(core: &mut Core, rob: u64, fetch: u32, retire: u32) {
+    let (f, r) = (u64::from(fetch), u64::from(retire));
+    let occ = core.fetched - core.retired;
+    let fetching = !core.stalled && !core.trace_done;
+    let (rr, k_retire) = match core.entries.front() {
+        // All plain: R retire each cycle while more than R are in (fetching adds F >= R).
+        None if fetching && occ >= r => (r, u64::MAX),
+        None if !fetching && occ > r => (r, (occ - 1) / r),
+        Some(e) if e.seq - core.retired > r => (r, (e.seq - core.retired - 1) / r),
+        Some(e) if e.seq == core.retired && e.ready_at != PENDING && e.ready_at > core.t => {
+            (0, e.ready_at - core.t)
+        }
+        _ => return,
+    };
+    let k = if fetching {
+        if f < rr || core.gap_left < fetch {
+            return;
+        }
+        // The ROB after cycle i's fetch holds occ + (i + 1)(F - rr): below full, so fetch
+        // keeps its full width and `advance` its plain case.
+        let k_room = match f - rr {
+            0 if occ < rob => u64::MAX,
+            0 => 0,
+            grow => (rob - 1).saturating_sub(occ) / grow,
+        };
+        k_retire.min(u64::from(core.gap_left / fetch)).min(k_room)
+    } else {
+        k_retire
+    };
+    let ff = if fetching { f } else { 0 };
+    core.retired += k * rr;
+    core.fetched += k * ff;
+    core.gap_left -= (k * ff) as u32;
+    core.t += k;
+    assert!(
+        k == 0 || ff == 0 || core.fetched - core.retired < rob,
+        "plain cycles that fetch leave the ROB below full"
+    );
 }
 
 // One cycle of a core: retire, then fetch.
@@ -333,12 +477,13 @@ impl Sim<'_> {
                     self.cores[c].entries[0].ready_at = t;
                 }
                 self.mc.pass_if_asked(t, &mut self.ev);
+                self.deliver_reads();
                 continue;
             }
             if e.ready_at > t {
                 break;
             }
-            if e.kind != Kind::Mem {
+            if matches!(e.kind, Kind::Fence | Kind::Commit { .. }) {
                 core.stalled = false;
             }
             core.entries.pop_front();
@@ -364,21 +509,25 @@ impl Sim<'_> {
                 core.fetched += u64::from(n);
                 continue;
             }
-            if core.next_op.is_none() {
-                core.next_op = self.work.next(c)?;
-                if core.next_op.is_none() {
-                    self.cores[c].trace_done = true;
-                    return Ok(true);
-                }
-            }
-            let op = self.cores[c].next_op.expect("just read");
-            // The heap peek first: it is cheaper than the tag scans, and both only read.
+            // The operation stays in a register unless the core must stop before it.
+            let op = match core.next_op.take() {
+                Some(op) => op,
+                None => match self.work.next(c)? {
+                    Some(op) => op,
+                    None => {
+                        self.cores[c].trace_done = true;
+                        return Ok(true);
+                    }
+                },
+            };
+            // The queue look first: it is cheaper than the tag scans, and both only read.
             if self.ev.blocks(t, c as u32) && self.is_shared(c, op) {
+                self.cores[c].next_op = Some(op);
                 return Ok(false);
             }
-            self.cores[c].next_op = None;
             self.issue(c, t, op);
             self.mc.pass_if_asked(t, &mut self.ev);
+            self.deliver_reads();
         }
     }
 
@@ -449,7 +598,12 @@ impl Sim<'_> {
             Served::L3 => t + hit_cycles(&self.cfg.l3_per_core),
             Served::Memory => PENDING,
         };
-        let seq = self.push_entry(c, ready_at, Kind::Mem);
+        let kind = if served == Served::Memory {
+            Kind::Read
+        } else {
+            Kind::Mem
+        };
+        let seq = self.push_entry(c, ready_at, kind);
         if served == Served::Memory {
             self.mc.read(t, c as u32, seq, line);
         }
