@@ -4,6 +4,9 @@
 //! `-- digest 100000` runs every mode with the controller's event log on and prints a digest
 //! of the log and of the final memory beside the report's figures: two builds that print the
 //! same lines ran the same timeline (how a change meant to keep the model is checked).
+//! `-- matrix 3000` does the same over 256 small machines (four kernels, 1 to 16 cores, four
+//! gap, commit and region settings, four modes), N updates shared by the threads: corners the
+//! bench's run does not reach (one core, short gaps, a small region).
 //! `nvstack bench --suite mcsim` is the measurement of record.
 
 use nvstack_mcsim::kernels::{Kernel, KernelConfig, KernelWorkload};
@@ -16,6 +19,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let requests: u64 = args.get(2).map_or(Ok(1_000_000), |s| s.parse())?;
     if what == "digest" {
         return digest(requests);
+    }
+    if what == "matrix" {
+        return matrix(requests);
     }
     let functional = what == "floor";
     let mode = if functional {
@@ -78,10 +84,7 @@ fn digest(requests: u64) -> Result<(), Box<dyn std::error::Error>> {
         };
         let mut work = KernelWorkload::new(&workload(&machine, requests))?;
         let out = nvstack_mcsim::run(&machine, &mut work)?;
-        let mut log = rustc_hash::FxHasher::default();
-        for entry in &out.log {
-            format!("{entry:?}").hash(&mut log);
-        }
+        let log = log_digest(&out.log);
         let mut memory: Vec<(u64, u64)> = out.memory.into_iter().collect();
         memory.sort_unstable();
         let mut mem = rustc_hash::FxHasher::default();
@@ -96,10 +99,60 @@ fn digest(requests: u64) -> Result<(), Box<dyn std::error::Error>> {
             r.commit_cycles_mean,
             r.served,
             out.log.len(),
-            log.finish(),
+            log,
             memory.len(),
             mem.finish()
         );
+    }
+    Ok(())
+}
+
+/// A digest of the controller's event log.
+fn log_digest(log: &[nvstack_mcsim::Log]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    for entry in log {
+        format!("{entry:?}").hash(&mut h);
+    }
+    h.finish()
+}
+
+/// `digest`'s check over 256 small machines: a line a run.
+fn matrix(updates: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let settings: [(u32, u64, u64); 4] = [
+        (20, 1, 8 << 20),
+        (3, 4, 256 << 10),
+        (60, 2, 1 << 20),
+        (1, 1, 8 << 20),
+    ];
+    for kernel in Kernel::ALL {
+        for cores in [1u32, 2, 8, 16] {
+            for (gap, every, region) in settings {
+                for mode in [Mode::Fine, Mode::Global, Mode::Adr, Mode::Eadr] {
+                    let machine = Config {
+                        mode,
+                        cores,
+                        log_events: true,
+                        ..Config::default()
+                    };
+                    let kc = KernelConfig {
+                        kernel,
+                        threads: cores,
+                        updates_per_thread: updates / u64::from(cores),
+                        gap_instructions: gap,
+                        commit_every: every,
+                        region_bytes: region,
+                        ..KernelConfig::default()
+                    };
+                    let out = nvstack_mcsim::run(&machine, &mut KernelWorkload::new(&kc)?)?;
+                    let r = &out.report;
+                    println!(
+                        "{kernel:?} {cores} {gap} {every} {region} {mode:?}: cycles {} instructions {} syncs {} commit_cycles {:.4} served {:?} log {} {:016x}",
+                        r.cycles, r.instructions, r.mc.syncs, r.commit_cycles_mean, r.served, out.log.len(), log_digest(&out.log)
+                    );
+                }
+            }
+        }
     }
     Ok(())
 }
