@@ -232,6 +232,13 @@ impl Events {
         }
     }
 
+    /// Whether a completion at `t`, the time of the last event taken, is still queued (all of
+    /// that time's events are in its bucket: the window starts there).
+    pub fn completion_at(&self, t: u64) -> bool {
+        debug_assert_eq!(t, self.base, "asked at the time of the last event taken");
+        !self.buckets[(t % WINDOW) as usize].done.is_empty()
+    }
+
     /// The earliest pending time: nothing can happen before it.
     #[cfg(test)]
     pub fn horizon(&self) -> u64 {

@@ -160,6 +160,10 @@ pub(crate) struct Mc {
     pub log: Option<Vec<Log>>,
     /// A core's arrival asked for a pass at its time (`pass_if_asked`).
     asked: bool,
+    /// A completion asked for a pass at its own time and none is queued for then: the engine
+    /// runs it once the last completion of that time is done (`pass_if_due`), where the
+    /// queued pass would have run, without the event.
+    due: bool,
     /// Every request's arrival, when asked for (`sim::run_recording`).
     pub arrivals: Option<Vec<Arrival>>,
 }
@@ -215,6 +219,7 @@ impl Mc {
             locked: 0,
             global_commit: None,
             ticks: Vec::new(),
+            due: false,
             next_write: 0,
             memory: FxHashMap::default(),
             written: Vec::new(),
@@ -297,6 +302,24 @@ impl Mc {
         if let Err(i) = self.ticks.binary_search_by(|x| t.cmp(x)) {
             self.ticks.insert(i, t);
             ev.push(t, Ev::Tick);
+        }
+    }
+
+    /// Ask for a pass at `now`, the time of the completion being handled: it comes after
+    /// every completion at `now` and before the cores, so unless one is already queued for
+    /// `now` it is left to `pass_if_due`.
+    fn tick_now(&mut self, now: u64) {
+        // Latest first: a pass queued for `now` (no earlier one is left) is the last.
+        self.due |= self.ticks.last() != Some(&now);
+    }
+
+    /// The pass a completion at `now` asked for (`tick_now`), run once no other completion
+    /// at `now` is queued: a queued pass at `now` would be the next event and would see
+    /// exactly this state. While one is, the pass waits for it (it comes before the pass).
+    pub fn pass_if_due(&mut self, now: u64, ev: &mut Events) {
+        if self.due && !ev.completion_at(now) {
+            self.due = false;
+            self.schedule(now, ev);
         }
     }
 
@@ -508,7 +531,7 @@ impl Mc {
         }
         // The pass at `now` is asked for below whether or not one started.
         self.start_commits(now);
-        self.tick(now, ev);
+        self.tick_now(now);
     }
 
     /// A query read returned: the credits it carries are the NVM side's at its sending.
@@ -540,18 +563,10 @@ impl Mc {
                 }
             }
         }
-        self.tick(now, ev);
+        self.tick_now(now);
     }
 
-    pub fn write_done(
-        &mut self,
-        now: u64,
-        q: u32,
-        id: u64,
-        line: u64,
-        version: u64,
-        ev: &mut Events,
-    ) {
+    pub fn write_done(&mut self, now: u64, q: u32, id: u64, line: u64, version: u64) {
         let sq = &mut self.queues[q as usize];
         assert!(
             sq.in_flight > 0,
@@ -563,7 +578,7 @@ impl Mc {
             self.memory();
         }
         self.log(Log::WriteDone { id, t: now });
-        self.tick(now, ev);
+        self.tick_now(now);
     }
 }
 
