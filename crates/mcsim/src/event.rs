@@ -50,23 +50,23 @@ const WINDOW: u64 = 1024;
 const WORDS: usize = (WINDOW / 64) as usize;
 
 /// The events of one cycle in the order they are taken: completions in push order, then the
-/// scheduling passes, then the cores in core-number order.
+/// cores in core-number order. (Scheduling passes, which come between, are kept apart: see
+/// `Events::passes`.)
 #[derive(Default)]
 struct Bucket {
     done: VecDeque<Ev>,
-    ticks: u32,
     /// Sorted.
     cores: Vec<u32>,
 }
 
 impl Bucket {
     fn is_empty(&self) -> bool {
-        self.done.is_empty() && self.ticks == 0 && self.cores.is_empty()
+        self.done.is_empty() && self.cores.is_empty()
     }
 
     fn push(&mut self, ev: Ev) {
         match ev {
-            Ev::Tick => self.ticks += 1,
+            Ev::Tick => unreachable!("passes are not kept in buckets"),
             Ev::CoreRun(c) => {
                 let i = self.cores.partition_point(|&x| x <= c);
                 self.cores.insert(i, c);
@@ -79,16 +79,12 @@ impl Bucket {
         if let Some(e) = self.done.pop_front() {
             return Some(e);
         }
-        if self.ticks > 0 {
-            self.ticks -= 1;
-            return Some(Ev::Tick);
-        }
         (!self.cores.is_empty()).then(|| Ev::CoreRun(self.cores.remove(0)))
     }
 
     /// Whether something here comes before core `core` at this bucket's time.
     fn before_core(&self, core: u32) -> bool {
-        !self.done.is_empty() || self.ticks > 0 || self.cores.first().is_some_and(|&c| c < core)
+        !self.done.is_empty() || self.cores.first().is_some_and(|&c| c < core)
     }
 }
 
@@ -107,6 +103,13 @@ pub(crate) struct Events {
     occupied: [u64; WORDS],
     far: BinaryHeap<Reverse<(u64, u8, u64, Ev)>>,
     seq: u64,
+    /// The times of the queued scheduling passes, latest first (the controller asks for one
+    /// a time; usually one or two are queued, rarely more than three), and the earliest of
+    /// them (u64::MAX: none). A pass is taken from here when it is due before the earliest
+    /// bucket, or at that bucket's time with no completion in it: cheaper than a bucket's
+    /// bookkeeping, and its order (after completions, before cores) is kept by that test.
+    passes: Vec<u64>,
+    pass: u64,
     /// Reads the controller issued since the engine last looked: (core, ROB entry, the
     /// time the data is back). A read's completion time is fixed when it issues, so the
     /// engine hands it to the core at once instead of queueing an event for it.
@@ -122,6 +125,8 @@ impl Default for Events {
             occupied: [0; WORDS],
             far: BinaryHeap::new(),
             seq: 0,
+            passes: Vec::new(),
+            pass: u64::MAX,
             reads: Vec::new(),
         }
     }
@@ -133,6 +138,12 @@ impl Events {
             t >= self.base,
             "nothing is queued before the last event taken"
         );
+        if ev == Ev::Tick {
+            let i = self.passes.partition_point(|&x| x > t);
+            self.passes.insert(i, t);
+            self.pass = self.pass.min(t);
+            return;
+        }
         if t < self.base + WINDOW {
             self.put(t, ev);
             return;
@@ -151,6 +162,24 @@ impl Events {
         self.buckets[i].push(ev);
         self.occupied[i / 64] |= 1 << (i % 64);
         self.next = self.next.min(t);
+    }
+
+    /// Queue a scheduling pass at `t` unless one is queued for then already.
+    pub fn ask_pass(&mut self, t: u64) {
+        if let Err(i) = self.passes.binary_search_by(|x| t.cmp(x)) {
+            self.passes.insert(i, t);
+            self.pass = self.pass.min(t);
+        }
+    }
+
+    /// Whether a scheduling pass is queued for `now`, the time of the last event taken (the
+    /// earliest queued pass, as none is before `now`).
+    pub fn pass_now(&self, now: u64) -> bool {
+        debug_assert!(
+            self.pass >= now,
+            "no pass is queued before the last event taken"
+        );
+        self.pass == now
     }
 
     /// The controller issued `core`'s read `seq`; its data is back at `done`.
@@ -201,9 +230,19 @@ impl Events {
     pub fn pop(&mut self) -> Option<(u64, Ev)> {
         // Far events all lie beyond the window, so after every near one.
         let t = match self.next {
-            u64::MAX => self.far.peek()?.0 .0,
+            u64::MAX => self.far.peek().map_or(u64::MAX, |r| r.0 .0),
             t => t,
         };
+        // A pass comes after the completions of its time, before its cores.
+        if self.pass < t {
+            return Some(self.pop_pass());
+        }
+        if t == u64::MAX {
+            return None;
+        }
+        if self.pass == t && self.buckets[(t % WINDOW) as usize].done.is_empty() {
+            return Some(self.pop_pass());
+        }
         self.slide(t);
         let i = (t % WINDOW) as usize;
         let ev = self.buckets[i]
@@ -217,9 +256,21 @@ impl Events {
         Some((t, ev))
     }
 
+    /// The earliest pass, due now.
+    fn pop_pass(&mut self) -> (u64, Ev) {
+        let t = self.passes.pop().expect("a pass is queued");
+        self.pass = self.passes.last().copied().unwrap_or(u64::MAX);
+        debug_assert!(self.pass >= t, "passes are kept latest first");
+        self.slide(t);
+        (t, Ev::Tick)
+    }
+
     /// Whether something must happen before core `core`'s cycle `t`: an event before `t`, a
     /// completion or scheduling pass at `t`, or a lower-numbered core at `t`.
     pub fn blocks(&self, t: u64, core: u32) -> bool {
+        if self.pass <= t {
+            return true;
+        }
         match self.next {
             h if h == t => self.buckets[(t % WINDOW) as usize].before_core(core),
             u64::MAX => self
@@ -232,10 +283,17 @@ impl Events {
         }
     }
 
+    /// Whether a completion at `t`, the time of the last event taken, is still queued (all of
+    /// that time's events are in its bucket: the window starts there).
+    pub fn completion_at(&self, t: u64) -> bool {
+        debug_assert_eq!(t, self.base, "asked at the time of the last event taken");
+        !self.buckets[(t % WINDOW) as usize].done.is_empty()
+    }
+
     /// The earliest pending time: nothing can happen before it.
     #[cfg(test)]
     pub fn horizon(&self) -> u64 {
-        let far = self.far.peek().map_or(u64::MAX, |r| r.0 .0);
+        let far = self.far.peek().map_or(u64::MAX, |r| r.0 .0).min(self.pass);
         self.first_near().map_or(far, |t| t.min(far))
     }
 }
@@ -335,6 +393,30 @@ mod tests {
     #[test]
     fn pops_keep_the_order_within_the_window() {
         pops_match_a_sort(7, |rng| rng.gen_range(0..4u64));
+    }
+
+    /// The controller's passes: one a time, after that time's completions and before its
+    /// cores, also beyond the window and with nothing else queued.
+    #[test]
+    fn passes_are_one_a_time_between_completions_and_cores() {
+        let mut ev = Events::default();
+        let done = Ev::Accepted { core: 0, seq: 1 };
+        ev.push(5, Ev::CoreRun(0));
+        ev.ask_pass(5);
+        ev.push(5, done);
+        ev.ask_pass(5);
+        ev.ask_pass(3 * WINDOW);
+        ev.push(3 * WINDOW + 1, done);
+        assert!(ev.blocks(5, 0) && ev.horizon() == 5);
+        assert_eq!(ev.pop(), Some((5, done)));
+        assert!(ev.pass_now(5) && !ev.completion_at(5));
+        assert_eq!(ev.pop(), Some((5, Ev::Tick)));
+        assert!(!ev.pass_now(5) && !ev.blocks(5, 0));
+        assert_eq!(ev.pop(), Some((5, Ev::CoreRun(0))));
+        assert_eq!(ev.horizon(), 3 * WINDOW);
+        assert_eq!(ev.pop(), Some((3 * WINDOW, Ev::Tick)));
+        assert_eq!(ev.pop(), Some((3 * WINDOW + 1, done)));
+        assert_eq!(ev.pop(), None);
     }
 
     /// Events beyond the window wait in the heap and join their buckets in order, also where

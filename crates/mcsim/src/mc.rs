@@ -146,10 +146,6 @@ pub(crate) struct Mc {
     /// The sub-queues a commit holds, a bit each.
     locked: u32,
     global_commit: Option<usize>,
-    /// Times a scheduling pass is already queued for (one pass per time).
-    /// (A few times, latest first: a search and a short shift beat hashing here, and the
-    /// pass that runs, the earliest, leaves from the end.)
-    ticks: Vec<u64>,
     next_write: u64,
     /// The final memory (line -> version) as of the last `memory()`, and the finished
     /// writes since, in completion order: a push per write, folded in batches (the map's
@@ -160,6 +156,10 @@ pub(crate) struct Mc {
     pub log: Option<Vec<Log>>,
     /// A core's arrival asked for a pass at its time (`pass_if_asked`).
     asked: bool,
+    /// A completion asked for a pass at its own time and none is queued for then: the engine
+    /// runs it once the last completion of that time is done (`pass_if_due`), where the
+    /// queued pass would have run, without the event.
+    due: bool,
     /// Every request's arrival, when asked for (`sim::run_recording`).
     pub arrivals: Option<Vec<Arrival>>,
 }
@@ -214,7 +214,7 @@ impl Mc {
             waiting_commits: Vec::new(),
             locked: 0,
             global_commit: None,
-            ticks: Vec::new(),
+            due: false,
             next_write: 0,
             memory: FxHashMap::default(),
             written: Vec::new(),
@@ -293,10 +293,25 @@ impl Mc {
 
     /// Ask for a scheduling pass at `t`, unless one is already queued for then.
     fn tick(&mut self, t: u64, ev: &mut Events) {
-        // Latest first.
-        if let Err(i) = self.ticks.binary_search_by(|x| t.cmp(x)) {
-            self.ticks.insert(i, t);
-            ev.push(t, Ev::Tick);
+        ev.ask_pass(t);
+    }
+
+    /// Ask for a pass at `now`, the time of the completion being handled: it comes after
+    /// every completion at `now` and before the cores, so it is left to `pass_if_due`.
+    fn tick_now(&mut self) {
+        self.due = true;
+    }
+
+    /// The pass a completion at `now` asked for (`tick_now`), run once no other completion
+    /// at `now` is queued: a queued pass at `now` would be the next event and would see
+    /// exactly this state. While one is, the pass waits for it (it comes before the pass).
+    /// If a pass is queued for `now` already, that one is it (one pass a time).
+    pub fn pass_if_due(&mut self, now: u64, ev: &mut Events) {
+        if self.due && !ev.completion_at(now) {
+            self.due = false;
+            if !ev.pass_now(now) {
+                self.schedule(now, ev);
+            }
         }
     }
 
@@ -508,7 +523,7 @@ impl Mc {
         }
         // The pass at `now` is asked for below whether or not one started.
         self.start_commits(now);
-        self.tick(now, ev);
+        self.tick_now();
     }
 
     /// A query read returned: the credits it carries are the NVM side's at its sending.
@@ -540,18 +555,10 @@ impl Mc {
                 }
             }
         }
-        self.tick(now, ev);
+        self.tick_now();
     }
 
-    pub fn write_done(
-        &mut self,
-        now: u64,
-        q: u32,
-        id: u64,
-        line: u64,
-        version: u64,
-        ev: &mut Events,
-    ) {
+    pub fn write_done(&mut self, now: u64, q: u32, id: u64, line: u64, version: u64) {
         let sq = &mut self.queues[q as usize];
         assert!(
             sq.in_flight > 0,
@@ -563,7 +570,7 @@ impl Mc {
             self.memory();
         }
         self.log(Log::WriteDone { id, t: now });
-        self.tick(now, ev);
+        self.tick_now();
     }
 }
 
@@ -572,14 +579,6 @@ impl Mc {
     /// Issue what can be issued at `now`, channel by channel: reads first, then the queries
     /// commits and credits need, then writes; ask for the next pass when a resource frees.
     pub fn schedule(&mut self, now: u64, ev: &mut Events) {
-        // Passes run in time order: one queued for now is the earliest, the last.
-        debug_assert!(
-            self.ticks.iter().all(|&t| t >= now),
-            "no pass is queued for before a pass"
-        );
-        if self.ticks.last() == Some(&now) {
-            self.ticks.pop();
-        }
         self.refresh_busy(now);
         for ch in 0..self.bus.len() {
             while self.bus[ch] <= now {
@@ -593,6 +592,7 @@ impl Mc {
         }
         let next = self.next_free(now);
         if next != u64::MAX {
+            debug_assert!(next > now, "a pass asks for a later one");
             self.tick(next, ev);
         }
     }

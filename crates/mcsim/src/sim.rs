@@ -181,9 +181,11 @@ impl<'w> Sim<'w> {
                     id,
                     line,
                     version,
-                } => self.mc.write_done(t, q, id, line, version, &mut self.ev),
+                } => self.mc.write_done(t, q, id, line, version),
                 Ev::QueryDone { q, answer } => self.mc.query_done(t, q, answer, &mut self.ev),
             }
+            self.deliver_reads();
+            self.mc.pass_if_due(t, &mut self.ev);
             self.deliver_reads();
         }
         assert!(

@@ -143,10 +143,12 @@ fn step(mc: &mut Mc, ev: &mut Events, rng: &mut SmallRng, now: &mut u64, seq: u6
             id,
             line,
             version,
-        } => mc.write_done(t, q, id, line, version, ev),
+        } => mc.write_done(t, q, id, line, version),
         Ev::QueryDone { q, answer } => mc.query_done(t, q, answer, ev),
         _ => {}
     }
+    // As the engine does after every event.
+    mc.pass_if_due(t, ev);
 }
 
 /// After every pass (and every step), the pass it asked for is the old formula's, and the
