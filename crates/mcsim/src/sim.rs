@@ -55,7 +55,12 @@ struct Core {
     gap_left: u32,
     /// A fence or commit in the ROB: nothing after it is fetched until it retires.
     stalled: bool,
-    next_op: Option<Op>,
+    /// The operations taken from the workload and not yet issued, from `op_at` on: a batch
+    /// per call (`Workload::next_batch`, the same stream as `next`'s), saving a dynamic call
+    /// per operation. An operation is taken only once issued, so a core that stops before a
+    /// shared access finds it again.
+    ops: Vec<Op>,
+    op_at: usize,
     trace_done: bool,
     finished_at: Option<u64>,
     sleeping: bool,
@@ -509,22 +514,19 @@ impl Sim<'_> {
                 core.fetched += u64::from(n);
                 continue;
             }
-            // The operation stays in a register unless the core must stop before it.
-            let op = match core.next_op.take() {
-                Some(op) => op,
-                None => match self.work.next(c)? {
-                    Some(op) => op,
-                    None => {
-                        self.cores[c].trace_done = true;
-                        return Ok(true);
-                    }
-                },
-            };
+            if core.op_at == core.ops.len() {
+                core.op_at = 0;
+                if !self.work.next_batch(c, &mut core.ops)? {
+                    core.trace_done = true;
+                    return Ok(true);
+                }
+            }
+            let op = core.ops[core.op_at];
             // The queue look first: it is cheaper than the tag scans, and both only read.
             if self.ev.blocks(t, c as u32) && self.is_shared(c, op) {
-                self.cores[c].next_op = Some(op);
                 return Ok(false);
             }
+            self.cores[c].op_at += 1;
             self.issue(c, t, op);
             self.mc.pass_if_asked(t, &mut self.ev);
             self.deliver_reads();
