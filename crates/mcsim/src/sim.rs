@@ -51,6 +51,13 @@ struct Core {
     fetched: u64,
     retired: u64,
     entries: VecDeque<Entry>,
+    /// Entries ever popped from the ROB's front: the entry numbered n (counting every entry
+    /// the core ever pushed) is `entries[n - popped]`.
+    popped: u64,
+    /// For each entry of unknown time, its number, at its seq modulo a power of two not
+    /// below the ROB size: the instructions in the ROB have distinct seqs in a window of
+    /// that size, so a completion finds its entry with one look, not a search.
+    waiting: Vec<u64>,
     pending: u32,
     gap_left: u32,
     /// A fence or commit in the ROB: nothing after it is fetched until it retires.
@@ -69,6 +76,18 @@ struct Core {
     retired_at: Option<u64>,
     fetch_left: u32,
     stores: u64,
+}
+
+impl Core {
+    /// The ROB entry `seq`, of unknown time when it was pushed (`waiting`).
+    #[inline]
+    fn waiting_entry(&mut self, seq: u64) -> &mut Entry {
+        let mask = self.waiting.len() - 1;
+        let i = (self.waiting[seq as usize & mask] - self.popped) as usize;
+        let e = &mut self.entries[i];
+        assert_eq!(e.seq, seq, "a completion names a ROB entry");
+        e
+    }
 }
 
 /// What a run measured.
@@ -154,6 +173,7 @@ impl<'w> Sim<'w> {
         let cores = (0..cfg.cores)
             .map(|_| Core {
                 fetch_left: cfg.fetch_width,
+                waiting: vec![0; (cfg.rob_entries as usize).next_power_of_two()],
                 ..Core::default()
             })
             .collect();
@@ -205,11 +225,7 @@ impl<'w> Sim<'w> {
     /// A ROB entry's wait is over at `t`; a core asleep on it continues.
     fn complete(&mut self, t: u64, c: usize, seq: u64) {
         let core = &mut self.cores[c];
-        let e = core
-            .entries
-            .iter_mut()
-            .find(|e| e.seq == seq)
-            .expect("a completion names a ROB entry");
+        let e = core.waiting_entry(seq);
         assert_eq!(e.ready_at, PENDING, "an entry completes once");
         e.ready_at = t;
         core.pending -= 1;
@@ -231,11 +247,7 @@ impl<'w> Sim<'w> {
     fn deliver_issued_reads(&mut self) {
         while let Some((c, seq, done)) = self.ev.reads.pop() {
             let core = &mut self.cores[c as usize];
-            let i = core
-                .entries
-                .binary_search_by_key(&seq, |e| e.seq)
-                .expect("an issued read names a ROB entry");
-            let e = &mut core.entries[i];
+            let e = core.waiting_entry(seq);
             assert!(
                 e.ready_at == PENDING && e.kind == Kind::Read,
                 "a read issues once"
@@ -492,6 +504,7 @@ impl Sim<'_> {
                 core.stalled = false;
             }
             core.entries.pop_front();
+            core.popped += 1;
             core.retired += 1;
             budget -= 1;
         }
@@ -545,6 +558,10 @@ impl Sim<'_> {
     fn push_entry(&mut self, c: usize, ready_at: u64, kind: Kind) -> u64 {
         let core = &mut self.cores[c];
         let seq = core.fetched;
+        if ready_at == PENDING {
+            let mask = core.waiting.len() - 1;
+            core.waiting[seq as usize & mask] = core.popped + core.entries.len() as u64;
+        }
         core.entries.push_back(Entry {
             seq,
             ready_at,
