@@ -17,7 +17,6 @@ use crate::mc::{Arrival, Mc, McStats};
 use crate::trace::{Op, Workload};
 use nvstack_core::error::{Error, Result};
 use rustc_hash::FxHashMap;
-use std::collections::VecDeque;
 
 /// `ready_at` of an entry waiting for the memory system.
 const PENDING: u64 = u64::MAX;
@@ -50,12 +49,9 @@ struct Core {
     t: u64,
     fetched: u64,
     retired: u64,
-    entries: VecDeque<Entry>,
-    /// Entries ever popped from the ROB's front: the entry numbered n (counting every entry
-    /// the core ever pushed) is `entries[n - popped]`.
-    popped: u64,
-    /// For each entry of unknown time, its number, at its seq modulo a power of two not
-    /// below the ROB size: the instructions in the ROB have distinct seqs in a window of
+    entries: Rob,
+    /// For each entry of unknown time, its number (`Rob`), at its seq modulo a power of two
+    /// not below the ROB size: the instructions in the ROB have distinct seqs in a window of
     /// that size, so a completion finds its entry with one look, not a search.
     waiting: Vec<u64>,
     pending: u32,
@@ -78,13 +74,95 @@ struct Core {
     stores: u64,
 }
 
+/// The ROB's entries in a ring of a power-of-two size not below the ROB's (each entry is an
+/// instruction in the ROB). Entries are numbered in push order over the whole run; entry n
+/// is at n modulo the size, so it is found by its number, and the ring needs no wrap tests.
+#[derive(Default)]
+struct Rob {
+    buf: Box<[Entry]>,
+    /// The number of the front entry and one past the back's.
+    head: u64,
+    tail: u64,
+}
+
+impl Rob {
+    fn new(rob_entries: u32) -> Rob {
+        let empty = Entry {
+            seq: 0,
+            ready_at: 0,
+            kind: Kind::Mem,
+        };
+        Rob {
+            buf: vec![empty; (rob_entries as usize).next_power_of_two()].into(),
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    #[inline]
+    fn slot(&self, n: u64) -> usize {
+        n as usize & (self.buf.len() - 1)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.head == self.tail
+    }
+
+    #[inline]
+    fn front(&self) -> Option<&Entry> {
+        (self.head != self.tail).then(|| &self.buf[self.slot(self.head)])
+    }
+
+    #[inline]
+    fn front_mut(&mut self) -> Option<&mut Entry> {
+        let i = self.slot(self.head);
+        (self.head != self.tail).then(|| &mut self.buf[i])
+    }
+
+    fn back_mut(&mut self) -> Option<&mut Entry> {
+        let i = self.slot(self.tail.wrapping_sub(1));
+        (self.head != self.tail).then(|| &mut self.buf[i])
+    }
+
+    fn pop_front(&mut self) {
+        assert!(self.head != self.tail, "a pop takes an entry");
+        self.head += 1;
+    }
+
+    /// Append `e`; its number.
+    #[inline]
+    fn push_back(&mut self, e: Entry) -> u64 {
+        assert!(
+            self.tail - self.head < self.buf.len() as u64,
+            "the entries fit the ROB"
+        );
+        let (n, i) = (self.tail, self.slot(self.tail));
+        self.buf[i] = e;
+        self.tail += 1;
+        n
+    }
+
+    /// The entries, front first.
+    #[inline]
+    fn iter(&self) -> impl Iterator<Item = &Entry> + '_ {
+        (self.head..self.tail).map(|n| &self.buf[self.slot(n)])
+    }
+
+    /// Entry number `n`, still in the ring.
+    #[inline]
+    fn at(&mut self, n: u64) -> &mut Entry {
+        assert!(self.head <= n && n < self.tail, "the entry is in the ROB");
+        let i = self.slot(n);
+        &mut self.buf[i]
+    }
+}
+
 impl Core {
     /// The ROB entry `seq`, of unknown time when it was pushed (`waiting`).
     #[inline]
     fn waiting_entry(&mut self, seq: u64) -> &mut Entry {
         let mask = self.waiting.len() - 1;
-        let i = (self.waiting[seq as usize & mask] - self.popped) as usize;
-        let e = &mut self.entries[i];
+        let e = self.entries.at(self.waiting[seq as usize & mask]);
         assert_eq!(e.seq, seq, "a completion names a ROB entry");
         e
     }
@@ -174,6 +252,7 @@ impl<'w> Sim<'w> {
             .map(|_| Core {
                 fetch_left: cfg.fetch_width,
                 waiting: vec![0; (cfg.rob_entries as usize).next_power_of_two()],
+                entries: Rob::new(cfg.rob_entries),
                 ..Core::default()
             })
             .collect();
@@ -324,7 +403,7 @@ impl<'w> Sim<'w> {
         }
         let mut budget = u64::from(self.cfg.retire_width);
         let mut pos = core.retired;
-        for e in &core.entries {
+        for e in core.entries.iter() {
             let plain = e.seq - pos;
             if plain > budget {
                 return false;
@@ -491,7 +570,8 @@ impl Sim<'_> {
                 let seq = e.seq;
                 if self.mc.commit(t, c as u32, seq, addr, len) {
                     self.cores[c].pending -= 1;
-                    self.cores[c].entries[0].ready_at = t;
+                    let head = self.cores[c].entries.front_mut().expect("the commit");
+                    head.ready_at = t;
                 }
                 self.mc.pass_if_asked(t, &mut self.ev);
                 self.deliver_reads();
@@ -504,7 +584,6 @@ impl Sim<'_> {
                 core.stalled = false;
             }
             core.entries.pop_front();
-            core.popped += 1;
             core.retired += 1;
             budget -= 1;
         }
@@ -558,15 +637,15 @@ impl Sim<'_> {
     fn push_entry(&mut self, c: usize, ready_at: u64, kind: Kind) -> u64 {
         let core = &mut self.cores[c];
         let seq = core.fetched;
-        if ready_at == PENDING {
-            let mask = core.waiting.len() - 1;
-            core.waiting[seq as usize & mask] = core.popped + core.entries.len() as u64;
-        }
-        core.entries.push_back(Entry {
+        let n = core.entries.push_back(Entry {
             seq,
             ready_at,
             kind,
         });
+        if ready_at == PENDING {
+            let mask = core.waiting.len() - 1;
+            core.waiting[seq as usize & mask] = n;
+        }
         core.pending += u32::from(ready_at == PENDING);
         core.fetched += 1;
         core.fetch_left -= 1;
