@@ -614,6 +614,12 @@ impl Sim<'_> {
                 }
             }
             let op = core.ops[core.op_at];
+            if let Op::Gap(n) = op {
+                // Private, and touches nothing the controller or the queue look at.
+                core.gap_left = n;
+                core.op_at += 1;
+                continue;
+            }
             // The queue look first: it is cheaper than the tag scans, and both only read.
             if self.ev.blocks(t, c as u32) && self.is_shared(c, op) {
                 return Ok(false);
