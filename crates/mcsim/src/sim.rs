@@ -787,3 +787,42 @@ impl Sim<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod rob_tests {
+    use super::{Entry, Kind, Rob};
+    use std::collections::VecDeque;
+
+    /// The ring against a VecDeque over many wraps: the same entries in the same order, and
+    /// each found again by the number its push returned.
+    #[test]
+    fn ring_matches_a_deque() {
+        let mut rob = Rob::new(6); // a ring of 8
+        let mut deque: VecDeque<(u64, Entry)> = VecDeque::new();
+        let mut x = 12345u64;
+        for seq in 0..10_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if deque.len() < 6 && (!x.is_multiple_of(3) || deque.is_empty()) {
+                let e = Entry {
+                    seq,
+                    ready_at: x,
+                    kind: Kind::Read,
+                };
+                deque.push_back((rob.push_back(e), e));
+            } else {
+                rob.pop_front();
+                deque.pop_front();
+            }
+            if !deque.is_empty() {
+                let (n, e) = deque[x as usize % deque.len()];
+                assert_eq!(rob.at(n).seq, e.seq, "an entry found by its number");
+            }
+            let seqs: Vec<u64> = rob.iter().map(|e| e.seq).collect();
+            let want: Vec<u64> = deque.iter().map(|(_, e)| e.seq).collect();
+            assert_eq!(seqs, want, "the same entries, front first");
+            assert_eq!(rob.front().map(|e| e.seq), want.first().copied());
+        }
+    }
+}
