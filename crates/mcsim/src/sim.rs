@@ -17,7 +17,6 @@ use crate::mc::{Arrival, Mc, McStats};
 use crate::trace::{Op, Workload};
 use nvstack_core::error::{Error, Result};
 use rustc_hash::FxHashMap;
-use std::collections::VecDeque;
 
 /// `ready_at` of an entry waiting for the memory system.
 const PENDING: u64 = u64::MAX;
@@ -50,12 +49,21 @@ struct Core {
     t: u64,
     fetched: u64,
     retired: u64,
-    entries: VecDeque<Entry>,
+    entries: Rob,
+    /// For each entry of unknown time, its number (`Rob`), at its seq modulo a power of two
+    /// not below the ROB size: the instructions in the ROB have distinct seqs in a window of
+    /// that size, so a completion finds its entry with one look, not a search.
+    waiting: Vec<u64>,
     pending: u32,
     gap_left: u32,
     /// A fence or commit in the ROB: nothing after it is fetched until it retires.
     stalled: bool,
-    next_op: Option<Op>,
+    /// The operations taken from the workload and not yet issued, from `op_at` on: a batch
+    /// per call (`Workload::next_batch`, the same stream as `next`'s), saving a dynamic call
+    /// per operation. An operation is taken only once issued, so a core that stops before a
+    /// shared access finds it again.
+    ops: Vec<Op>,
+    op_at: usize,
     trace_done: bool,
     finished_at: Option<u64>,
     sleeping: bool,
@@ -64,6 +72,100 @@ struct Core {
     retired_at: Option<u64>,
     fetch_left: u32,
     stores: u64,
+}
+
+/// The ROB's entries in a ring of a power-of-two size not below the ROB's (each entry is an
+/// instruction in the ROB). Entries are numbered in push order over the whole run; entry n
+/// is at n modulo the size, so it is found by its number, and the ring needs no wrap tests.
+#[derive(Default)]
+struct Rob {
+    buf: Box<[Entry]>,
+    /// The number of the front entry and one past the back's.
+    head: u64,
+    tail: u64,
+}
+
+impl Rob {
+    fn new(rob_entries: u32) -> Rob {
+        let empty = Entry {
+            seq: 0,
+            ready_at: 0,
+            kind: Kind::Mem,
+        };
+        Rob {
+            buf: vec![empty; (rob_entries as usize).next_power_of_two()].into(),
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    #[inline]
+    fn slot(&self, n: u64) -> usize {
+        n as usize & (self.buf.len() - 1)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.head == self.tail
+    }
+
+    #[inline]
+    fn front(&self) -> Option<&Entry> {
+        (self.head != self.tail).then(|| &self.buf[self.slot(self.head)])
+    }
+
+    #[inline]
+    fn front_mut(&mut self) -> Option<&mut Entry> {
+        let i = self.slot(self.head);
+        (self.head != self.tail).then(|| &mut self.buf[i])
+    }
+
+    fn back_mut(&mut self) -> Option<&mut Entry> {
+        let i = self.slot(self.tail.wrapping_sub(1));
+        (self.head != self.tail).then(|| &mut self.buf[i])
+    }
+
+    fn pop_front(&mut self) {
+        assert!(self.head != self.tail, "a pop takes an entry");
+        self.head += 1;
+    }
+
+    /// Append `e`; its number.
+    #[inline]
+    fn push_back(&mut self, e: Entry) -> u64 {
+        assert!(
+            self.tail - self.head < self.buf.len() as u64,
+            "the entries fit the ROB"
+        );
+        let (n, i) = (self.tail, self.slot(self.tail));
+        self.buf[i] = e;
+        self.tail += 1;
+        n
+    }
+
+    /// The entries, front first.
+    #[inline]
+    fn iter(&self) -> impl Iterator<Item = &Entry> + '_ {
+        (self.head..self.tail).map(|n| &self.buf[self.slot(n)])
+    }
+
+    /// Entry number `n`, still in the ring.
+    #[inline]
+    fn at(&mut self, n: u64) -> &mut Entry {
+        assert!(self.head <= n && n < self.tail, "the entry is in the ROB");
+        let i = self.slot(n);
+        &mut self.buf[i]
+    }
+}
+
+impl Core {
+    /// The ROB entry `seq`, of unknown time when it was pushed (`waiting`).
+    #[inline]
+    fn waiting_entry(&mut self, seq: u64) -> &mut Entry {
+        let mask = self.waiting.len() - 1;
+        let e = self.entries.at(self.waiting[seq as usize & mask]);
+        assert_eq!(e.seq, seq, "a completion names a ROB entry");
+        e
+    }
 }
 
 /// What a run measured.
@@ -149,6 +251,8 @@ impl<'w> Sim<'w> {
         let cores = (0..cfg.cores)
             .map(|_| Core {
                 fetch_left: cfg.fetch_width,
+                waiting: vec![0; (cfg.rob_entries as usize).next_power_of_two()],
+                entries: Rob::new(cfg.rob_entries),
                 ..Core::default()
             })
             .collect();
@@ -202,11 +306,7 @@ impl<'w> Sim<'w> {
     /// A ROB entry's wait is over at `t`; a core asleep on it continues.
     fn complete(&mut self, t: u64, c: usize, seq: u64) {
         let core = &mut self.cores[c];
-        let e = core
-            .entries
-            .iter_mut()
-            .find(|e| e.seq == seq)
-            .expect("a completion names a ROB entry");
+        let e = core.waiting_entry(seq);
         assert_eq!(e.ready_at, PENDING, "an entry completes once");
         e.ready_at = t;
         core.pending -= 1;
@@ -228,11 +328,7 @@ impl<'w> Sim<'w> {
     fn deliver_issued_reads(&mut self) {
         while let Some((c, seq, done)) = self.ev.reads.pop() {
             let core = &mut self.cores[c as usize];
-            let i = core
-                .entries
-                .binary_search_by_key(&seq, |e| e.seq)
-                .expect("an issued read names a ROB entry");
-            let e = &mut core.entries[i];
+            let e = core.waiting_entry(seq);
             assert!(
                 e.ready_at == PENDING && e.kind == Kind::Read,
                 "a read issues once"
@@ -309,7 +405,7 @@ impl<'w> Sim<'w> {
         }
         let mut budget = u64::from(self.cfg.retire_width);
         let mut pos = core.retired;
-        for e in &core.entries {
+        for e in core.entries.iter() {
             let plain = e.seq - pos;
             if plain > budget {
                 return false;
@@ -476,7 +572,8 @@ impl Sim<'_> {
                 let seq = e.seq;
                 if self.mc.commit(t, c as u32, seq, addr, len) {
                     self.cores[c].pending -= 1;
-                    self.cores[c].entries[0].ready_at = t;
+                    let head = self.cores[c].entries.front_mut().expect("the commit");
+                    head.ready_at = t;
                 }
                 self.mc.pass_if_asked(t, &mut self.ev);
                 self.deliver_reads();
@@ -511,22 +608,25 @@ impl Sim<'_> {
                 core.fetched += u64::from(n);
                 continue;
             }
-            // The operation stays in a register unless the core must stop before it.
-            let op = match core.next_op.take() {
-                Some(op) => op,
-                None => match self.work.next(c)? {
-                    Some(op) => op,
-                    None => {
-                        self.cores[c].trace_done = true;
-                        return Ok(true);
-                    }
-                },
-            };
+            if core.op_at == core.ops.len() {
+                core.op_at = 0;
+                if !self.work.next_batch(c, &mut core.ops)? {
+                    core.trace_done = true;
+                    return Ok(true);
+                }
+            }
+            let op = core.ops[core.op_at];
+            if let Op::Gap(n) = op {
+                // Private, and touches nothing the controller or the queue look at.
+                core.gap_left = n;
+                core.op_at += 1;
+                continue;
+            }
             // The queue look first: it is cheaper than the tag scans, and both only read.
             if self.ev.blocks(t, c as u32) && self.is_shared(c, op) {
-                self.cores[c].next_op = Some(op);
                 return Ok(false);
             }
+            self.cores[c].op_at += 1;
             self.issue(c, t, op);
             self.mc.pass_if_asked(t, &mut self.ev);
             self.deliver_reads();
@@ -545,11 +645,15 @@ impl Sim<'_> {
     fn push_entry(&mut self, c: usize, ready_at: u64, kind: Kind) -> u64 {
         let core = &mut self.cores[c];
         let seq = core.fetched;
-        core.entries.push_back(Entry {
+        let n = core.entries.push_back(Entry {
             seq,
             ready_at,
             kind,
         });
+        if ready_at == PENDING {
+            let mask = core.waiting.len() - 1;
+            core.waiting[seq as usize & mask] = n;
+        }
         core.pending += u32::from(ready_at == PENDING);
         core.fetched += 1;
         core.fetch_left -= 1;
@@ -682,6 +786,45 @@ impl Sim<'_> {
             report,
             memory: std::mem::take(self.mc.memory()),
             log: self.mc.log.take().unwrap_or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod rob_tests {
+    use super::{Entry, Kind, Rob};
+    use std::collections::VecDeque;
+
+    /// The ring against a VecDeque over many wraps: the same entries in the same order, and
+    /// each found again by the number its push returned.
+    #[test]
+    fn ring_matches_a_deque() {
+        let mut rob = Rob::new(6); // a ring of 8
+        let mut deque: VecDeque<(u64, Entry)> = VecDeque::new();
+        let mut x = 12345u64;
+        for seq in 0..10_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if deque.len() < 6 && (!x.is_multiple_of(3) || deque.is_empty()) {
+                let e = Entry {
+                    seq,
+                    ready_at: x,
+                    kind: Kind::Read,
+                };
+                deque.push_back((rob.push_back(e), e));
+            } else {
+                rob.pop_front();
+                deque.pop_front();
+            }
+            if !deque.is_empty() {
+                let (n, e) = deque[x as usize % deque.len()];
+                assert_eq!(rob.at(n).seq, e.seq, "an entry found by its number");
+            }
+            let seqs: Vec<u64> = rob.iter().map(|e| e.seq).collect();
+            let want: Vec<u64> = deque.iter().map(|(_, e)| e.seq).collect();
+            assert_eq!(seqs, want, "the same entries, front first");
+            assert_eq!(rob.front().map(|e| e.seq), want.first().copied());
         }
     }
 }
