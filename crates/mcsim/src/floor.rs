@@ -11,7 +11,7 @@
 
 use crate::cache::{Hierarchy, Served};
 use crate::config::Config;
-use crate::trace::{Op, Workload};
+use crate::trace::{Op, OpBuffer, Workload};
 use nvstack_core::error::Result;
 
 /// What the functional pass counted.
@@ -38,8 +38,7 @@ impl Floor {
 /// of a kernel instead of one per operation), and its stores so far.
 struct Lane {
     core: usize,
-    ops: Vec<Op>,
-    taken: usize,
+    ops: OpBuffer,
     stores: u64,
 }
 
@@ -47,15 +46,11 @@ impl Lane {
     /// The thread's next operation, or None at its end.
     #[inline]
     fn take(&mut self, work: &mut dyn Workload) -> Result<Option<Op>> {
-        if self.taken == self.ops.len() {
-            if !work.next_batch(self.core, &mut self.ops)? {
-                return Ok(None);
-            }
-            self.taken = 0;
+        let op = self.ops.peek(work, self.core)?;
+        if op.is_some() {
+            self.ops.consume();
         }
-        let op = self.ops[self.taken];
-        self.taken += 1;
-        Ok(Some(op))
+        Ok(op)
     }
 
     /// The thread's turn with `op`: its access or flush, or, on a gap, a prefetch of the sets
@@ -79,7 +74,7 @@ impl Lane {
             }
             Op::Flush(a) => f.writes += u64::from(caches.flush(c, a >> shift).is_some()),
             Op::Gap(_) => {
-                if let Some(&(Op::Load(a) | Op::Store(a))) = self.ops.get(self.taken) {
+                if let Some(Op::Load(a) | Op::Store(a)) = self.ops.buffered() {
                     caches.prefetch(c, a >> shift);
                 }
             }
@@ -97,8 +92,7 @@ pub fn floor(cfg: &Config, work: &mut dyn Workload) -> Result<Floor> {
     let mut lanes: Vec<Lane> = (0..work.threads())
         .map(|core| Lane {
             core,
-            ops: Vec::new(),
-            taken: 0,
+            ops: OpBuffer::default(),
             stores: 0,
         })
         .collect();

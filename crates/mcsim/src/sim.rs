@@ -14,7 +14,7 @@ use crate::cache::{Hierarchy, Served};
 use crate::config::{Config, Mode};
 use crate::event::{Ev, Events, Log};
 use crate::mc::{Arrival, Mc, McStats};
-use crate::trace::{Op, Workload};
+use crate::trace::{Op, OpBuffer, Workload};
 use nvstack_core::error::{Error, Result};
 use rustc_hash::FxHashMap;
 
@@ -58,12 +58,9 @@ struct Core {
     gap_left: u32,
     /// A fence or commit in the ROB: nothing after it is fetched until it retires.
     stalled: bool,
-    /// The operations taken from the workload and not yet issued, from `op_at` on: a batch
-    /// per call (`Workload::next_batch`, the same stream as `next`'s), saving a dynamic call
-    /// per operation. An operation is taken only once issued, so a core that stops before a
-    /// shared access finds it again.
-    ops: Vec<Op>,
-    op_at: usize,
+    /// The thread's operations not yet issued (an operation is consumed only once issued,
+    /// so a core that stops before a shared access finds it again).
+    ops: OpBuffer,
     trace_done: bool,
     finished_at: Option<u64>,
     sleeping: bool,
@@ -608,25 +605,21 @@ impl Sim<'_> {
                 core.fetched += u64::from(n);
                 continue;
             }
-            if core.op_at == core.ops.len() {
-                core.op_at = 0;
-                if !self.work.next_batch(c, &mut core.ops)? {
-                    core.trace_done = true;
-                    return Ok(true);
-                }
-            }
-            let op = core.ops[core.op_at];
+            let Some(op) = core.ops.peek(self.work, c)? else {
+                core.trace_done = true;
+                return Ok(true);
+            };
             if let Op::Gap(n) = op {
                 // Private, and touches nothing the controller or the queue look at.
                 core.gap_left = n;
-                core.op_at += 1;
+                core.ops.consume();
                 continue;
             }
             // The queue look first: it is cheaper than the tag scans, and both only read.
             if self.ev.blocks(t, c as u32) && self.is_shared(c, op) {
                 return Ok(false);
             }
-            self.cores[c].op_at += 1;
+            self.cores[c].ops.consume();
             self.issue(c, t, op);
             self.mc.pass_if_asked(t, &mut self.ev);
             self.deliver_reads();

@@ -44,6 +44,44 @@ pub trait Workload {
     }
 }
 
+/// A thread's operations taken from a workload a batch at a time (`Workload::next_batch`),
+/// saving a dynamic call per operation: `peek` is the next one, `consume` takes it. The
+/// engine consumes an operation only once it issues (a core stopping before a shared access
+/// finds it again); the floor at once.
+#[derive(Default)]
+pub(crate) struct OpBuffer {
+    ops: Vec<Op>,
+    at: usize,
+}
+
+impl OpBuffer {
+    /// The thread's next operation, taking a batch from `work` when none is left; None at
+    /// the thread's end.
+    #[inline]
+    pub fn peek(&mut self, work: &mut dyn Workload, thread: usize) -> Result<Option<Op>> {
+        if self.at == self.ops.len() {
+            self.at = 0;
+            if !work.next_batch(thread, &mut self.ops)? {
+                return Ok(None);
+            }
+        }
+        Ok(Some(self.ops[self.at]))
+    }
+
+    /// Take the operation `peek` gave.
+    #[inline]
+    pub fn consume(&mut self) {
+        debug_assert!(self.at < self.ops.len(), "an operation peeked is consumed");
+        self.at += 1;
+    }
+
+    /// The next operation if it is in the batch already (no call to the workload).
+    #[inline]
+    pub fn buffered(&self) -> Option<Op> {
+        self.ops.get(self.at).copied()
+    }
+}
+
 /// Operations held in memory (tests and small traces).
 pub struct VecWorkload {
     ops: Vec<VecDeque<Op>>,
