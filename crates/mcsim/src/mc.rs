@@ -291,11 +291,6 @@ impl Mc {
         mask
     }
 
-    /// Ask for a scheduling pass at `t`, unless one is already queued for then.
-    fn tick(&mut self, t: u64, ev: &mut Events) {
-        ev.ask_pass(t);
-    }
-
     /// Ask for a pass at `now`, the time of the completion being handled: it comes after
     /// every completion at `now` and before the cores, so it is left to `pass_if_due`.
     fn tick_now(&mut self) {
@@ -593,7 +588,7 @@ impl Mc {
         let next = self.next_free(now);
         if next != u64::MAX {
             debug_assert!(next > now, "a pass asks for a later one");
-            self.tick(next, ev);
+            ev.ask_pass(next);
         }
     }
 
