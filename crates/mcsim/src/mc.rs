@@ -310,15 +310,17 @@ impl Mc {
         }
     }
 
+    /// A request's arrival, recorded when asked for (`sim::run_recording`).
+    #[inline]
+    fn arrived(&mut self, t: u64, line: u64, write: bool) {
+        if let Some(a) = &mut self.arrivals {
+            a.push(Arrival { t, line, write });
+        }
+    }
+
     pub fn read(&mut self, now: u64, core: u32, seq: u64, line: u64) {
         self.stats.reads += 1;
-        if let Some(a) = &mut self.arrivals {
-            a.push(Arrival {
-                t: now,
-                line,
-                write: false,
-            });
-        }
+        self.arrived(now, line, false);
         let r = Read {
             line,
             ch: self.channel(line) as u32,
@@ -365,13 +367,7 @@ impl Mc {
     /// A write arrives; true if it entered its sub-queue at once.
     pub fn write(&mut self, now: u64, line: u64, version: u64, waiter: Option<(u32, u64)>) -> bool {
         self.stats.writes += 1;
-        if let Some(a) = &mut self.arrivals {
-            a.push(Arrival {
-                t: now,
-                line,
-                write: true,
-            });
-        }
+        self.arrived(now, line, true);
         self.stats.posted_writes += u64::from(waiter.is_none());
         self.next_write += 1;
         let w = Write {
