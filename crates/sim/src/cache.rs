@@ -46,26 +46,26 @@
 
 use crate::field::{Field, Invalid};
 use crate::trace::{BlockAccess, BlockAccesses, Op};
+use lru::{LruIndex, SeqOrder, Slots};
 use nvstack_core::error::{Error, Result};
 use nvstack_policy::{Policy, PolicyKind, SlotList, Touch, NEVER, NIL};
 use rustc_hash::FxHashMap;
-use std::collections::BTreeSet;
+
+mod lru;
 
 /// The cleaner's period (Sprite: every five seconds).
 pub const CLEANER_PERIOD_NS: u64 = 5_000_000_000;
 /// Sprite's delayed write-back.
 pub const DELAYED_WRITEBACK_DEFAULT_S: u64 = 30;
 /// The largest cache either memory may have, in blocks (4 TiB of 4 KiB blocks; slot numbers
-/// must stay below the unified index's NVRAM bit). State grows
-/// with the blocks actually cached, never with the configured size.
+/// are u32 and must stay below NIL). State grows with the blocks actually cached, never with
+/// the configured size.
 pub const CACHE_BLOCKS_MAX: u64 = 1 << 30;
 /// The most block accesses an omniscient run takes (its next-write pass keeps 8 bytes each:
 /// 8 GiB at this limit).
 pub const OMNISCIENT_ACCESSES_MAX: u64 = 1 << 30;
 
 const CLEAN: u64 = u64::MAX;
-/// Marks an NVRAM slot in the unified model's index.
-const NV_BIT: u32 = 1 << 31;
 
 /// A client-cache model of section 2.1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -263,45 +263,7 @@ impl CacheStats {
     }
 }
 
-/// Slot numbers handed out up to a capacity, reused after release.
-#[derive(Clone, Debug)]
-struct Slots {
-    cap: u64,
-    used: u64,
-    next: u32,
-    free: Vec<u32>,
-}
-
-impl Slots {
-    fn new(cap: u64) -> Slots {
-        Slots {
-            cap,
-            used: 0,
-            next: 0,
-            free: Vec::new(),
-        }
-    }
-
-    fn full(&self) -> bool {
-        self.used == self.cap
-    }
-
-    fn take(&mut self) -> u32 {
-        assert!(self.used < self.cap);
-        self.used += 1;
-        self.free.pop().unwrap_or_else(|| {
-            self.next += 1;
-            self.next - 1
-        })
-    }
-
-    fn give(&mut self, s: u32) {
-        assert!(self.used > 0);
-        self.used -= 1;
-        self.free.push(s);
-    }
-}
-
+/// `v[i] = x`, growing `v` with `fill` up to `i`: per-slot state grows with the slots taken.
 fn set<T: Clone>(v: &mut Vec<T>, i: u32, x: T, fill: T) {
     let i = i as usize;
     if v.len() <= i {
@@ -313,11 +275,8 @@ fn set<T: Clone>(v: &mut Vec<T>, i: u32, x: T, fill: T) {
 struct Volatile {
     delay_ns: Option<u64>,
     origin_ns: Option<u64>,
-    index: FxHashMap<u64, u32>,
-    slots: Slots,
-    key: Vec<u64>,
+    cache: LruIndex<SlotList>,
     dirty_since: Vec<u64>,
-    lru: SlotList,
     /// Dirty slots in the order they became dirty (the cleaner's queue).
     dirty: SlotList,
     /// The keys written back, in order, when a caller asked for them ([`Cache::log_writebacks`]).
@@ -329,20 +288,26 @@ impl Volatile {
         Volatile {
             delay_ns: cfg.delayed_writeback_ns,
             origin_ns: None,
-            index: FxHashMap::default(),
-            slots: Slots::new(cfg.volatile_blocks),
-            key: Vec::new(),
+            cache: LruIndex::new(cfg.volatile_blocks),
             dirty_since: Vec::new(),
-            lru: SlotList::new(),
             dirty: SlotList::new(),
             log: None,
         }
     }
 
-    fn logged(&mut self, slot: u32) {
+    fn logged(&mut self, key: u64) {
         if let Some(l) = self.log.as_mut() {
-            l.push(self.key[slot as usize]);
+            l.push(key);
         }
+    }
+
+    /// A dirty slot goes back to the server, for `why`; it stays cached, clean.
+    fn write_back(&mut self, slot: u32, key: u64, why: Writeback, s: &mut CacheStats) {
+        debug_assert!(self.dirty_since[slot as usize] != CLEAN);
+        self.dirty.remove(slot);
+        self.dirty_since[slot as usize] = CLEAN;
+        self.logged(key);
+        s.wrote_back(why);
     }
 
     fn clean_due(&mut self, now_ns: u64, s: &mut CacheStats) {
@@ -360,22 +325,19 @@ impl Volatile {
             if tick > now_ns {
                 break;
             }
-            self.dirty.remove(slot);
-            self.dirty_since[slot as usize] = CLEAN;
-            self.logged(slot);
-            s.wrote_back(Writeback::Cleaner);
+            self.write_back(slot, self.cache.key(slot), Writeback::Cleaner, s);
         }
     }
 
-    fn access(&mut self, a: &BlockAccess, s: &mut CacheStats) {
+    fn access(&mut self, a: &BlockAccess, t: Touch, s: &mut CacheStats) {
         self.origin_ns.get_or_insert(a.time_ns);
         self.clean_due(a.time_ns, s);
         let write = a.op == Op::Write;
         s.bus_blocks += 1; // to or from the application
-        let slot = match self.index.get(&a.key) {
-            Some(&slot) => {
+        let slot = match self.cache.get(a.key) {
+            Some(slot) => {
                 s.hits_volatile += 1;
-                self.lru.move_to_back(slot);
+                self.cache.touch(slot, t.seq);
                 slot
             }
             None => {
@@ -385,16 +347,14 @@ impl Volatile {
                     s.read_misses += 1;
                     s.bus_blocks += 1; // the fill
                 }
-                if self.slots.cap == 0 {
+                if self.cache.cap_blocks() == 0 {
                     if write {
-                        if let Some(l) = self.log.as_mut() {
-                            l.push(a.key);
-                        }
+                        self.logged(a.key);
                         s.wrote_back(Writeback::Through);
                     }
                     return;
                 }
-                self.insert(a.key, s)
+                self.insert(a.key, t.seq, s)
             }
         };
         if write {
@@ -402,27 +362,16 @@ impl Volatile {
         }
     }
 
-    /// A slot for a missed block, clean, at the LRU list's back; when the cache is full, the
-    /// least recently used block leaves first (written back if dirty).
-    fn insert(&mut self, key: u64, s: &mut CacheStats) -> u32 {
-        if self.slots.full() {
-            let victim = self.lru.front().expect("a full cache has an LRU block");
-            self.lru.remove(victim);
+    /// A slot for a missed block, clean, the most recent; when the cache is full, the least
+    /// recently used block leaves first (written back if dirty).
+    fn insert(&mut self, key: u64, seq: u64, s: &mut CacheStats) -> u32 {
+        if let Some((victim, victim_key)) = self.cache.make_room() {
             if self.dirty_since[victim as usize] != CLEAN {
-                self.dirty.remove(victim);
-                self.dirty_since[victim as usize] = CLEAN;
-                self.logged(victim);
-                s.wrote_back(Writeback::Eviction);
+                self.write_back(victim, victim_key, Writeback::Eviction, s);
             }
-            let removed = self.index.remove(&self.key[victim as usize]);
-            assert_eq!(removed, Some(victim));
-            self.slots.give(victim);
         }
-        let slot = self.slots.take();
-        set(&mut self.key, slot, key, 0);
+        let slot = self.cache.insert(key, seq);
         set(&mut self.dirty_since, slot, CLEAN, CLEAN);
-        self.index.insert(key, slot);
-        self.lru.push_back(slot);
         slot
     }
 
@@ -437,10 +386,7 @@ impl Volatile {
             s.overwrites_absorbed += 1;
         }
         if a.sync {
-            self.dirty.remove(slot);
-            self.dirty_since[si] = CLEAN;
-            self.logged(slot);
-            s.wrote_back(Writeback::Sync);
+            self.write_back(slot, a.key, Writeback::Sync, s);
         }
     }
 
@@ -450,12 +396,9 @@ impl Volatile {
 }
 
 struct WriteAside {
-    index: FxHashMap<u64, u32>,
-    vslots: Slots,
-    key: Vec<u64>,
+    cache: LruIndex<SlotList>,
     /// The NVRAM slot holding the dirty copy of a volatile slot, or NIL (clean).
     nv_of: Vec<u32>,
-    lru: SlotList,
     nslots: Slots,
     /// The volatile slot each NVRAM slot copies.
     v_of: Vec<u32>,
@@ -465,11 +408,8 @@ struct WriteAside {
 impl WriteAside {
     fn new(cfg: &CacheConfig) -> WriteAside {
         WriteAside {
-            index: FxHashMap::default(),
-            vslots: Slots::new(cfg.volatile_blocks),
-            key: Vec::new(),
+            cache: LruIndex::new(cfg.volatile_blocks),
             nv_of: Vec::new(),
-            lru: SlotList::new(),
             nslots: Slots::new(cfg.nvram_blocks),
             v_of: Vec::new(),
             policy: Policy::new(cfg.policy, cfg.seed),
@@ -488,10 +428,10 @@ impl WriteAside {
     fn access(&mut self, a: &BlockAccess, t: Touch, s: &mut CacheStats) {
         let write = a.op == Op::Write;
         s.bus_blocks += 1; // to or from the application
-        let vslot = match self.index.get(&a.key) {
-            Some(&v) => {
+        let vslot = match self.cache.get(a.key) {
+            Some(v) => {
                 s.hits_volatile += 1;
-                self.lru.move_to_back(v);
+                self.cache.touch(v, t.seq);
                 Some(v)
             }
             None => {
@@ -501,10 +441,10 @@ impl WriteAside {
                     s.read_misses += 1;
                     s.bus_blocks += 1;
                 }
-                if self.vslots.cap == 0 {
+                if self.cache.cap_blocks() == 0 {
                     None
                 } else {
-                    Some(self.insert(a.key, s))
+                    Some(self.insert(a.key, t.seq, s))
                 }
             }
         };
@@ -519,25 +459,17 @@ impl WriteAside {
         self.written(v, t, s);
     }
 
-    /// A volatile slot for a missed block, at the LRU list's back; when the cache is full,
-    /// the least recently used block leaves first (its NVRAM copy written back, if any).
-    fn insert(&mut self, key: u64, s: &mut CacheStats) -> u32 {
-        if self.vslots.full() {
-            let victim = self.lru.front().expect("a full cache has an LRU block");
-            self.lru.remove(victim);
+    /// A volatile slot for a missed block, the most recent; when the cache is full, the least
+    /// recently used block leaves first (its NVRAM copy written back, if any).
+    fn insert(&mut self, key: u64, seq: u64, s: &mut CacheStats) -> u32 {
+        if let Some((victim, _)) = self.cache.make_room() {
             if self.nv_of[victim as usize] != NIL {
                 self.drop_nvram_copy(victim);
                 s.wrote_back(Writeback::Eviction);
             }
-            let removed = self.index.remove(&self.key[victim as usize]);
-            assert_eq!(removed, Some(victim));
-            self.vslots.give(victim);
         }
-        let v = self.vslots.take();
-        set(&mut self.key, v, key, 0);
+        let v = self.cache.insert(key, seq);
         set(&mut self.nv_of, v, NIL, NIL);
-        self.index.insert(key, v);
-        self.lru.push_back(v);
         v
     }
 
@@ -552,7 +484,7 @@ impl WriteAside {
             self.policy.touch(n, t);
             return;
         }
-        if self.nslots.cap == 0 {
+        if self.nslots.cap() == 0 {
             s.wrote_back(Writeback::Through);
             return;
         }
@@ -571,25 +503,19 @@ impl WriteAside {
     }
 
     fn dirty_blocks(&self) -> u64 {
-        self.nslots.used
+        self.nslots.used()
     }
 }
 
 struct Unified {
-    /// Key -> volatile slot, or NVRAM slot | NV_BIT.
-    index: FxHashMap<u64, u32>,
-    vslots: Slots,
-    vkey: Vec<u64>,
-    vseq: Vec<u64>,
-    /// Volatile slots ordered by last access.
-    vorder: BTreeSet<(u64, u32)>,
-    nslots: Slots,
-    nkey: Vec<u64>,
+    /// Clean blocks only, ordered by last access: a block moved down from the NVRAM keeps its
+    /// access time, so it may enter older than the blocks already there.
+    volatile: LruIndex<SeqOrder>,
+    /// Ordered by last access (blocks enter the NVRAM only when accessed, so a list
+    /// suffices); the policy may order them differently.
+    nvram: LruIndex<SlotList>,
     nseq: Vec<u64>,
     ndirty: Vec<bool>,
-    /// NVRAM slots ordered by last access (blocks enter the NVRAM only when accessed, so a
-    /// list suffices); the policy may order them differently.
-    nrecency: SlotList,
     policy: Policy,
     dirty: u64,
 }
@@ -597,39 +523,19 @@ struct Unified {
 impl Unified {
     fn new(cfg: &CacheConfig) -> Unified {
         Unified {
-            index: FxHashMap::default(),
-            vslots: Slots::new(cfg.volatile_blocks),
-            vkey: Vec::new(),
-            vseq: Vec::new(),
-            vorder: BTreeSet::new(),
-            nslots: Slots::new(cfg.nvram_blocks),
-            nkey: Vec::new(),
+            volatile: LruIndex::new(cfg.volatile_blocks),
+            nvram: LruIndex::new(cfg.nvram_blocks),
             nseq: Vec::new(),
             ndirty: Vec::new(),
-            nrecency: SlotList::new(),
             policy: Policy::new(cfg.policy, cfg.seed),
             dirty: 0,
         }
     }
 
-    fn volatile_insert(&mut self, key: u64, seq: u64) {
-        let v = self.vslots.take();
-        set(&mut self.vkey, v, key, 0);
-        set(&mut self.vseq, v, seq, 0);
-        self.vorder.insert((seq, v));
-        self.index.insert(key, v);
-    }
-
-    fn volatile_remove(&mut self, v: u32) {
-        let removed = self.vorder.remove(&(self.vseq[v as usize], v));
-        assert!(removed);
-        let r = self.index.remove(&self.vkey[v as usize]);
-        assert_eq!(r, Some(v));
-        self.vslots.give(v);
-    }
-
+    /// The volatile cache's least recently accessed block: (its last access, its slot).
     fn volatile_lru(&self) -> Option<(u64, u32)> {
-        self.vorder.first().copied()
+        let v = self.volatile.least_recent()?;
+        Some((self.volatile.recency().seq(v), v))
     }
 
     /// Make room in a full NVRAM: the policy's victim is written back if dirty, then moved
@@ -637,26 +543,23 @@ impl Unified {
     fn nvram_evict(&mut self, s: &mut CacheStats) {
         let n = self.policy.victim().expect("a full NVRAM has a victim");
         let ni = n as usize;
-        let (key, seq) = (self.nkey[ni], self.nseq[ni]);
+        let seq = self.nseq[ni];
         self.policy.remove(n);
-        self.nrecency.remove(n);
-        let r = self.index.remove(&key);
-        assert_eq!(r, Some(n | NV_BIT));
-        self.nslots.give(n);
+        let key = self.nvram.remove(n);
         let was_dirty = self.ndirty[ni];
         if was_dirty {
             self.ndirty[ni] = false;
             self.dirty -= 1;
             s.wrote_back(Writeback::Replacement);
         }
-        let move_down = if self.vslots.cap == 0 {
+        let move_down = if self.volatile.cap_blocks() == 0 {
             false
-        } else if !self.vslots.full() {
+        } else if !self.volatile.full() {
             true
         } else {
             let (lru_seq, lru) = self.volatile_lru().expect("a full cache has an LRU block");
             if lru_seq < seq {
-                self.volatile_remove(lru);
+                self.volatile.remove(lru);
                 true
             } else {
                 false
@@ -666,113 +569,105 @@ impl Unified {
             s.nvram_reads += 1;
         }
         if move_down {
-            self.volatile_insert(key, seq);
+            self.volatile.insert(key, seq);
             s.moves_to_volatile += 1;
             s.bus_blocks += 1;
         }
     }
 
     fn nvram_insert(&mut self, key: u64, t: Touch, dirty: bool, s: &mut CacheStats) {
-        let n = self.nslots.take();
-        set(&mut self.nkey, n, key, 0);
+        // A block lives in at most one memory.
+        debug_assert_eq!(self.volatile.get(key), None);
+        let n = self.nvram.insert(key, t.seq);
         set(&mut self.nseq, n, t.seq, 0);
         set(&mut self.ndirty, n, dirty, false);
         if dirty {
             self.dirty += 1;
         }
-        self.nrecency.push_back(n);
         self.policy.insert(n, t);
-        self.index.insert(key, n | NV_BIT);
         s.nvram_writes += 1;
     }
 
     fn access(&mut self, a: &BlockAccess, t: Touch, s: &mut CacheStats) {
         let write = a.op == Op::Write;
         s.bus_blocks += 1; // to or from the application
-        match self.index.get(&a.key).copied() {
-            Some(loc) if loc & NV_BIT != 0 => {
-                let n = loc & !NV_BIT;
-                let ni = n as usize;
-                s.hits_nvram += 1;
-                self.policy.touch(n, t);
-                self.nrecency.move_to_back(n);
-                self.nseq[ni] = t.seq;
-                if write {
-                    s.nvram_writes += 1;
-                    if self.ndirty[ni] {
-                        s.overwrites_absorbed += 1;
-                    } else {
-                        self.ndirty[ni] = true;
-                        self.dirty += 1;
-                    }
-                } else {
-                    s.nvram_reads += 1;
-                }
-            }
-            Some(v) => {
-                s.hits_volatile += 1;
-                if write {
-                    // The clean volatile copy is superseded; the new data goes to the NVRAM.
-                    self.volatile_remove(v);
-                    self.write_to_nvram(a.key, t, s);
-                } else {
-                    let vi = v as usize;
-                    let removed = self.vorder.remove(&(self.vseq[vi], v));
-                    assert!(removed);
-                    self.vseq[vi] = t.seq;
-                    self.vorder.insert((t.seq, v));
-                }
-            }
-            None if write => {
-                s.write_misses += 1;
+        if let Some(n) = self.nvram.get(a.key) {
+            debug_assert_eq!(self.volatile.get(a.key), None);
+            self.nvram_hit(n, write, t, s);
+        } else if let Some(v) = self.volatile.get(a.key) {
+            s.hits_volatile += 1;
+            if write {
+                // The clean volatile copy is superseded; the new data goes to the NVRAM.
+                self.volatile.remove(v);
                 self.write_to_nvram(a.key, t, s);
+            } else {
+                self.volatile.touch(v, t.seq);
             }
-            None => {
-                s.read_misses += 1;
-                s.bus_blocks += 1; // the fill
-                self.read_fill(a.key, t, s);
+        } else if write {
+            s.write_misses += 1;
+            self.write_to_nvram(a.key, t, s);
+        } else {
+            s.read_misses += 1;
+            s.bus_blocks += 1; // the fill
+            self.read_fill(a.key, t, s);
+        }
+    }
+
+    fn nvram_hit(&mut self, n: u32, write: bool, t: Touch, s: &mut CacheStats) {
+        let ni = n as usize;
+        s.hits_nvram += 1;
+        self.policy.touch(n, t);
+        self.nvram.touch(n, t.seq);
+        self.nseq[ni] = t.seq;
+        if write {
+            s.nvram_writes += 1;
+            if self.ndirty[ni] {
+                s.overwrites_absorbed += 1;
+            } else {
+                self.ndirty[ni] = true;
+                self.dirty += 1;
             }
+        } else {
+            s.nvram_reads += 1;
         }
     }
 
     fn write_to_nvram(&mut self, key: u64, t: Touch, s: &mut CacheStats) {
-        if self.nslots.cap == 0 {
+        if self.nvram.cap_blocks() == 0 {
             s.wrote_back(Writeback::Through);
             // Kept as a clean block where a clean block may live.
             self.place_clean_in_volatile(key, t.seq);
             return;
         }
-        if self.nslots.full() {
+        if self.nvram.full() {
             self.nvram_evict(s);
         }
         self.nvram_insert(key, t, true, s);
     }
 
     fn place_clean_in_volatile(&mut self, key: u64, seq: u64) {
-        if self.vslots.cap == 0 {
+        if self.volatile.cap_blocks() == 0 {
             return;
         }
-        if self.vslots.full() {
-            let (_, lru) = self.volatile_lru().expect("a full cache has an LRU block");
-            self.volatile_remove(lru);
-        }
-        self.volatile_insert(key, seq);
+        // A clean block leaves with nothing to settle.
+        let _ = self.volatile.make_room();
+        self.volatile.insert(key, seq);
     }
 
     fn read_fill(&mut self, key: u64, t: Touch, s: &mut CacheStats) {
-        if self.vslots.cap > 0 && !self.vslots.full() {
-            self.volatile_insert(key, t.seq);
+        if self.volatile.cap_blocks() > 0 && !self.volatile.full() {
+            self.volatile.insert(key, t.seq);
             return;
         }
-        if self.nslots.cap == 0 {
+        if self.nvram.cap_blocks() == 0 {
             self.place_clean_in_volatile(key, t.seq);
             return;
         }
-        if !self.nslots.full() {
+        if !self.nvram.full() {
             self.nvram_insert(key, t, false, s);
             return;
         }
-        let nvram_oldest = self.nseq[self.nrecency.front().expect("full NVRAM") as usize];
+        let nvram_oldest = self.nseq[self.nvram.least_recent().expect("full NVRAM") as usize];
         let nvram_holds_lru = match self.volatile_lru() {
             None => true,
             Some((vseq, _)) => nvram_oldest < vseq,
@@ -832,7 +727,7 @@ impl Cache {
             next_write,
         };
         match &mut self.state {
-            ModelState::Volatile(m) => m.access(a, s),
+            ModelState::Volatile(m) => m.access(a, t, s),
             ModelState::WriteAside(m) => m.access(a, t, s),
             ModelState::Unified(m) => m.access(a, t, s),
         }
@@ -868,7 +763,7 @@ impl Cache {
     /// The keys still dirty, oldest first (what an unmount would write back).
     pub fn dirty_keys(&self) -> Vec<u64> {
         match &self.state {
-            ModelState::Volatile(m) => m.dirty.iter().map(|slot| m.key[slot as usize]).collect(),
+            ModelState::Volatile(m) => m.dirty.iter().map(|slot| m.cache.key(slot)).collect(),
             _ => Vec::new(),
         }
     }
