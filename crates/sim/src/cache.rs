@@ -301,7 +301,8 @@ impl Volatile {
         }
     }
 
-    /// A dirty slot goes back to the server, for `why`; it stays cached, clean.
+    /// Dirty slot `slot`, holding `key`, is written back for `why`: clean afterwards (and still
+    /// cached, unless an eviction has just freed it).
     fn write_back(&mut self, slot: u32, key: u64, why: Writeback, s: &mut CacheStats) {
         debug_assert!(self.dirty_since[slot as usize] != CLEAN);
         self.dirty.remove(slot);
