@@ -1,6 +1,7 @@
 //! Profiling aid: the bench suite's run (hash-map kernel, Table II, 16 cores) at a chosen size.
 //! `cargo run --release -p nvstack-mcsim --example speed -- fine 1000000` prints requests per
-//! second; `-- floor 1000000` runs the functional work alone (workload and caches, no timing).
+//! second; `-- floor 1000000` runs the functional work alone (workload and caches, no timing);
+//! `-- ideal 1000000` times the run with `Config::ideal_memory` (no controller).
 //! `-- digest 100000` runs every mode with the controller's event log on and prints a digest
 //! of the log and of the final memory beside the report's figures: two builds that print the
 //! same lines ran the same timeline (how a change meant to keep the model is checked).
@@ -24,13 +25,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return matrix(requests);
     }
     let functional = what == "floor";
-    let mode = if functional {
+    let ideal_memory = what == "ideal";
+    let mode = if functional || ideal_memory {
         Mode::Fine
     } else {
         Mode::parse(what)?
     };
     let machine = Config {
         mode,
+        ideal_memory,
         ..Config::default()
     };
     let mut work = KernelWorkload::new(&workload(&machine, requests))?;

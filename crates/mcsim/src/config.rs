@@ -83,6 +83,13 @@ pub struct Config {
     pub burst_ns: u32,
     /// Keep an event log (tests: the properties are checked on it).
     pub log_events: bool,
+    /// The engine's bound, not a machine: no memory controller at all. A read's data is back
+    /// `read_ns + burst_ns` after it arrives, a write is accepted at once and lands in memory
+    /// in arrival order, a commit is done at once; no queue, bus, unit, credit or pass. What a
+    /// run costs then is what the cores, the caches and the event queue cost alone (the
+    /// bench's `mcsim-ideal` row): the part of the timing no controller can remove.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ideal_memory: bool,
 }
 
 impl Default for Config {
@@ -122,6 +129,7 @@ impl Default for Config {
             write_ns: 150,
             burst_ns: 5,
             log_events: false,
+            ideal_memory: false,
         }
     }
 }

@@ -162,6 +162,9 @@ pub(crate) struct Mc {
     due: bool,
     /// Every request's arrival, when asked for (`sim::run_recording`).
     pub arrivals: Option<Vec<Arrival>>,
+    /// `Config::ideal_memory`: no controller; reads are timed at arrival (`ideal_read`),
+    /// writes and commits are done at once.
+    ideal: bool,
 }
 
 impl Mc {
@@ -222,6 +225,7 @@ impl Mc {
             log: cfg.log_events.then(Vec::new),
             asked: false,
             arrivals: None,
+            ideal: cfg.ideal_memory,
         }
     }
 
@@ -318,7 +322,23 @@ impl Mc {
         }
     }
 
+    /// A read under `Config::ideal_memory`, counted and recorded as any read: its data is
+    /// back a read and a burst after it arrives (no queue, unit or bus). The time returned.
+    pub fn ideal_read(&mut self, now: u64, line: u64) -> u64 {
+        assert!(
+            self.ideal,
+            "only the ideal memory times a read at its arrival"
+        );
+        self.stats.reads += 1;
+        self.arrived(now, line, false);
+        self.log(Log::ReadIssued { line, t: now });
+        let done = now + self.read_cycles + self.burst_cycles;
+        debug_assert!(done > now, "a read takes time");
+        done
+    }
+
     pub fn read(&mut self, now: u64, core: u32, seq: u64, line: u64) {
+        assert!(!self.ideal, "the ideal memory's reads are ideal_read's");
         self.stats.reads += 1;
         self.arrived(now, line, false);
         let r = Read {
@@ -378,6 +398,10 @@ impl Mc {
             version,
             waiter,
         };
+        if self.ideal {
+            self.ideal_write(now, w);
+            return true;
+        }
         let q = self.queue_of(line);
         let sq = &mut self.queues[q as usize];
         let room =
@@ -390,6 +414,30 @@ impl Mc {
         }
         self.asked = true;
         room
+    }
+
+    /// A write under `Config::ideal_memory`: accepted at once, in memory a burst and a write
+    /// later. Every write takes that same time, so writes land in arrival order: the list of
+    /// finished writes is appended at once (no event), and the final memory is the same.
+    fn ideal_write(&mut self, now: u64, w: Write) {
+        debug_assert!(
+            self.ideal && !self.asked,
+            "no pass is ever asked of the ideal memory"
+        );
+        if self.log.is_some() {
+            let q = self.queue_of(w.line);
+            let done = now + self.burst_cycles + self.write_cycles;
+            self.log(Log::WriteAccepted {
+                id: w.id,
+                q,
+                t: now,
+            });
+            self.log(Log::WriteDone { id: w.id, t: done });
+        }
+        self.written.push((w.line, w.version));
+        if self.written.len() == WRITTEN_BATCH {
+            self.memory();
+        }
     }
 
     /// The pass a core's arrival asked for (`read`, `write`, `commit`), run at once. A core
@@ -424,6 +472,7 @@ impl Mc {
     pub fn commit(&mut self, now: u64, core: u32, seq: u64, addr: u64, len: u64) -> bool {
         self.stats.commits += 1;
         let queues = match self.mode {
+            _ if self.ideal => return true,
             Mode::Adr | Mode::Eadr => return true,
             Mode::Global => (1u32 << self.queues.len()) - 1,
             Mode::Fine => self.queues_of_range(addr, len),

@@ -703,7 +703,10 @@ impl Sim<'_> {
             Kind::Mem
         };
         let seq = self.push_entry(c, ready_at, kind);
-        if served == Served::Memory {
+        if served == Served::Memory && self.cfg.ideal_memory {
+            let done = self.mc.ideal_read(t, line);
+            self.ev.read_issued(done, c as u32, seq);
+        } else if served == Served::Memory {
             self.mc.read(t, c as u32, seq, line);
         }
         self.post_writebacks(t);
