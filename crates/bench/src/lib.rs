@@ -432,6 +432,8 @@ pub struct BenchReport {
     /// What libpmemblk persists with (when loaded).
     pub libpmemblk_persist_method: Option<String>,
     pub span_bytes: u64,
+    /// The host's CPU model and logical CPUs (what the simulator suite's speed depends on).
+    pub host_cpu: String,
     pub ops: u64,
     pub quick: bool,
     pub seed: u64,
@@ -763,6 +765,7 @@ pub fn run(opts: &BenchOptions, progress: &dyn Progress) -> Result<BenchReport> 
         default_ordering: default_ordering_label()?,
         libpmemblk_persist_method: peer.as_ref().map(|p| p.persist_method.clone()),
         span_bytes: opts.size_bytes,
+        host_cpu: host_cpu(),
         ops: opts
             .ops
             .unwrap_or(if opts.quick { OPS_QUICK } else { OPS_DEFAULT }),
@@ -904,6 +907,20 @@ fn targets_table(r: &BenchReport) -> String {
     s
 }
 
+/// The host's CPU model (the first `model name` of /proc/cpuinfo) and its logical CPUs.
+fn host_cpu() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = text
+        .lines()
+        .find_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            (key.trim() == "model name").then(|| value.trim().to_string())
+        })
+        .unwrap_or_else(|| "model unknown".into());
+    format!("{model}, {cpus} logical CPUs")
+}
+
 /// What the columns mean, the run's settings and machine, its notes and its duration.
 fn footer(r: &BenchReport) -> String {
     let mut s = String::new();
@@ -911,6 +928,25 @@ fn footer(r: &BenchReport) -> String {
         "time x = median latency / the baseline's (vs); thrpt x = ops/s / the baseline's; \
          fences = fences per op, from the device's own counters\n",
     );
+    // The simulator suite maps no image and persists nothing: the span, the DRAM persist
+    // cost, the flush instructions and the places apply to the other suites only; the
+    // simulator's speed depends on the host CPU.
+    if r.suites.iter().any(|s| *s != Suite::Mcsim) {
+        s.push_str(&pmem_header(r));
+    }
+    if r.suites.contains(&Suite::Mcsim) {
+        s.push_str(&format!("host cpu {}\n", r.host_cpu));
+    }
+    for n in &r.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
+    s.push_str(&format!("total {:.1} s\n", r.seconds));
+    s
+}
+
+/// The pmem suites' settings and machine: span, DRAM persist cost, flush instructions, places.
+fn pmem_header(r: &BenchReport) -> String {
+    let mut s = String::new();
     s.push_str(&format!(
         "span {} (random offsets uniform over it), {} timed 4 KiB ops per row{}, seed {}; \
          DRAM: {:.0} ns to persist one 64 B line, {:.1} ns per further line of a 4 KiB persist\n\
@@ -931,10 +967,6 @@ fn footer(r: &BenchReport) -> String {
     for p in &r.places {
         s.push_str(&format!("ran on {}\n", p.file_system));
     }
-    for n in &r.notes {
-        s.push_str(&format!("note: {n}\n"));
-    }
-    s.push_str(&format!("total {:.1} s\n", r.seconds));
     s
 }
 

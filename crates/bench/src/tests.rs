@@ -238,6 +238,13 @@ fn latency_suite() {
     let xs: Vec<f64> = r.results.iter().filter_map(|x| x.x).collect();
     assert!(xs.contains(&1.0) && xs.contains(&3.0), "{xs:?}");
     assert!(r.dram_store_latency_ns > 0.0);
+    // A pmem suite's header: its span, DRAM, flush and place; the host CPU line is the
+    // simulator suite's.
+    let table = format_table(&r);
+    for line in ["\nspan ", "\ncpu flush ", "\nran on "] {
+        assert!(table.contains(line), "no '{}' in\n{table}", line.trim());
+    }
+    assert!(!table.contains("\nhost cpu "), "{table}");
 }
 
 #[test]
@@ -301,6 +308,13 @@ fn mcsim_suite() {
         "the speed target is checked on the fine row"
     );
     assert_eq!(r.targets[0].limit, 10e6);
+    // Only what applies to the simulator: the host CPU, not the pmem suites' span, DRAM
+    // persist cost, flush instructions or place.
+    let table = format_table(&r);
+    assert!(table.contains("\nhost cpu "), "{table}");
+    for line in ["span ", "DRAM:", "cpu flush ", "ran on "] {
+        assert!(!table.contains(line), "'{line}' in\n{table}");
+    }
 }
 
 /// The commit sweep: every n of the quick points, each commit row beside the row that wrote
