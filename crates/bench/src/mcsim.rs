@@ -4,7 +4,9 @@
 //! host core, until at least 10^7 requests (10^6 with --quick) have arrived, and reports
 //! requests per second of wall time (its note adds requests per CPU-second of the running
 //! thread, which a shared host does not inflate). Each mode is a row; `fine` does the most controller work
-//! (credits, query reads) and is the one the target is checked on. A third row, `mcsim-floor`,
+//! (credits, query reads) and is the one the target is checked on. Two rows bound it from
+//! below: `mcsim-ideal` times the same run with no memory controller at all
+//! (`Config::ideal_memory`: what the cores, caches and events cost alone), and `mcsim-floor`
 //! runs the same workload's functional work alone (generator and caches, no timing): the part
 //! of a request's cost no engine can avoid.
 //!
@@ -68,7 +70,11 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
         // The fine run also keeps its requests for the peer (one push per request, timed).
         let record = peer.is_some() && mode == Mode::Fine;
         let bar = ctx.bar(&format!("mcsim {}", mode.name()));
-        let (requests, wall_s, note, arrivals) = run_ours(mode, need, record)?;
+        let machine = Config {
+            mode,
+            ..Config::default()
+        };
+        let (requests, wall_s, note, arrivals) = run_ours(&machine, need, record)?;
         drop(bar);
         stream = stream.or(arrivals);
         let peer_note = match &peer {
@@ -83,6 +89,7 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
         }
         ctx.push(row.timed(&timing(requests, wall_s), 0));
     }
+    ctx.push(ideal_row(ctx, need)?);
     ctx.push(floor_row(ctx, need)?);
     if let (Some(program), Some(arrivals)) = (peer, stream) {
         let bar = ctx.bar("mcsim dramsim3");
@@ -125,20 +132,16 @@ fn not_compared(ctx: &mut Ctx, run: &PeerRun) {
 /// note, and the requests themselves if `record`.
 type Ours = (u64, f64, String, Option<Vec<Arrival>>);
 
-fn run_ours(mode: Mode, need: u64, record: bool) -> Result<Ours> {
-    let machine = Config {
-        mode,
-        ..Config::default()
-    };
-    let kc = hashmap_kernel(&machine, need);
+fn run_ours(machine: &Config, need: u64, record: bool) -> Result<Ours> {
+    let kc = hashmap_kernel(machine, need);
     let mut work = KernelWorkload::new(&kc)?;
     let cpu_start_ns = thread_cpu_ns();
     let start = Instant::now();
     let (out, arrivals) = if record {
-        let (out, arrivals) = nvstack_mcsim::run_recording(&machine, &mut work)?;
+        let (out, arrivals) = nvstack_mcsim::run_recording(machine, &mut work)?;
         (out, Some(arrivals))
     } else {
-        (nvstack_mcsim::run(&machine, &mut work)?, None)
+        (nvstack_mcsim::run(machine, &mut work)?, None)
     };
     let wall_s = start.elapsed().as_secs_f64();
     let requests = out.report.mc.reads + out.report.mc.writes;
@@ -155,6 +158,28 @@ fn run_ours(mode: Mode, need: u64, record: bool) -> Result<Ours> {
         if record { ", recording them" } else { "" },
     );
     Ok((requests, wall_s, note, arrivals))
+}
+
+/// The ideal row: the timed run with no memory controller (`Config::ideal_memory`: reads back
+/// an unloaded read's time after they arrive, writes and commits done at once). What it costs
+/// per request is what the cores, the caches and the event queue cost alone: a bound that no
+/// controller, however cheap, takes a timed row below.
+fn ideal_row(ctx: &Ctx, need: u64) -> Result<BenchResult> {
+    let bar = ctx.bar("mcsim ideal");
+    let machine = Config {
+        ideal_memory: true,
+        ..Config::default()
+    };
+    let (requests, wall_s, note, _) = run_ours(&machine, need, false)?;
+    drop(bar);
+    let row = Row::new(SUITE, "mcsim-ideal", "request", 64, 1)
+        .method("simulated, no controller")
+        .note(format!(
+            "{note}; no memory controller (reads back {} + {} ns after they arrive, writes and \
+             commits at once): the cores, caches and events alone, the bound of the timed rows",
+            machine.read_ns, machine.burst_ns
+        ));
+    Ok(row.timed(&timing(requests, wall_s), 0))
 }
 
 /// The floor row: the same workload's functional work alone (the kernel generator and the

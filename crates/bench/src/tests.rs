@@ -291,7 +291,18 @@ fn multiblock_suite() {
 fn mcsim_suite() {
     let (_dir, r) = quick(vec![Suite::Mcsim]);
     let names: Vec<&str> = r.results.iter().map(|x| x.name.as_str()).collect();
-    assert_eq!(names, ["mcsim-fine", "mcsim-global", "mcsim-floor"]);
+    assert_eq!(
+        names,
+        ["mcsim-fine", "mcsim-global", "mcsim-ideal", "mcsim-floor"]
+    );
+    let ideal = &r.results[2];
+    assert!(
+        ideal
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("no memory controller")),
+        "{ideal:?}"
+    );
     for row in &r.results {
         assert!(
             row.ops_per_sec.is_finite() && row.ops_per_sec > 0.0,
