@@ -782,6 +782,17 @@ pub fn write_plots(r: &BenchReport, dir: &Path) -> Result<Vec<PathBuf>> {
     plots::write_all(r, dir)
 }
 
+/// The page size a suite's section and targets name: the simulator suite maps nothing, so
+/// its rows' page size of 0 means "no mapping", not "unknown".
+fn page_label_of(suite: &str, b: u64) -> String {
+    if suite == Suite::Mcsim.name() {
+        assert_eq!(b, 0, "the simulator suite maps no image");
+        "simulated: no mapping".into()
+    } else {
+        page_label(b)
+    }
+}
+
 fn page_label(b: u64) -> String {
     if b >= 1 << 20 {
         format!("{} MiB pages", b >> 20)
@@ -863,7 +874,7 @@ fn suite_tables(r: &BenchReport) -> String {
                 "== {}: {} ({}) ==\n",
                 suite.name(),
                 suite.what(),
-                page_label(page)
+                page_label_of(suite.name(), page)
             ));
             let cells: Vec<Vec<String>> = r
                 .results
@@ -889,7 +900,7 @@ fn targets_table(r: &BenchReport) -> String {
             .map(|t| {
                 vec![
                     t.suite.to_string(),
-                    page_label(t.page_bytes),
+                    page_label_of(t.suite, t.page_bytes),
                     t.what.clone(),
                     format!("{:.2}", t.measured),
                     format!("{} {:.2}", t.bound, t.limit),

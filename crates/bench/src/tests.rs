@@ -323,7 +323,14 @@ fn mcsim_suite() {
     // persist cost, flush instructions or place.
     let table = format_table(&r);
     assert!(table.contains("\nhost cpu "), "{table}");
-    for line in ["span ", "DRAM:", "cpu flush ", "ran on "] {
+    assert!(table.contains("(simulated: no mapping) =="), "{table}");
+    for line in [
+        "span ",
+        "DRAM:",
+        "cpu flush ",
+        "ran on ",
+        "page size unknown",
+    ] {
         assert!(!table.contains(line), "'{line}' in\n{table}");
     }
 }
