@@ -555,22 +555,26 @@ pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
 mod tests {
     use super::*;
 
+    /// A read of line 1 at cycle 0, then a write of `line` 1 us later (2,700 cycles).
+    fn read_then_write(line: u64) -> [Arrival; 2] {
+        let read = Arrival {
+            t: 0,
+            line: 1,
+            write: false,
+        };
+        let write = Arrival {
+            t: 2700,
+            line,
+            write: true,
+        };
+        [read, write]
+    }
+
     #[test]
     fn peer_trace_and_statistics() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t");
-        let arrivals = [
-            Arrival {
-                t: 0,
-                line: 1,
-                write: false,
-            },
-            Arrival {
-                t: 2700,
-                line: 2,
-                write: true,
-            },
-        ];
+        let arrivals = read_then_write(2);
         let last = write_trace(&path, &arrivals, &Config::default()).unwrap();
         // 2700 cycles at 2.7 GHz = 1 us = 1204 cycles of 0.83 ns.
         assert_eq!(last, 1204);
@@ -649,18 +653,7 @@ mod tests {
     #[test]
     fn peer_runs_until_all_served_unless_stalled() {
         let dir = tempfile::tempdir().unwrap();
-        let arrivals = [
-            Arrival {
-                t: 0,
-                line: 1,
-                write: false,
-            },
-            Arrival {
-                t: 2700,
-                line: 1,
-                write: true,
-            },
-        ];
+        let arrivals = read_then_write(1);
         let machine = Config::default();
         let serving =
             r#"[{"channel": 0, "epoch_num": 1, "num_reads_done": 1, "num_writes_done": 0}]"#;
