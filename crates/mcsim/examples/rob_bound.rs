@@ -23,7 +23,6 @@
 use nvstack_mcsim::cache::{Hierarchy, Served};
 use nvstack_mcsim::kernels::{Kernel, KernelConfig, KernelWorkload};
 use nvstack_mcsim::{Config, Op, VecWorkload, Workload};
-use std::collections::VecDeque;
 use std::time::Instant;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -40,23 +39,31 @@ struct Seg {
 #[derive(Clone, Copy)]
 struct Shape {
     rob: u64,
-    fetch: u64,
-    retire: u64,
+    /// log2 of the fetch and retire widths: a position's cycle is a shift, not a division.
+    fetch_shift: u32,
+    retire_shift: u32,
     /// Ready this long after fetch, by what served the access (L1, L2, L3, memory).
     served_cycles: [u64; 4],
 }
 
 impl Shape {
     fn new(cfg: &Config) -> Shape {
-        let (fetch, retire) = (u64::from(cfg.fetch_width), u64::from(cfg.retire_width));
+        let (fetch, retire) = (cfg.fetch_width, cfg.retire_width);
         let rob = u64::from(cfg.rob_entries);
+        assert!(
+            fetch.is_power_of_two() && retire.is_power_of_two(),
+            "widths are powers of two (Table II's are)"
+        );
         // The closed form for plain runs relies on both (see `Core::gap`).
         assert!(fetch >= retire, "fetch is at least as wide as retire");
-        assert!(rob + 1 >= 3 * retire, "the ROB holds several retire widths");
+        assert!(
+            rob + 1 >= 3 * u64::from(retire),
+            "the ROB holds several retire widths"
+        );
         Shape {
             rob,
-            fetch,
-            retire,
+            fetch_shift: fetch.trailing_zeros(),
+            retire_shift: retire.trailing_zeros(),
             served_cycles: [
                 u64::from(cfg.l1.hit_cycles),
                 u64::from(cfg.l2.hit_cycles),
@@ -65,7 +72,16 @@ impl Shape {
             ],
         }
     }
+
+    /// The position of the first fetch slot of the cycle retirement position `pos` is in.
+    #[inline]
+    fn fetch_start(&self, retire_pos: u64) -> u64 {
+        (retire_pos >> self.retire_shift) << self.fetch_shift
+    }
 }
+
+/// Segments a core keeps room for (a power of two: a ring indexed without bounds checks).
+const RING: usize = 1024;
 
 /// One core's ROB, by recurrences.
 struct Core {
@@ -77,19 +93,45 @@ struct Core {
     fetch_pos: u64,
     /// The earliest position of the next retirement.
     retire_pos: u64,
-    /// Retirements of at least the last ROB instructions, oldest first.
-    segs: VecDeque<Seg>,
+    /// Instructions numbered below this need no look at the ROB's room: ROB after the last
+    /// fence or commit (which retired before anything after it was fetched, and so did the
+    /// instructions before it), or the first ROB.
+    free_until: u64,
+    /// Retirements of at least the last ROB instructions, oldest first: segments `head` to
+    /// `tail` (numbered over the run, at their number modulo the ring's power-of-two size).
+    segs: Box<[Seg; RING]>,
+    head: u64,
+    tail: u64,
 }
 
 impl Core {
     fn new(s: Shape) -> Core {
+        // Segments hold an instruction or more, and those before instruction next - ROB
+        // leave before a run's own (two at most) are pushed.
+        assert!(
+            2 * s.rob + 4 <= RING as u64,
+            "the ring holds two ROBs of segments"
+        );
+        let empty = Seg {
+            first: 0,
+            count: 0,
+            pos: 0,
+        };
         Core {
             s,
             next: 0,
             fetch_pos: 0,
             retire_pos: 0,
-            segs: VecDeque::new(),
+            free_until: s.rob,
+            segs: Box::new([empty; RING]),
+            head: 0,
+            tail: 0,
         }
+    }
+
+    #[inline]
+    fn seg(&self, n: u64) -> &Seg {
+        &self.segs[n as usize % RING]
     }
 
     /// The cycle the last instruction retired (0 with none), where the engine finishes.
@@ -97,61 +139,71 @@ impl Core {
         if self.next == 0 {
             0
         } else {
-            (self.retire_pos - 1) / self.s.retire
+            (self.retire_pos - 1) >> self.s.retire_shift
         }
     }
 
+    #[inline]
     fn push(&mut self, first: u64, count: u64, pos: u64) {
         assert!(count > 0, "a segment holds instructions");
-        if let Some(b) = self.segs.back_mut() {
-            assert_eq!(b.first + b.count, first, "segments follow each other");
+        if self.tail > self.head {
+            let b = &mut self.segs[(self.tail - 1) as usize % RING];
+            debug_assert_eq!(b.first + b.count, first, "segments follow each other");
             if b.pos + b.count == pos {
                 b.count += count;
                 return;
             }
         }
-        self.segs.push_back(Seg { first, count, pos });
+        assert!(
+            self.tail - self.head < RING as u64,
+            "the segments fit the ring"
+        );
+        self.segs[self.tail as usize % RING] = Seg { first, count, pos };
+        self.tail += 1;
     }
 
     /// The position at which instruction `i` may be fetched at the earliest for the ROB's
     /// sake: the start of the cycle instruction i - ROB retired in. Older segments leave.
     #[inline]
     fn room_pos(&mut self, i: u64) -> u64 {
-        let Some(y) = i.checked_sub(self.s.rob) else {
+        if i < self.free_until {
             return 0;
-        };
-        while let Some(f) = self.segs.front() {
+        }
+        let y = i - self.s.rob;
+        while self.head < self.tail {
+            let f = *self.seg(self.head);
             if f.first + f.count > y {
-                assert!(f.first <= y, "the instruction ROB places back is kept");
-                return (f.pos + y - f.first) / self.s.retire * self.s.fetch;
+                debug_assert!(f.first <= y, "the instruction ROB places back is kept");
+                return self.s.fetch_start(f.pos + y - f.first);
             }
-            self.segs.pop_front();
+            self.head += 1;
         }
         unreachable!("instruction i - ROB has retired")
     }
 
     /// An instruction ready `cycles` after its fetch; the cycle it retires.
-    #[inline]
+    #[inline(always)]
     fn entry(&mut self, cycles: u64) -> u64 {
         let i = self.next;
         let fetch_pos = self.fetch_pos.max(self.room_pos(i));
-        let fetched = fetch_pos / self.s.fetch;
+        let fetched = fetch_pos >> self.s.fetch_shift;
         self.fetch_pos = fetch_pos + 1;
-        let pos = self
-            .retire_pos
-            .max((fetched + cycles.max(1)) * self.s.retire);
+        let pos = (self.retire_pos).max((fetched + cycles.max(1)) << self.s.retire_shift);
         self.retire_pos = pos + 1;
         self.push(i, 1, pos);
         self.next += 1;
-        pos / self.s.retire
+        pos >> self.s.retire_shift
     }
 
     /// A fence or a commit (done at once: the ideal memory): nothing after it is fetched
     /// before it retires.
-    #[inline]
+    #[inline(always)]
     fn serial(&mut self) {
         let retired = self.entry(0);
-        self.fetch_pos = self.fetch_pos.max(retired * self.s.fetch);
+        self.fetch_pos = self.fetch_pos.max(retired << self.s.fetch_shift);
+        // Later instructions wait for no one before this one: only its segment stays.
+        self.free_until = self.next - 1 + self.s.rob;
+        self.head = self.tail - 1;
     }
 
     /// A run of `n` plain instructions, in O(segments) not O(n).
@@ -166,14 +218,15 @@ impl Core {
     ///
     /// Fetch: position_j = max(position_{j-1} + 1, room_j), so the last one's is
     /// max(first + n - 1, max over j of room_j + (last - j)) (`room_max`).
-    #[inline]
+    #[inline(always)]
     fn gap(&mut self, n: u64) {
         if n == 0 {
             return;
         }
         let k = self.next;
         let first_pos = self.fetch_pos.max(self.room_pos(k));
-        let pos = (self.retire_pos).max((first_pos / self.s.fetch + 1) * self.s.retire);
+        let fetched = first_pos >> self.s.fetch_shift;
+        let pos = (self.retire_pos).max((fetched + 1) << self.s.retire_shift);
         self.push(k, n, pos);
         self.retire_pos = pos + n;
         self.next += n;
@@ -185,14 +238,17 @@ impl Core {
     /// max over j in lo..=hi of room_pos(j) + (hi - j), without moving the segments. Within
     /// a segment room_pos(j) - j is largest at the last j whose retirement opens a cycle
     /// (each cycle adds F to room_pos and R to j, F >= R), or at the first if none does.
+    #[inline]
     fn room_max(&self, lo: u64, hi: u64) -> u64 {
-        let (rob, f, r) = (self.s.rob, self.s.fetch, self.s.retire);
-        if hi < rob || lo > hi {
+        let rob = self.s.rob;
+        if hi < self.free_until || lo > hi {
             return 0;
         }
         let (ylo, yhi) = (lo.saturating_sub(rob), hi - rob);
+        let r_mask = (1u64 << self.s.retire_shift) - 1;
         let mut best = 0;
-        for s in &self.segs {
+        for n in self.head..self.tail {
+            let s = self.seg(n);
             if s.first > yhi {
                 break;
             }
@@ -202,8 +258,8 @@ impl Core {
             }
             let (a, b) = (ylo.max(s.first), yhi.min(end));
             let pb = s.pos + (b - s.first);
-            let y = b.checked_sub(pb % r).filter(|&y| y >= a).unwrap_or(a);
-            let room = (s.pos + (y - s.first)) / r * f;
+            let y = b.checked_sub(pb & r_mask).filter(|&y| y >= a).unwrap_or(a);
+            let room = self.s.fetch_start(s.pos + (y - s.first));
             best = best.max(room + (yhi - y));
         }
         best
@@ -235,25 +291,25 @@ impl Steps {
         let i = self.next;
         let slot = (i % self.s.rob) as usize;
         let room = if i >= self.s.rob {
-            self.ring[slot] * self.s.fetch
+            self.ring[slot] << self.s.fetch_shift
         } else {
             0
         };
         let fetch_pos = self.fetch_pos.max(room);
         self.fetch_pos = fetch_pos + 1;
-        let ready = fetch_pos / self.s.fetch + cycles.max(1);
-        let pos = self.retire_pos.max(ready * self.s.retire);
+        let ready = (fetch_pos >> self.s.fetch_shift) + cycles.max(1);
+        let pos = self.retire_pos.max(ready << self.s.retire_shift);
         self.retire_pos = pos + 1;
-        self.ring[slot] = pos / self.s.retire;
+        self.ring[slot] = pos >> self.s.retire_shift;
         self.next += 1;
-        pos / self.s.retire
+        pos >> self.s.retire_shift
     }
 
     fn cycles(&self) -> u64 {
         if self.next == 0 {
             0
         } else {
-            (self.retire_pos - 1) / self.s.retire
+            (self.retire_pos - 1) >> self.s.retire_shift
         }
     }
 }
@@ -300,7 +356,13 @@ impl Lane {
 
     /// The floor's turn (`nvstack_mcsim::floor`) and, if `timed`, the ROB's.
     #[inline]
-    fn turn(&mut self, op: Op, caches: &mut Hierarchy, shift: u32, p: &mut Pass, timed: bool) {
+    fn turn<const TIMED: bool, const STEPS: bool>(
+        &mut self,
+        op: Op,
+        caches: &mut Hierarchy,
+        shift: u32,
+        p: &mut Pass,
+    ) {
         let c = self.core;
         match op {
             Op::Load(a) | Op::Store(a) => {
@@ -315,19 +377,19 @@ impl Lane {
                 p.reads += u64::from(served == Served::Memory);
                 p.writes += caches.writebacks.len() as u64;
                 caches.writebacks.clear();
-                if timed {
+                if TIMED {
                     let cycles = self.rob.s.served_cycles[served as usize];
                     self.rob.entry(cycles);
-                    if let Some(s) = &mut self.steps {
+                    if let Some(s) = self.steps.as_mut().filter(|_| STEPS) {
                         s.entry(cycles);
                     }
                 }
             }
             Op::Flush(a) => {
                 p.writes += u64::from(caches.flush(c, a >> shift).is_some());
-                if timed {
+                if TIMED {
                     self.rob.entry(0);
-                    if let Some(s) = &mut self.steps {
+                    if let Some(s) = self.steps.as_mut().filter(|_| STEPS) {
                         s.entry(0);
                     }
                 }
@@ -336,25 +398,25 @@ impl Lane {
                 if let Some(Op::Load(a) | Op::Store(a)) = self.ops.get(self.at) {
                     caches.prefetch(c, a >> shift);
                 }
-                if timed {
+                if TIMED {
                     self.rob.gap(u64::from(n));
-                    if let Some(s) = &mut self.steps {
+                    if let Some(s) = self.steps.as_mut().filter(|_| STEPS) {
                         (0..n).for_each(|_| _ = s.entry(0));
                     }
                 }
             }
             Op::Fence | Op::Commit { .. } => {
-                if timed {
+                if TIMED {
                     self.rob.serial();
-                    if let Some(s) = &mut self.steps {
+                    if let Some(s) = self.steps.as_mut().filter(|_| STEPS) {
                         let retired = s.entry(0);
-                        s.fetch_pos = s.fetch_pos.max(retired * s.s.fetch);
+                        s.fetch_pos = s.fetch_pos.max(retired << s.s.fetch_shift);
                     }
                 }
             }
             Op::Bind { .. } => {}
         }
-        if let Some(s) = &self.steps {
+        if let Some(s) = self.steps.as_ref().filter(|_| STEPS) {
             p.apart +=
                 u64::from((s.fetch_pos, s.retire_pos) != (self.rob.fetch_pos, self.rob.retire_pos));
         }
@@ -388,7 +450,12 @@ fn pass(cfg: &Config, work: &mut dyn Workload, timed: bool, steps: bool) -> Res<
                 continue;
             };
             p.ops += 1;
-            lanes[i].turn(op, &mut caches, shift, &mut p, timed);
+            let lane = &mut lanes[i];
+            match (timed, steps) {
+                (true, true) => lane.turn::<true, true>(op, &mut caches, shift, &mut p),
+                (true, false) => lane.turn::<true, false>(op, &mut caches, shift, &mut p),
+                _ => lane.turn::<false, false>(op, &mut caches, shift, &mut p),
+            }
             i += 1;
         }
     }
