@@ -10,10 +10,11 @@
 //! burst_ns) and retires no earlier than its ready cycle nor the cycle after its fetch.
 //!
 //! Times are kept as positions: a fetch at cycle c in slot s is c * F + s, a retirement
-//! c * R + s, so in-order issue with a width is `max(previous + 1, width * bound)`. Retirement
-//! positions of consecutive instructions are mostly consecutive integers, so the last ROB
-//! instructions' retirements are kept as a few segments (first instruction, count, position)
-//! and a run of n plain instructions costs O(1) segments, not n steps.
+//! c * R + s, so in-order issue with a width is `max(previous + 1, width * bound)`. The last
+//! ROB instructions' retirements are kept as segments of consecutive positions (first
+//! instruction, count, position): a run of n plain instructions is one segment and O(1)
+//! work (`Core::gap`), and within ROB instructions of the last fence or commit the ROB's
+//! room needs no look at all. A core's finish (the engine's `cycles`) is its last retirement.
 //!
 //! `-- check` compares the recurrence with the engine (one core, ideal memory: there the
 //! engine is this model exactly) and with a step-by-step recurrence, over every kernel,
