@@ -543,7 +543,7 @@ fn random_ops(seed: u64, n: usize, rob: u32) -> Vec<Op> {
 
 /// The engine against the recurrences on one core with the ideal memory, over every
 /// kernel, gap settings, sizes up to `updates_max` updates, machines, and random streams.
-fn check(updates_max: u64) -> Res<()> {
+pub fn check(updates_max: u64) -> Res<()> {
     // The matrix's settings of `speed`, and runs of plain instructions longer than the ROB.
     let settings: [(u32, u64, u64); 5] = [
         (20, 1, 8 << 20),
