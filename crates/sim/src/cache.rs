@@ -216,6 +216,16 @@ enum Writeback {
 }
 
 impl CacheStats {
+    /// A miss: a write's, or a read's, which also moves the block in from the disk (the fill).
+    fn missed(&mut self, write: bool) {
+        if write {
+            self.write_misses += 1;
+        } else {
+            self.read_misses += 1;
+            self.bus_blocks += 1;
+        }
+    }
+
     /// A block written back: counted in all, under its cause, and as one block on the bus
     /// (`finish` asserts the causes add up to all).
     fn wrote_back(&mut self, why: Writeback) {
@@ -342,12 +352,7 @@ impl Volatile {
                 slot
             }
             None => {
-                if write {
-                    s.write_misses += 1;
-                } else {
-                    s.read_misses += 1;
-                    s.bus_blocks += 1; // the fill
-                }
+                s.missed(write);
                 if self.cache.cap_blocks() == 0 {
                     if write {
                         self.logged(a.key);
@@ -436,12 +441,7 @@ impl WriteAside {
                 Some(v)
             }
             None => {
-                if write {
-                    s.write_misses += 1;
-                } else {
-                    s.read_misses += 1;
-                    s.bus_blocks += 1;
-                }
+                s.missed(write);
                 if self.cache.cap_blocks() == 0 {
                     None
                 } else {
