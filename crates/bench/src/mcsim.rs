@@ -23,7 +23,7 @@
 use super::measure::Timing;
 use super::{BenchResult, Ctx, Row, Suite, Target};
 use nvstack_core::error::{Error, Result};
-use nvstack_mcsim::kernels::{Kernel, KernelConfig, KernelWorkload};
+use nvstack_mcsim::kernels::{KernelConfig, KernelWorkload};
 use nvstack_mcsim::{Arrival, Config, Mode};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -34,9 +34,6 @@ const REQUESTS_MIN: u64 = 10_000_000;
 const REQUESTS_MIN_QUICK: u64 = 1_000_000;
 /// The target, requests per second on one core.
 const TARGET_PER_S: f64 = 10e6;
-/// Requests one hash-map update makes on the default machine (measured: 6.7); the run is
-/// sized from it and then checked to have made enough.
-const REQUESTS_PER_UPDATE: f64 = 6.0;
 /// The environment variable naming DRAMsim3's trace-driven program.
 const PEER_ENV: &str = "NVSTACK_DRAMSIM3";
 const PEER_NAME: &str = "dramsim3";
@@ -133,7 +130,7 @@ fn not_compared(ctx: &mut Ctx, run: &PeerRun) {
 type Ours = (u64, f64, String, Option<Vec<Arrival>>);
 
 fn run_ours(machine: &Config, need: u64, record: bool) -> Result<Ours> {
-    let kc = hashmap_kernel(machine, need);
+    let kc = KernelConfig::hashmap_for_requests(machine.cores, need);
     let mut work = KernelWorkload::new(&kc)?;
     let cpu_start_ns = thread_cpu_ns();
     let start = Instant::now();
@@ -188,7 +185,7 @@ fn ideal_row(ctx: &Ctx, need: u64) -> Result<BenchResult> {
 fn floor_row(ctx: &Ctx, need: u64) -> Result<BenchResult> {
     let bar = ctx.bar("mcsim floor");
     let machine = Config::default();
-    let mut work = KernelWorkload::new(&hashmap_kernel(&machine, need))?;
+    let mut work = KernelWorkload::new(&KernelConfig::hashmap_for_requests(machine.cores, need))?;
     let cpu_start_ns = thread_cpu_ns();
     let start = Instant::now();
     let f = nvstack_mcsim::floor(&machine, &mut work)?;
@@ -208,17 +205,6 @@ fn floor_row(ctx: &Ctx, need: u64) -> Result<BenchResult> {
         .method("functional, untimed")
         .note(note);
     Ok(row.timed(&timing(f.requests(), wall_s), 0))
-}
-
-/// The bench's workload: the hash-map kernel sized for `need` requests, committing every update.
-fn hashmap_kernel(machine: &Config, need: u64) -> KernelConfig {
-    let updates = (need as f64 / REQUESTS_PER_UPDATE / f64::from(machine.cores)).ceil() as u64;
-    KernelConfig {
-        kernel: Kernel::Hashmap,
-        threads: machine.cores,
-        updates_per_thread: updates,
-        ..KernelConfig::default()
-    }
 }
 
 /// "; N requests per CPU-second (S s ...)" from the thread's CPU time since `cpu_start_ns`.

@@ -471,16 +471,6 @@ fn pass(cfg: &Config, work: &mut dyn Workload, timed: bool, steps: bool) -> Res<
     Ok(p)
 }
 
-/// The bench's workload: the hash-map kernel on every core, about `requests` requests.
-fn workload(machine: &Config, requests: u64) -> KernelConfig {
-    KernelConfig {
-        kernel: Kernel::Hashmap,
-        threads: machine.cores,
-        updates_per_thread: requests.div_ceil(6 * u64::from(machine.cores)),
-        ..KernelConfig::default()
-    }
-}
-
 /// (ROB entries, fetch width, retire width) of the machines checked: Table II's, and smaller
 /// or wider ones.
 const MACHINES: [(u32, u32, u32); 6] = [
@@ -618,7 +608,8 @@ fn main() -> Res<()> {
         ideal_memory: true,
         ..Config::default()
     };
-    let mut work = KernelWorkload::new(&workload(&machine, requests))?;
+    let mut work =
+        KernelWorkload::new(&KernelConfig::hashmap_for_requests(machine.cores, requests))?;
     let start = Instant::now();
     let p = pass(&machine, &mut work, timed, false)?;
     let wall_s = start.elapsed().as_secs_f64();

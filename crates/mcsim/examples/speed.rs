@@ -36,7 +36,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ideal_memory,
         ..Config::default()
     };
-    let mut work = KernelWorkload::new(&workload(&machine, requests))?;
+    let mut work =
+        KernelWorkload::new(&KernelConfig::hashmap_for_requests(machine.cores, requests))?;
     let start = Instant::now();
     if functional {
         let f = nvstack_mcsim::floor(&machine, &mut work)?;
@@ -65,16 +66,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The bench's workload: the hash-map kernel on every core, about `requests` requests.
-fn workload(machine: &Config, requests: u64) -> KernelConfig {
-    KernelConfig {
-        kernel: Kernel::Hashmap,
-        threads: machine.cores,
-        updates_per_thread: requests.div_ceil(6 * u64::from(machine.cores)),
-        ..KernelConfig::default()
-    }
-}
-
 /// Every mode with the event log on: the report's figures and digests of the log and the
 /// final memory (sorted by line), one line a mode.
 fn digest(requests: u64) -> Result<(), Box<dyn std::error::Error>> {
@@ -85,7 +76,8 @@ fn digest(requests: u64) -> Result<(), Box<dyn std::error::Error>> {
             log_events: true,
             ..Config::default()
         };
-        let mut work = KernelWorkload::new(&workload(&machine, requests))?;
+        let mut work =
+            KernelWorkload::new(&KernelConfig::hashmap_for_requests(machine.cores, requests))?;
         let out = nvstack_mcsim::run(&machine, &mut work)?;
         let log = log_digest(&out.log);
         let mut memory: Vec<(u64, u64)> = out.memory.into_iter().collect();
