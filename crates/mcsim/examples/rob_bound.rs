@@ -21,9 +21,10 @@
 //! several sizes and machines. `-- bound 3000000` is the bench's run (hash-map kernel,
 //! 16 cores) through floor + recurrences; `-- floor 3000000` the same loop without them.
 
-use nvstack_mcsim::cache::{Hierarchy, Served};
+use nvstack_mcsim::cache::Hierarchy;
+use nvstack_mcsim::floor::functional;
 use nvstack_mcsim::kernels::{Kernel, KernelConfig, KernelWorkload};
-use nvstack_mcsim::{Config, Op, VecWorkload, Workload};
+use nvstack_mcsim::{Config, Floor, Op, VecWorkload, Workload};
 use std::time::Instant;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -328,10 +329,8 @@ struct Lane {
 /// What a pass counted.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Pass {
-    ops: u64,
-    reads: u64,
-    writes: u64,
-    served: [u64; 4],
+    /// The floor's counts: operations, requests, accesses served per level.
+    floor: Floor,
     /// The last core's finish (the engine's `cycles`), its instructions, and the same by
     /// steps (when asked).
     cycles: u64,
@@ -355,7 +354,7 @@ impl Lane {
         Ok(Some(self.ops[self.at - 1]))
     }
 
-    /// The floor's turn (`nvstack_mcsim::floor`) and, if `timed`, the ROB's.
+    /// The floor's turn (`floor::functional`, and the gap's prefetch) and, if `timed`, the ROB's.
     #[inline]
     fn turn<const TIMED: bool, const STEPS: bool>(
         &mut self,
@@ -365,29 +364,19 @@ impl Lane {
         p: &mut Pass,
     ) {
         let c = self.core;
+        let served = functional(op, c, &mut self.stores, caches, shift, &mut p.floor);
         match op {
-            Op::Load(a) | Op::Store(a) => {
-                let version = match op {
-                    Op::Store(_) => {
-                        self.stores += 1;
-                        ((c as u64 + 1) << 40) | self.stores
-                    }
-                    _ => 0,
-                };
-                let served = caches.access(c, a >> shift, version);
-                p.reads += u64::from(served == Served::Memory);
-                p.writes += caches.writebacks.len() as u64;
-                caches.writebacks.clear();
-                if TIMED {
-                    let cycles = self.rob.s.served_cycles[served as usize];
+            Op::Load(_) | Op::Store(_) => {
+                if let (true, Some(level)) = (TIMED, served) {
+                    let cycles = self.rob.s.served_cycles[level as usize];
                     self.rob.entry(cycles);
                     if let Some(s) = self.steps.as_mut().filter(|_| STEPS) {
                         s.entry(cycles);
                     }
                 }
             }
-            Op::Flush(a) => {
-                p.writes += u64::from(caches.flush(c, a >> shift).is_some());
+            Op::Flush(_) => {
+                // Accepted at once: the ideal memory takes every write.
                 if TIMED {
                     self.rob.entry(0);
                     if let Some(s) = self.steps.as_mut().filter(|_| STEPS) {
@@ -450,7 +439,7 @@ fn pass(cfg: &Config, work: &mut dyn Workload, timed: bool, steps: bool) -> Res<
                 done.push(lanes.remove(i));
                 continue;
             };
-            p.ops += 1;
+            p.floor.ops += 1;
             let lane = &mut lanes[i];
             match (timed, steps) {
                 (true, true) => lane.turn::<true, true>(op, &mut caches, shift, &mut p),
@@ -460,7 +449,7 @@ fn pass(cfg: &Config, work: &mut dyn Workload, timed: bool, steps: bool) -> Res<
             i += 1;
         }
     }
-    p.served = caches.hits;
+    p.floor.served = caches.hits;
     p.cycles = done.iter().map(|l| l.rob.cycles()).max().unwrap_or(0);
     p.instructions = done.iter().map(|l| l.rob.next).sum();
     if steps {
@@ -492,7 +481,7 @@ fn compare(machine: &Config, what: &str, work: &dyn Fn() -> Res<Box<dyn Workload
     let same = r.cycles == p.cycles
         && r.instructions == p.instructions
         && p.steps == Some((p.cycles, p.instructions))
-        && r.served == p.served
+        && r.served == p.floor.served
         && p.apart == 0;
     println!(
         "{} rob {} F {} R {} {what}: engine cycles {} instructions {}; recurrence {} {}; steps {:?}; apart {}",
@@ -613,15 +602,15 @@ fn main() -> Res<()> {
     let start = Instant::now();
     let p = pass(&machine, &mut work, timed, false)?;
     let wall_s = start.elapsed().as_secs_f64();
-    let n = p.reads + p.writes;
+    let n = p.floor.requests();
     println!(
         "{n} requests ({what}) in {wall_s:.2} s: {:.0} req/s, {:.1} ns a request; ops {} cycles {} instructions {} served {:?}",
         n as f64 / wall_s,
         wall_s * 1e9 / n as f64,
-        p.ops,
+        p.floor.ops,
         p.cycles,
         p.instructions,
-        p.served
+        p.floor.served
     );
     Ok(())
 }

@@ -53,33 +53,52 @@ impl Lane {
         Ok(op)
     }
 
-    /// The thread's turn with `op`: its access or flush, or, on a gap, a prefetch of the sets
+    /// The thread's turn with `op`: its functional work, or, on a gap, a prefetch of the sets
     /// its next access will scan (that access comes a round of turns from now).
     #[inline]
     fn turn(&mut self, op: Op, caches: &mut Hierarchy, shift: u32, f: &mut Floor) {
-        let c = self.core;
-        match op {
-            Op::Load(a) | Op::Store(a) => {
-                let version = match op {
-                    // The timed run's store data: the core and its store count.
-                    Op::Store(_) => {
-                        self.stores += 1;
-                        ((c as u64 + 1) << 40) | self.stores
-                    }
-                    _ => 0,
-                };
-                f.reads += u64::from(caches.access(c, a >> shift, version) == Served::Memory);
-                f.writes += caches.writebacks.len() as u64;
-                caches.writebacks.clear();
+        if let Op::Gap(_) = op {
+            if let Some(Op::Load(a) | Op::Store(a)) = self.ops.buffered() {
+                caches.prefetch(self.core, a >> shift);
             }
-            Op::Flush(a) => f.writes += u64::from(caches.flush(c, a >> shift).is_some()),
-            Op::Gap(_) => {
-                if let Some(Op::Load(a) | Op::Store(a)) = self.ops.buffered() {
-                    caches.prefetch(c, a >> shift);
-                }
-            }
-            Op::Fence | Op::Commit { .. } | Op::Bind { .. } => {}
         }
+        functional(op, self.core, &mut self.stores, caches, shift, f);
+    }
+}
+
+/// Core `core`'s functional work on `op`, the floor's for one operation (also what
+/// `examples/rob_bound.rs` times): a load or a store through the caches, a flush; the
+/// requests it makes are counted in `f`. `stores` is the core's store count so far (a store's
+/// data names its core and count, as in a timed run). Returns the level that served a load or
+/// a store.
+#[inline]
+pub fn functional(
+    op: Op,
+    core: usize,
+    stores: &mut u64,
+    caches: &mut Hierarchy,
+    shift: u32,
+    f: &mut Floor,
+) -> Option<Served> {
+    match op {
+        Op::Load(a) | Op::Store(a) => {
+            let version = if let Op::Store(_) = op {
+                *stores += 1;
+                crate::sim::store_data(core, *stores)
+            } else {
+                0
+            };
+            let served = caches.access(core, a >> shift, version);
+            f.reads += u64::from(served == Served::Memory);
+            f.writes += caches.writebacks.len() as u64;
+            caches.writebacks.clear();
+            Some(served)
+        }
+        Op::Flush(a) => {
+            f.writes += u64::from(caches.flush(core, a >> shift).is_some());
+            None
+        }
+        Op::Gap(_) | Op::Fence | Op::Commit { .. } | Op::Bind { .. } => None,
     }
 }
 

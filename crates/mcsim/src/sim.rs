@@ -681,10 +681,8 @@ impl Sim<'_> {
     fn access(&mut self, c: usize, t: u64, op: Op, line: u64) {
         let version = if let Op::Store(_) = op {
             self.counts[1] += 1;
-            // A store's data names its core and its place in that core's program, so the
-            // final memory of two runs compares whatever the interleaving of cores.
             self.cores[c].stores += 1;
-            ((c as u64 + 1) << 40) | self.cores[c].stores
+            store_data(c, self.cores[c].stores)
         } else {
             self.counts[0] += 1;
             0
@@ -739,6 +737,17 @@ impl Sim<'_> {
             core.pending -= 1;
         }
     }
+}
+
+/// The data of core `core`'s `n`th store: it names the core and the store's place in that
+/// core's program, so the final memory of two runs compares whatever the interleaving of
+/// cores (and the functional floor writes the same).
+pub(crate) fn store_data(core: usize, n: u64) -> u64 {
+    debug_assert!(
+        n > 0 && n < 1 << 40,
+        "a store count fits below the core's bits"
+    );
+    ((core as u64 + 1) << 40) | n
 }
 
 impl Sim<'_> {
