@@ -17,6 +17,7 @@ pub mod floor;
 mod host;
 pub mod kernels;
 pub mod mc;
+mod ranges;
 pub mod sim;
 pub mod trace;
 

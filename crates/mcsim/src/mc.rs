@@ -6,6 +6,7 @@
 
 use crate::config::{Config, Mode};
 use crate::event::{Ev, Events, Log};
+use crate::ranges::Ranges;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
@@ -40,7 +41,6 @@ struct SubQueue {
     issued_since_query: u32,
     /// The commit holding the sub-queue (index into `Mc::commits`).
     lock: Option<usize>,
-    binds: u32,
 }
 
 struct Commit {
@@ -110,8 +110,6 @@ pub(crate) struct Mc {
     reads_max: usize,
     channels: u64,
     units_per_channel: u64,
-    line_bytes: u64,
-    range_registers: u32,
     queues: Vec<SubQueue>,
     /// The read queue, a FIFO per unit: the oldest read a channel can issue is the oldest
     /// (lowest `order`) head among its free units, the one a scan of a single FIFO of every
@@ -138,8 +136,7 @@ pub(crate) struct Mc {
     reads_on: Counts,
     writes_on: Counts,
     bus: Vec<u64>,
-    /// Bound ranges in lines, inclusive: (first, last, sub-queue).
-    ranges: Vec<(u64, u64, u32)>,
+    ranges: Ranges,
     commits: Vec<Commit>,
     /// Commits waiting to start, in arrival order: (index, sub-queues).
     waiting_commits: Vec<(usize, u32)>,
@@ -195,8 +192,6 @@ impl Mc {
             reads_max: cfg.read_queue_entries as usize,
             channels: cfg.channels.into(),
             units_per_channel: cfg.units_per_channel.into(),
-            line_bytes: cfg.line_bytes.into(),
-            range_registers: cfg.range_registers,
             queues: (0..cfg.sub_queues).map(|_| queue()).collect(),
             reads: (0..units).map(|_| VecDeque::new()).collect(),
             reads_len: 0,
@@ -212,7 +207,7 @@ impl Mc {
             reads_on: Counts::new(units),
             writes_on: Counts::new(units),
             bus: vec![0; cfg.channels as usize],
-            ranges: Vec::new(),
+            ranges: Ranges::new(cfg.sub_queues, cfg.range_registers, cfg.line_bytes),
             commits: Vec::new(),
             waiting_commits: Vec::new(),
             locked: 0,
@@ -252,47 +247,13 @@ impl Mc {
             as usize
     }
 
-    fn unregistered(&self) -> u32 {
-        self.queues.len() as u32 - 1
-    }
-
-    /// PersistenceMalloc: bind the range to the bindable sub-queue with the fewest ranges
-    /// (the OS's "lowest utilisation"); when every register is taken it stays unregistered.
+    /// PersistenceMalloc (`Ranges::bind`).
     pub fn bind(&mut self, addr: u64, len: u64) {
-        let (first, last) = (addr / self.line_bytes, (addr + len - 1) / self.line_bytes);
-        let q = (0..self.unregistered())
-            .filter(|&q| self.queues[q as usize].binds < self.range_registers)
-            .min_by_key(|&q| self.queues[q as usize].binds);
-        if let Some(q) = q {
-            self.queues[q as usize].binds += 1;
-            self.ranges.push((first, last, q));
-        }
+        self.ranges.bind(addr, len);
     }
 
     pub fn queue_of(&self, line: u64) -> u32 {
-        let hit = self
-            .ranges
-            .iter()
-            .find(|(f, l, _)| (*f..=*l).contains(&line));
-        hit.map_or(self.unregistered(), |r| r.2)
-    }
-
-    /// The sub-queues a commit of [addr, addr+len) must drain: those of the bound ranges it
-    /// overlaps, and the unregistered one unless one bound range covers it whole.
-    pub fn queues_of_range(&self, addr: u64, len: u64) -> u32 {
-        let (first, last) = (addr / self.line_bytes, (addr + len - 1) / self.line_bytes);
-        let mut mask = 0;
-        let mut covered = false;
-        for &(f, l, q) in &self.ranges {
-            if f <= last && first <= l {
-                mask |= 1 << q;
-                covered |= f <= first && last <= l;
-            }
-        }
-        if !covered {
-            mask |= 1 << self.unregistered();
-        }
-        mask
+        self.ranges.queue_of(line)
     }
 
     /// Ask for a pass at `now`, the time of the completion being handled: it comes after
@@ -475,7 +436,7 @@ impl Mc {
             _ if self.ideal => return true,
             Mode::Adr | Mode::Eadr => return true,
             Mode::Global => (1u32 << self.queues.len()) - 1,
-            Mode::Fine => self.queues_of_range(addr, len),
+            Mode::Fine => self.ranges.queues_of_range(addr, len),
         };
         let c = Commit {
             core,

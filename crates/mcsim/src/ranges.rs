@@ -1,0 +1,73 @@
+//! The range registers of Figure 4: PersistenceMalloc binds an address range to a bindable
+//! sub-queue; every address no register names goes to the last sub-queue.
+
+/// The bound ranges, and per bindable sub-queue the registers it uses.
+pub(crate) struct Ranges {
+    line_bytes: u64,
+    registers_per_queue: u32,
+    /// Bound ranges in lines, inclusive: (first, last, sub-queue).
+    ranges: Vec<(u64, u64, u32)>,
+    binds: Vec<u32>,
+}
+
+impl Ranges {
+    pub fn new(sub_queues: u32, registers_per_queue: u32, line_bytes: u32) -> Ranges {
+        assert!(sub_queues >= 1, "the unregistered sub-queue exists");
+        Ranges {
+            line_bytes: line_bytes.into(),
+            registers_per_queue,
+            ranges: Vec::new(),
+            binds: vec![0; sub_queues as usize],
+        }
+    }
+
+    /// The sub-queue of every unregistered address.
+    pub fn unregistered(&self) -> u32 {
+        self.binds.len() as u32 - 1
+    }
+
+    fn lines(&self, addr: u64, len: u64) -> (u64, u64) {
+        assert!(len > 0, "a range holds a byte");
+        (addr / self.line_bytes, (addr + len - 1) / self.line_bytes)
+    }
+
+    /// PersistenceMalloc: bind the range to the bindable sub-queue with the fewest ranges
+    /// (the OS's "lowest utilisation"); when every register is taken it stays unregistered.
+    pub fn bind(&mut self, addr: u64, len: u64) {
+        let (first, last) = self.lines(addr, len);
+        let q = (0..self.unregistered())
+            .filter(|&q| self.binds[q as usize] < self.registers_per_queue)
+            .min_by_key(|&q| self.binds[q as usize]);
+        if let Some(q) = q {
+            self.binds[q as usize] += 1;
+            self.ranges.push((first, last, q));
+        }
+    }
+
+    /// The sub-queue a write of `line` enters.
+    pub fn queue_of(&self, line: u64) -> u32 {
+        let hit = self
+            .ranges
+            .iter()
+            .find(|(f, l, _)| (*f..=*l).contains(&line));
+        hit.map_or(self.unregistered(), |r| r.2)
+    }
+
+    /// The sub-queues a commit of [addr, addr+len) must drain: those of the bound ranges it
+    /// overlaps, and the unregistered one unless one bound range covers it whole.
+    pub fn queues_of_range(&self, addr: u64, len: u64) -> u32 {
+        let (first, last) = self.lines(addr, len);
+        let mut mask = 0;
+        let mut covered = false;
+        for &(f, l, q) in &self.ranges {
+            if f <= last && first <= l {
+                mask |= 1 << q;
+                covered |= f <= first && last <= l;
+            }
+        }
+        if !covered {
+            mask |= 1 << self.unregistered();
+        }
+        mask
+    }
+}
