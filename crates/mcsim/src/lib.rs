@@ -9,6 +9,7 @@
 //! - [`kernels`]: synthetic workloads after WHISPER's kinds.
 
 pub mod cache;
+pub mod cal;
 pub mod config;
 mod event;
 pub mod figures;
