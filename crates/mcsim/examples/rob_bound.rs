@@ -9,12 +9,10 @@
 //! flush and commit: at once; L1, L2, L3 hits: their hit cycles; a read from memory: read_ns +
 //! burst_ns) and retires no earlier than its ready cycle nor the cycle after its fetch.
 //!
-//! Times are kept as positions: a fetch at cycle c in slot s is c * F + s, a retirement
-//! c * R + s, so in-order issue with a width is `max(previous + 1, width * bound)`. The last
-//! ROB instructions' retirements are kept as segments of consecutive positions (first
-//! instruction, count, position): a run of n plain instructions is one segment and O(1)
-//! work (`Core::gap`), and within ROB instructions of the last fence or commit the ROB's
-//! room needs no look at all. A core's finish (the engine's `cycles`) is its last retirement.
+//! The recurrences are the library's `nvstack_mcsim::rob::Rob` (positions, segments of
+//! retirements, O(1) work per operation and per run of plain instructions); here every
+//! ready time is known at fetch, so it takes its fast path throughout. A core's finish (the
+//! engine's `cycles`) is its last retirement.
 //!
 //! `-- check` compares the recurrence with the engine (one core, ideal memory: there the
 //! engine is this model exactly) and with a step-by-step recurrence, over every kernel,
@@ -24,247 +22,27 @@
 use nvstack_mcsim::cache::Hierarchy;
 use nvstack_mcsim::floor::functional;
 use nvstack_mcsim::kernels::{Kernel, KernelConfig, KernelWorkload};
+use nvstack_mcsim::rob::Rob;
 use nvstack_mcsim::{Config, Floor, Op, VecWorkload, Workload};
 use std::time::Instant;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// Instructions `first..first + count` retire at positions `pos..pos + count`.
-#[derive(Clone, Copy, Debug)]
-struct Seg {
-    first: u64,
-    count: u64,
-    pos: u64,
-}
-
-/// The widths and latencies a core's recurrences need.
+/// The widths the step-by-step check needs (log2 of the fetch and retire widths).
 #[derive(Clone, Copy)]
 struct Shape {
     rob: u64,
-    /// log2 of the fetch and retire widths: a position's cycle is a shift, not a division.
     fetch_shift: u32,
     retire_shift: u32,
-    /// Ready this long after fetch, by what served the access (L1, L2, L3, memory).
-    served_cycles: [u64; 4],
 }
 
 impl Shape {
     fn new(cfg: &Config) -> Shape {
-        let (fetch, retire) = (cfg.fetch_width, cfg.retire_width);
-        let rob = u64::from(cfg.rob_entries);
-        assert!(
-            fetch.is_power_of_two() && retire.is_power_of_two(),
-            "widths are powers of two (Table II's are)"
-        );
-        // The closed form for plain runs relies on both (see `Core::gap`).
-        assert!(fetch >= retire, "fetch is at least as wide as retire");
-        assert!(
-            rob + 1 >= 3 * u64::from(retire),
-            "the ROB holds several retire widths"
-        );
         Shape {
-            rob,
-            fetch_shift: fetch.trailing_zeros(),
-            retire_shift: retire.trailing_zeros(),
-            served_cycles: [
-                u64::from(cfg.l1.hit_cycles),
-                u64::from(cfg.l2.hit_cycles),
-                u64::from(cfg.l3_per_core.hit_cycles),
-                cfg.cycles(cfg.read_ns) + cfg.cycles(cfg.burst_ns).max(1),
-            ],
+            rob: u64::from(cfg.rob_entries),
+            fetch_shift: cfg.fetch_width.trailing_zeros(),
+            retire_shift: cfg.retire_width.trailing_zeros(),
         }
-    }
-
-    /// The position of the first fetch slot of the cycle retirement position `pos` is in.
-    #[inline]
-    fn fetch_start(&self, retire_pos: u64) -> u64 {
-        (retire_pos >> self.retire_shift) << self.fetch_shift
-    }
-}
-
-/// Segments a core keeps room for (a power of two: a ring indexed without bounds checks).
-const RING: usize = 1024;
-
-/// One core's ROB, by recurrences.
-struct Core {
-    s: Shape,
-    /// Instructions fetched: the next one's number.
-    next: u64,
-    /// The earliest position of the next fetch (after the last fetch, and after the
-    /// retirement of the last fence or commit).
-    fetch_pos: u64,
-    /// The earliest position of the next retirement.
-    retire_pos: u64,
-    /// Instructions numbered below this need no look at the ROB's room: ROB after the last
-    /// fence or commit (which retired before anything after it was fetched, and so did the
-    /// instructions before it), or the first ROB.
-    free_until: u64,
-    /// Retirements of at least the last ROB instructions, oldest first: segments `head` to
-    /// `tail` (numbered over the run, at their number modulo the ring's power-of-two size).
-    segs: Box<[Seg; RING]>,
-    head: u64,
-    tail: u64,
-}
-
-impl Core {
-    fn new(s: Shape) -> Core {
-        // Segments hold an instruction or more, and those before instruction next - ROB
-        // leave before a run's own (two at most) are pushed.
-        assert!(
-            2 * s.rob + 4 <= RING as u64,
-            "the ring holds two ROBs of segments"
-        );
-        let empty = Seg {
-            first: 0,
-            count: 0,
-            pos: 0,
-        };
-        Core {
-            s,
-            next: 0,
-            fetch_pos: 0,
-            retire_pos: 0,
-            free_until: s.rob,
-            segs: Box::new([empty; RING]),
-            head: 0,
-            tail: 0,
-        }
-    }
-
-    #[inline]
-    fn seg(&self, n: u64) -> &Seg {
-        &self.segs[n as usize % RING]
-    }
-
-    /// The cycle the last instruction retired (0 with none), where the engine finishes.
-    fn cycles(&self) -> u64 {
-        if self.next == 0 {
-            0
-        } else {
-            (self.retire_pos - 1) >> self.s.retire_shift
-        }
-    }
-
-    #[inline]
-    fn push(&mut self, first: u64, count: u64, pos: u64) {
-        assert!(count > 0, "a segment holds instructions");
-        if self.tail > self.head {
-            let b = &mut self.segs[(self.tail - 1) as usize % RING];
-            debug_assert_eq!(b.first + b.count, first, "segments follow each other");
-            if b.pos + b.count == pos {
-                b.count += count;
-                return;
-            }
-        }
-        assert!(
-            self.tail - self.head < RING as u64,
-            "the segments fit the ring"
-        );
-        self.segs[self.tail as usize % RING] = Seg { first, count, pos };
-        self.tail += 1;
-    }
-
-    /// The position at which instruction `i` may be fetched at the earliest for the ROB's
-    /// sake: the start of the cycle instruction i - ROB retired in. Older segments leave.
-    #[inline]
-    fn room_pos(&mut self, i: u64) -> u64 {
-        if i < self.free_until {
-            return 0;
-        }
-        let y = i - self.s.rob;
-        while self.head < self.tail {
-            let f = *self.seg(self.head);
-            if f.first + f.count > y {
-                debug_assert!(f.first <= y, "the instruction ROB places back is kept");
-                return self.s.fetch_start(f.pos + y - f.first);
-            }
-            self.head += 1;
-        }
-        unreachable!("instruction i - ROB has retired")
-    }
-
-    /// An instruction ready `cycles` after its fetch; the cycle it retires.
-    #[inline(always)]
-    fn entry(&mut self, cycles: u64) -> u64 {
-        let i = self.next;
-        let fetch_pos = self.fetch_pos.max(self.room_pos(i));
-        let fetched = fetch_pos >> self.s.fetch_shift;
-        self.fetch_pos = fetch_pos + 1;
-        let pos = (self.retire_pos).max((fetched + cycles.max(1)) << self.s.retire_shift);
-        self.retire_pos = pos + 1;
-        self.push(i, 1, pos);
-        self.next += 1;
-        pos >> self.s.retire_shift
-    }
-
-    /// A fence or a commit (done at once: the ideal memory): nothing after it is fetched
-    /// before it retires.
-    #[inline(always)]
-    fn serial(&mut self) {
-        let retired = self.entry(0);
-        self.fetch_pos = self.fetch_pos.max(retired << self.s.fetch_shift);
-        // Later instructions wait for no one before this one: only its segment stays.
-        self.free_until = self.next - 1 + self.s.rob;
-        self.head = self.tail - 1;
-    }
-
-    /// A run of `n` plain instructions, in O(segments) not O(n).
-    ///
-    /// Retirement: plain instruction j retires at max(the next retire slot, fetch_j + 1).
-    /// Only the run's first can wait for its fetch: a later one either shares its fetch
-    /// cycle with the one before (which retires after that cycle), or opens a cycle the
-    /// F >= R instructions before it filled (they retire no earlier than it opens, so over at
-    /// least one cycle), or was held back by the ROB (ROB + 1 instructions from j - ROB to j
-    /// retire over (ROB + 1) / R cycles or more, so fetch_j + 1 <= retire_{j-ROB} + 2 is
-    /// passed). So the run retires at consecutive positions: one segment.
-    ///
-    /// Fetch: position_j = max(position_{j-1} + 1, room_j), so the last one's is
-    /// max(first + n - 1, max over j of room_j + (last - j)) (`room_max`).
-    #[inline(always)]
-    fn gap(&mut self, n: u64) {
-        if n == 0 {
-            return;
-        }
-        let k = self.next;
-        let first_pos = self.fetch_pos.max(self.room_pos(k));
-        let fetched = first_pos >> self.s.fetch_shift;
-        let pos = (self.retire_pos).max((fetched + 1) << self.s.retire_shift);
-        self.push(k, n, pos);
-        self.retire_pos = pos + n;
-        self.next += n;
-        let last = k + n - 1;
-        let last_pos = (first_pos + n - 1).max(self.room_max(k + 1, last));
-        self.fetch_pos = last_pos + 1;
-    }
-
-    /// max over j in lo..=hi of room_pos(j) + (hi - j), without moving the segments. Within
-    /// a segment room_pos(j) - j is largest at the last j whose retirement opens a cycle
-    /// (each cycle adds F to room_pos and R to j, F >= R), or at the first if none does.
-    #[inline]
-    fn room_max(&self, lo: u64, hi: u64) -> u64 {
-        let rob = self.s.rob;
-        if hi < self.free_until || lo > hi {
-            return 0;
-        }
-        let (ylo, yhi) = (lo.saturating_sub(rob), hi - rob);
-        let r_mask = (1u64 << self.s.retire_shift) - 1;
-        let mut best = 0;
-        for n in self.head..self.tail {
-            let s = self.seg(n);
-            if s.first > yhi {
-                break;
-            }
-            let end = s.first + s.count - 1;
-            if end < ylo {
-                continue;
-            }
-            let (a, b) = (ylo.max(s.first), yhi.min(end));
-            let pb = s.pos + (b - s.first);
-            let y = b.checked_sub(pb & r_mask).filter(|&y| y >= a).unwrap_or(a);
-            let room = self.s.fetch_start(s.pos + (y - s.first));
-            best = best.max(room + (yhi - y));
-        }
-        best
     }
 }
 
@@ -322,7 +100,8 @@ struct Lane {
     ops: Vec<Op>,
     at: usize,
     stores: u64,
-    rob: Core,
+    rob: Rob,
+    served_cycles: [u64; 4],
     steps: Option<Steps>,
 }
 
@@ -368,7 +147,7 @@ impl Lane {
         match op {
             Op::Load(_) | Op::Store(_) => {
                 if let (true, Some(level)) = (TIMED, served) {
-                    let cycles = self.rob.s.served_cycles[level as usize];
+                    let cycles = self.served_cycles[level as usize];
                     self.rob.entry(cycles);
                     if let Some(s) = self.steps.as_mut().filter(|_| STEPS) {
                         s.entry(cycles);
@@ -397,7 +176,12 @@ impl Lane {
             }
             Op::Fence | Op::Commit { .. } => {
                 if TIMED {
-                    self.rob.serial();
+                    if let Op::Fence = op {
+                        self.rob.fence();
+                    } else {
+                        // Done at its arrival (the ideal memory): the ROB resolves it alone.
+                        self.rob.commit();
+                    }
                     if let Some(s) = self.steps.as_mut().filter(|_| STEPS) {
                         let retired = s.entry(0);
                         s.fetch_pos = s.fetch_pos.max(retired << s.s.fetch_shift);
@@ -407,8 +191,7 @@ impl Lane {
             Op::Bind { .. } => {}
         }
         if let Some(s) = self.steps.as_ref().filter(|_| STEPS) {
-            p.apart +=
-                u64::from((s.fetch_pos, s.retire_pos) != (self.rob.fetch_pos, self.rob.retire_pos));
+            p.apart += u64::from((s.fetch_pos, s.retire_pos) != self.rob.positions());
         }
     }
 }
@@ -426,7 +209,8 @@ fn pass(cfg: &Config, work: &mut dyn Workload, timed: bool, steps: bool) -> Res<
             ops: Vec::new(),
             at: 0,
             stores: 0,
-            rob: Core::new(shape),
+            rob: Rob::new(cfg),
+            served_cycles: Rob::new(cfg).served_cycles(),
             steps: steps.then(|| Steps::new(shape)),
         })
         .collect();
@@ -450,8 +234,11 @@ fn pass(cfg: &Config, work: &mut dyn Workload, timed: bool, steps: bool) -> Res<
         }
     }
     p.floor.served = caches.hits;
-    p.cycles = done.iter().map(|l| l.rob.cycles()).max().unwrap_or(0);
-    p.instructions = done.iter().map(|l| l.rob.next).sum();
+    p.cycles = (done.iter_mut())
+        .map(|l| l.rob.cycles().expect("nothing deferred"))
+        .max()
+        .unwrap_or(0);
+    p.instructions = done.iter().map(|l| l.rob.instructions()).sum();
     if steps {
         let st = done.iter().filter_map(|l| l.steps.as_ref());
         let cycles = st.clone().map(Steps::cycles).max().unwrap_or(0);

@@ -19,6 +19,7 @@ mod host;
 pub mod kernels;
 pub mod mc;
 mod ranges;
+pub mod rob;
 pub mod sim;
 pub mod trace;
 
@@ -26,5 +27,5 @@ pub use config::{CacheLevel, Config, Mode};
 pub use event::Log;
 pub use floor::{floor, Floor};
 pub use mc::Arrival;
-pub use sim::{run, run_recording, Outcome, Report};
+pub use sim::{run, run_recording, run_stepping, Outcome, Report};
 pub use trace::{Op, TraceReader, TraceWriter, VecWorkload, Workload};

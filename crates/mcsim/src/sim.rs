@@ -209,6 +209,8 @@ pub struct Sim<'w> {
     ev: Events,
     line_shift: u32,
     counts: [u64; 3],
+    /// Each core's program as run, with its times (`run_stepping`); None otherwise.
+    rec: Option<Box<Recorder>>,
 }
 
 /// Run `work` on the machine `cfg`.
@@ -228,6 +230,110 @@ pub fn run_recording(cfg: &Config, work: &mut dyn Workload) -> Result<(Outcome, 
     sim.go()?;
     let arrivals = sim.mc.arrivals.take().unwrap_or_default();
     Ok((sim.finish(), arrivals))
+}
+
+/// `run`, also returning each core's program as it ran, with its times (`Step`): the stream
+/// a closed-form ROB (`rob::Rob`) replays to be checked against the engine. The run itself
+/// is the same.
+pub fn run_stepping(cfg: &Config, work: &mut dyn Workload) -> Result<(Outcome, Vec<CoreSteps>)> {
+    check_threads(cfg, work)?;
+    let mut sim = Sim::new(cfg, work);
+    sim.rec = Some(Box::new(Recorder {
+        cores: (0..cfg.cores).map(|_| CoreSteps::default()).collect(),
+        waiting: (0..cfg.cores).map(|_| FxHashMap::default()).collect(),
+    }));
+    sim.go()?;
+    let mut rec = sim.rec.take().expect("recording");
+    for (c, core) in sim.cores.iter().enumerate() {
+        rec.cores[c].finished_at = core.finished_at.expect("every core finished");
+        rec.cores[c].instructions = core.retired;
+        assert!(rec.waiting[c].is_empty(), "every entry got its time");
+    }
+    Ok((sim.finish(), rec.cores))
+}
+
+/// One operation of a core's program as the engine ran it. Fetch cycles are those of the
+/// fetch step that took it; a ready cycle is the first cycle whose retire step could see the
+/// entry ready: the engine's completion time, or the cycle after it when the core had
+/// already run its retire step of that cycle (a completion made by a later actor of the
+/// same cycle: a controller pass or another core's access).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Gap(u32),
+    /// A load or store: what served it and, for one served by memory, when its data was back.
+    Access {
+        served: Served,
+        fetch: u64,
+        ready: u64,
+    },
+    /// `ready`: None if accepted at once (a clean line, eADR, room in its sub-queue).
+    Flush {
+        fetch: u64,
+        ready: Option<u64>,
+    },
+    Fence,
+    /// When it reached the controller and when it was done.
+    Commit {
+        arrival: u64,
+        done: u64,
+    },
+    Bind {
+        fetch: u64,
+    },
+}
+
+/// A core's program as run (`run_stepping`), its finish cycle and instructions.
+#[derive(Clone, Debug, Default)]
+pub struct CoreSteps {
+    pub steps: Vec<Step>,
+    pub finished_at: u64,
+    pub instructions: u64,
+}
+
+/// What `run_stepping` keeps while the run goes: the steps, and for each entry still waiting
+/// for its time the index of its step (by core, by ROB seq).
+struct Recorder {
+    cores: Vec<CoreSteps>,
+    waiting: Vec<FxHashMap<u64, usize>>,
+}
+
+impl Sim<'_> {
+    /// Record `step` of core `c` (if recording); `seq`: the entry whose time comes later.
+    #[inline]
+    fn note(&mut self, c: usize, step: Step, seq: Option<u64>) {
+        if let Some(rec) = self.rec.as_mut() {
+            let steps = &mut rec.cores[c].steps;
+            if let Some(seq) = seq {
+                let fresh = rec.waiting[c].insert(seq, steps.len()).is_none();
+                assert!(fresh, "one entry waits per seq");
+            }
+            steps.push(step);
+        }
+    }
+
+    /// Core `c`'s entry `seq` got its time `t` (read back, flush accepted, commit arrived or
+    /// done: `arrived` says which for a commit).
+    #[inline]
+    fn note_time(&mut self, c: usize, seq: u64, t: u64, arrived: bool) {
+        let Some(rec) = self.rec.as_mut() else {
+            return;
+        };
+        let ran = self.cores[c].retired_at.map_or(0, |r| r + 1);
+        let ready = t.max(ran);
+        let waiting = &mut rec.waiting[c];
+        let i = if arrived {
+            waiting[&seq]
+        } else {
+            waiting.remove(&seq).expect("a waiting entry")
+        };
+        match &mut rec.cores[c].steps[i] {
+            Step::Access { ready: r, .. } => *r = ready,
+            Step::Flush { ready: r, .. } => *r = Some(ready),
+            Step::Commit { arrival, .. } if arrived => *arrival = t,
+            Step::Commit { done, .. } => *done = ready,
+            other => unreachable!("{other:?} waits for no time"),
+        }
+    }
 }
 
 pub(crate) fn check_threads(cfg: &Config, work: &dyn Workload) -> Result<()> {
@@ -265,6 +371,7 @@ impl<'w> Sim<'w> {
             ev,
             line_shift: cfg.line_bytes.trailing_zeros(),
             counts: [0; 3],
+            rec: None,
         }
     }
 
@@ -307,6 +414,7 @@ impl<'w> Sim<'w> {
         assert_eq!(e.ready_at, PENDING, "an entry completes once");
         e.ready_at = t;
         core.pending -= 1;
+        self.note_time(c, seq, t, false);
         self.wake(t, c);
     }
 
@@ -332,7 +440,10 @@ impl<'w> Sim<'w> {
             );
             e.ready_at = done;
             core.pending -= 1;
-            if core.sleeping && core.pending == 0 && seq == core.retired {
+            let sleeping = core.sleeping;
+            self.note_time(c as usize, seq, done, false);
+            let core = &mut self.cores[c as usize];
+            if sleeping && core.pending == 0 && seq == core.retired {
                 // It sleeps on this read, its head and only unknown entry: whatever wakes it
                 // before `done` finds the head still waiting and it sleeps again, so it
                 // continues at `done` (or its clock) as the completion's own event would have.
@@ -567,7 +678,9 @@ impl Sim<'_> {
                     sent: true,
                 };
                 let seq = e.seq;
+                self.note_time(c, seq, t, true);
                 if self.mc.commit(t, c as u32, seq, addr, len) {
+                    self.note_time(c, seq, t, false);
                     self.cores[c].pending -= 1;
                     let head = self.cores[c].entries.front_mut().expect("the commit");
                     head.ready_at = t;
@@ -613,6 +726,7 @@ impl Sim<'_> {
                 // Private, and touches nothing the controller or the queue look at.
                 core.gap_left = n;
                 core.ops.consume();
+                self.note(c, Step::Gap(n), None);
                 continue;
             }
             // The queue look first: it is cheaper than the tag scans, and both only read.
@@ -661,9 +775,10 @@ impl Sim<'_> {
             Op::Fence => {
                 self.push_entry(c, t, Kind::Fence);
                 self.cores[c].stalled = true;
+                self.note(c, Step::Fence, None);
             }
             Op::Commit { addr, len } => {
-                self.push_entry(
+                let seq = self.push_entry(
                     c,
                     PENDING,
                     Kind::Commit {
@@ -673,8 +788,13 @@ impl Sim<'_> {
                     },
                 );
                 self.cores[c].stalled = true;
+                let (arrival, done) = (PENDING, PENDING);
+                self.note(c, Step::Commit { arrival, done }, Some(seq));
             }
-            Op::Bind { addr, len } => self.mc.bind(addr, len),
+            Op::Bind { addr, len } => {
+                self.mc.bind(addr, len);
+                self.note(c, Step::Bind { fetch: t }, None);
+            }
         }
     }
 
@@ -701,6 +821,12 @@ impl Sim<'_> {
             Kind::Mem
         };
         let seq = self.push_entry(c, ready_at, kind);
+        let step = Step::Access {
+            served,
+            fetch: t,
+            ready: ready_at,
+        };
+        self.note(c, step, (served == Served::Memory).then_some(seq));
         if served == Served::Memory && self.cfg.ideal_memory {
             let done = self.mc.ideal_read(t, line);
             self.ev.read_issued(done, c as u32, seq);
@@ -721,17 +847,28 @@ impl Sim<'_> {
     /// accepted (at once under eADR, whose caches are persistent: the write is posted).
     fn flush(&mut self, c: usize, t: u64, line: u64) {
         self.counts[2] += 1;
+        let at_once = Step::Flush {
+            fetch: t,
+            ready: None,
+        };
         let Some(version) = self.caches.flush(c, line) else {
             self.push_entry(c, t, Kind::Mem);
+            self.note(c, at_once, None);
             return;
         };
         if self.cfg.mode == Mode::Eadr {
             self.push_entry(c, t, Kind::Mem);
+            self.note(c, at_once, None);
             self.mc.write(t, line, version, None);
             return;
         }
         let seq = self.push_entry(c, PENDING, Kind::Mem);
+        self.note(c, at_once, Some(seq));
         if self.mc.write(t, line, version, Some((c as u32, seq))) {
+            if let Some(rec) = self.rec.as_mut() {
+                // Accepted at once: its step keeps `ready: None`.
+                rec.waiting[c].remove(&seq);
+            }
             let core = &mut self.cores[c];
             core.entries.back_mut().expect("just pushed").ready_at = t;
             core.pending -= 1;

@@ -1,0 +1,1 @@
+//! The ROB's deferral invariance (filled in below).
