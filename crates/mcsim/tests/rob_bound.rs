@@ -1,5 +1,5 @@
-//! The `rob_bound` example's recurrences (the core model's ROB in closed form, the cheapest
-//! evaluation of it measured in docs/mcsim-speed.md) must stay the engine's model: on one core
+//! The `rob_bound` example's recurrences (the core model's ROB in closed form, `rob::Rob`, the
+//! cheapest evaluation of it measured in docs/mcsim-speed.md) must stay the engine's model: on one core
 //! with the ideal memory, where the engine is exactly that model, its cycles, instructions and
 //! served accesses must equal the recurrences' on every kernel, machine and random stream the
 //! check covers (sizes capped for the test; the example runs bigger ones by hand).
