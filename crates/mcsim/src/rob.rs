@@ -271,6 +271,7 @@ impl Rob {
     /// line: the fast path stays small where it is inlined.
     #[inline(never)]
     fn enqueue(&mut self, item: Item) {
+        assert!(item.n > 0, "an item holds instructions");
         if !self.queued {
             debug_assert!(self.inflight.is_empty() && self.pending.is_empty());
             (self.fetched, self.retired, self.queued) = (self.next, self.next, true);
@@ -312,6 +313,10 @@ impl Rob {
     /// issue, a flush waiting for room in its sub-queue.
     pub fn entry_deferred(&mut self) -> Id {
         let id = self.new_id();
+        debug_assert!(
+            self.readies[self.readies.len() - 1] == UNKNOWN,
+            "a fresh id"
+        );
         self.enqueue(Item::new(Kind::Entry, 1, 0, Some(id.0)));
         id
     }
@@ -462,6 +467,7 @@ impl Rob {
             return false;
         };
         let (rs, fs) = (self.s.retire_shift, self.s.fetch_shift);
+        assert!(it.fetch_pos != UNKNOWN, "an inflight item was fetched");
         let earliest = self.retire_pos.max(self.s.after_fetch(it.fetch_pos));
         let ready = match (it.kind, it.id) {
             (Kind::Entry, None) => (it.fetch_pos >> fs) + it.latency,
@@ -487,6 +493,17 @@ impl Rob {
         if ready == UNKNOWN {
             return false;
         }
+        // The memory system answers after the question: a read, flush or commit is ready no
+        // earlier than its fetch (a commit than its arrival).
+        let after = if it.kind == Kind::Commit {
+            earliest >> rs
+        } else {
+            it.fetch_pos >> fs
+        };
+        assert!(
+            it.id.is_none() || ready >= after,
+            "ready after fetch and arrival"
+        );
         let pos = earliest.max(ready << rs);
         self.push(self.retired, it.n, pos);
         self.retire_pos = pos + it.n;
@@ -516,6 +533,10 @@ impl Rob {
         if self.serial_waits || i >= limit {
             return false;
         }
+        assert!(
+            it.fetch_pos == UNKNOWN && it.n > 0,
+            "an item is fetched once"
+        );
         let first = self.fetch_pos.max(self.room_pos(i));
         let mut item = it;
         item.fetch_pos = first;
@@ -616,6 +637,10 @@ impl Rob {
         let fetched = fetch_pos >> self.s.fetch_shift;
         self.fetch_pos = fetch_pos + 1;
         let pos = (self.retire_pos).max((fetched + cycles.max(1)) << self.s.retire_shift);
+        debug_assert!(
+            pos >> self.s.retire_shift > fetched,
+            "retired after its fetch"
+        );
         self.retire_pos = pos + 1;
         self.push(i, 1, pos);
         self.next += 1;
@@ -657,6 +682,7 @@ impl Rob {
         self.next += n;
         let last = k + n - 1;
         let last_pos = (first_pos + n - 1).max(self.room_max(k + 1, last));
+        debug_assert!(last_pos >= first_pos + n - 1, "a run fetches in order");
         self.fetch_pos = last_pos + 1;
     }
 
