@@ -216,15 +216,21 @@ fn random_ops(seed: u64, n: usize, rob: u32) -> Vec<Op> {
         .collect()
 }
 
-/// Every mode, 1 and 16 cores, every kernel and random streams.
+/// Every mode with the controller (and the ideal memory), 1 and 16 cores, every kernel and
+/// random streams.
 #[test]
 fn rob_replays_the_engine_exactly() {
     let mut t = Tally::default();
-    for mode in Mode::ALL {
+    let machines = Mode::ALL
+        .map(|m| (m, false))
+        .into_iter()
+        .chain([(Mode::Fine, true)]);
+    for (mode, ideal_memory) in machines {
         for cores in [1u32, 16] {
             let cfg = Config {
                 mode,
                 cores,
+                ideal_memory,
                 ..Config::default()
             };
             let updates = if cores == 1 { 4000 } else { 300 };
@@ -240,7 +246,7 @@ fn rob_replays_the_engine_exactly() {
                         ..KernelConfig::default()
                     };
                     let mut work = KernelWorkload::new(&kc).expect("a kernel");
-                    let what = format!("{mode:?} cores {cores} {kernel:?} gap {gap_instructions}");
+                    let what = format!("{mode:?} ideal {ideal_memory} cores {cores} {kernel:?} gap {gap_instructions}");
                     check(&cfg, &what, &mut work, &mut t);
                 }
             }
@@ -248,7 +254,8 @@ fn rob_replays_the_engine_exactly() {
                 let ops = (0..cores)
                     .map(|c| random_ops(seed * 100 + u64::from(c), 3000, cfg.rob_entries))
                     .collect();
-                let what = format!("{mode:?} cores {cores} random seed {seed}");
+                let what =
+                    format!("{mode:?} ideal {ideal_memory} cores {cores} random seed {seed}");
                 check(&cfg, &what, &mut VecWorkload::new(ops), &mut t);
             }
         }
