@@ -254,9 +254,11 @@ pub fn run_stepping(cfg: &Config, work: &mut dyn Workload) -> Result<(Outcome, V
 
 /// One operation of a core's program as the engine ran it. Fetch cycles are those of the
 /// fetch step that took it; a ready cycle is the first cycle whose retire step could see the
-/// entry ready: the engine's completion time, or the cycle after it when the core had
-/// already run its retire step of that cycle (a completion made by a later actor of the
-/// same cycle: a controller pass or another core's access).
+/// entry ready: the engine's completion time, or, if the core's clock had already passed it
+/// (it ran ahead while the entry was beyond its retire step's reach, or a later actor of
+/// the same cycle made the completion), the first cycle it had not retired in yet. (In the
+/// replay tests the second case happens but never changes a retirement: recording the raw
+/// completion times passes them too.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     Gap(u32),
