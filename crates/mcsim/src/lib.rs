@@ -9,7 +9,6 @@
 //! - [`kernels`]: synthetic workloads after WHISPER's kinds.
 
 pub mod cache;
-pub mod cal;
 pub mod config;
 mod event;
 pub mod figures;

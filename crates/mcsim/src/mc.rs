@@ -1,76 +1,40 @@
-//! The memory controller of Figure 4: one read queue, a write queue split into sub-queues
-//! bound to address ranges by range registers (the last sub-queue takes every other address),
-//! persistence credits per sub-queue synchronised by query reads, and the NVM's units and
-//! channel buses. Reads go before writes; writes of one sub-queue issue in order, except that
-//! a write may pass older writes of other lines whose unit is busy.
+//! The memory controller, scheduled on a calendar: Figure 4's memory controller (a read queue, a write queue split
+//! into sub-queues bound to address ranges, persistence credits per sub-queue synchronised by
+//! query reads, commits that lock and drain their sub-queues) scheduled without passes.
+//!
+//! Every command holds its channel's bus for a burst; a read holds its unit for a read and a
+//! burst, a write for a burst and a write. Reads go before queries, queries before writes:
+//! - a read takes its slot when it arrives: the earliest time at or after its arrival (and
+//!   after a place in the 64-entry read queue, if that is full) at which its unit is free
+//!   and its channel's bus has a burst's gap between the commands already placed. Its
+//!   completion is known at once, so no core waits to learn it;
+//! - queries and writes are placed in time order, lazily: a channel's next command is decided
+//!   at the earliest time something can go (a query that is due, or a write whose unit is
+//!   free, in a bus gap), once every arrival before that time is known. A read placed in the
+//!   meantime moves that time. Writes of one sub-queue issue in order, except that a write
+//!   may pass older writes of other lines whose unit is busy; sub-queues are looked at in
+//!   turn; a fine-grained sub-queue without credits issues nothing until a query refills it.
+//!
+//! So a read arriving while a write waits for its unit is never delayed by that write, and a
+//! write waits for the reads placed on its unit: what the earlier controller (`mc`), which
+//! decided at each pass among what had arrived, gave only to reads already queued.
+//!
+//! At equal times the controller acts before the cores, completions before commands, and
+//! channels in order. Every action is O(sub-queues + units of a channel) at most: there is no
+//! pass that issues nothing.
 
 use crate::config::{Config, Mode};
-use crate::event::{Ev, Events, Log};
+use crate::event::Log;
 use crate::ranges::Ranges;
 use rustc_hash::FxHashMap;
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// Times dropped from the front of a `Times` before they are cleared out.
+const TIMES_DROPPED_MAX: usize = 64;
 
 /// Finished writes folded into the final memory at once.
 const WRITTEN_BATCH: usize = 1 << 16;
-
-/// A write: a flushed or evicted line with its data (the version of its last store).
-#[derive(Clone, Copy, Debug)]
-struct Write {
-    id: u64,
-    line: u64,
-    /// The line's channel and unit, worked out once on arrival.
-    ch: u32,
-    unit: u32,
-    version: u64,
-    /// The core waiting for it to enter the queue (a flush), or None (posted).
-    waiter: Option<(u32, u64)>,
-}
-
-#[derive(Default)]
-struct SubQueue {
-    entries: VecDeque<Write>,
-    /// The units of `entries`, a bit each: a pass skips a sub-queue with nothing on a free
-    /// unit of its channel without looking at its entries.
-    on: Vec<u64>,
-    /// Writes that found the sub-queue full or locked, in arrival order.
-    waiting: VecDeque<Write>,
-    /// Writes issued to the NVM and not finished (the NVM side's taken credits).
-    in_flight: u32,
-    /// The controller's view of the credits, stale until a query returns.
-    credits: u32,
-    issued_since_query: u32,
-    /// The commit holding the sub-queue (index into `Mc::commits`).
-    lock: Option<usize>,
-}
-
-struct Commit {
-    core: u32,
-    seq: u64,
-    queues: u32,
-    /// Sub-queues whose part is not done yet.
-    left: u32,
-    arrived: u64,
-    started: bool,
-    query_sent: bool,
-}
-
-/// A query a pass can send: for a global commit (its index), polling a committing
-/// sub-queue, or for the credits of a sub-queue that ran out.
-enum Query {
-    Global(usize),
-    Poll(usize),
-    Credits(usize),
-}
-
-struct Read {
-    line: u64,
-    ch: u32,
-    unit: u32,
-    core: u32,
-    seq: u64,
-    /// Its place in the read queue's arrival order (entering from the backlog counts).
-    order: u64,
-}
 
 /// A request arriving at the controller (after the caches): what a peer simulator replays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,8 +64,132 @@ pub struct McStats {
     pub writes_waited: u64,
 }
 
+/// The engine's entry `token` is done at `t`: a flush's write was accepted, or a commit is
+/// durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Done {
+    pub token: u64,
+    pub t: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Write {
+    id: u64,
+    line: u64,
+    ch: u32,
+    unit: u32,
+    version: u64,
+    /// The engine's entry waiting for it to enter its sub-queue (a flush), or None (posted).
+    waiter: Option<u64>,
+}
+
+#[derive(Default)]
+struct SubQueue {
+    entries: VecDeque<Write>,
+    /// Writes that found the sub-queue full or locked, in arrival order.
+    waiting: VecDeque<Write>,
+    in_flight: u32,
+    /// The controller's view of the credits, stale until a query returns.
+    credits: u32,
+    issued_since_query: u32,
+    lock: Option<usize>,
+}
+
+struct Commit {
+    token: u64,
+    queues: u32,
+    /// Sub-queues whose part is not done yet.
+    left: u32,
+    arrived: u64,
+    query_sent: bool,
+}
+
+/// Times in increasing order, few at once (a channel's commands that may still hold its
+/// bus): kept in a vector from `head` on, added near the
+/// back and taken from the front, so no step moves more than the few later than a new one.
+#[derive(Default)]
+struct Times {
+    v: Vec<u64>,
+    head: usize,
+}
+
+impl Times {
+    #[inline]
+    fn live(&self) -> &[u64] {
+        &self.v[self.head..]
+    }
+
+    /// Add `x` after every time not later.
+    #[inline]
+    fn add(&mut self, x: u64) {
+        // The times dropped are cleared out now and then, not at every add.
+        if self.head >= TIMES_DROPPED_MAX {
+            self.v.drain(..self.head);
+            self.head = 0;
+        }
+        let mut i = self.v.len();
+        while i > self.head && self.v[i - 1] > x {
+            i -= 1;
+        }
+        if i == self.v.len() {
+            self.v.push(x);
+        } else {
+            self.v.insert(i, x);
+        }
+        debug_assert!(self.live().is_sorted(), "times stay in order");
+    }
+
+    /// Drop the first times while `done` holds for them.
+    #[inline]
+    fn drop_while(&mut self, done: impl Fn(u64) -> bool) {
+        while self.head < self.v.len() && done(self.v[self.head]) {
+            self.head += 1;
+        }
+    }
+}
+
+/// One channel's data bus: the start of every command that may still hold it.
+#[derive(Default)]
+struct Bus {
+    starts: Times,
+}
+
+impl Bus {
+    /// The earliest time at or after `t` with a free burst.
+    #[inline]
+    fn gap(&self, t: u64, burst: u64) -> u64 {
+        let mut s = t;
+        for &x in self.starts.live() {
+            if x + burst <= s {
+                continue;
+            }
+            if s + burst <= x {
+                break;
+            }
+            s = x + burst;
+        }
+        s
+    }
+
+    /// A command takes the burst from `s`, placed at `now` (arrivals and decisions come in
+    /// time order, so what was over before `now` is forgotten).
+    fn take(&mut self, s: u64, burst: u64, now: u64) {
+        debug_assert_eq!(self.gap(s, burst), s, "a command takes a free burst");
+        self.starts.drop_while(|x| x + burst <= now);
+        self.starts.add(s);
+    }
+}
+
+/// Query reads in flight and writes in flight, each taking the same time: both finish in the
+/// order they were sent.
+struct InFlight {
+    queries: VecDeque<(u64, u32, u32)>,
+    writes: VecDeque<(u64, u32, Write)>,
+}
+
 pub(crate) struct Mc {
     mode: Mode,
+    ideal: bool,
     read_cycles: u64,
     write_cycles: u64,
     burst_cycles: u64,
@@ -111,57 +199,48 @@ pub(crate) struct Mc {
     channels: u64,
     units_per_channel: u64,
     queues: Vec<SubQueue>,
-    /// The read queue, a FIFO per unit: the oldest read a channel can issue is the oldest
-    /// (lowest `order`) head among its free units, the one a scan of a single FIFO of every
-    /// read would find first.
-    reads: Vec<VecDeque<Read>>,
-    reads_len: usize,
-    read_order: u64,
-    read_backlog: VecDeque<Read>,
-    units: Vec<u64>,
-    /// The units busy at the time of the current (or last) pass, `units[u] > now`, a bit
-    /// each, and the earliest time one of them frees: only a pass at or after it clears bits.
-    busy: Vec<u64>,
-    busy_until: u64,
+    ranges: Ranges,
+    /// The units with a queued write that may issue (credits allowing), with counts.
+    ready: Counts,
+    /// Per unit, when it is free after every command placed on it.
+    unit_free: Vec<u64>,
     /// Per channel, its units, a bit each.
     ch_units: Vec<Vec<u64>>,
-    /// The sub-queues locked or out of credits, a bit each: the only ones a query can be
-    /// due for (`note_query` keeps it), and per channel the sub-queues that query on it.
-    query_cands: u32,
-    ch_queues: Vec<u32>,
-    /// The sub-queues with a query out, a bit each.
-    queries_out: u32,
-    /// Per unit, the reads in the read queue and the writes in sub-queues that need it: a
-    /// pass looks at a channel's queues only when one of its free units has something.
-    reads_on: Counts,
-    writes_on: Counts,
-    bus: Vec<u64>,
-    ranges: Ranges,
+    bus: Vec<Bus>,
+    /// The issue times of the reads placed, while some may still be queued.
+    read_issues: BinaryHeap<Reverse<u64>>,
+    flight: InFlight,
     commits: Vec<Commit>,
-    /// Commits waiting to start, in arrival order: (index, sub-queues).
     waiting_commits: Vec<(usize, u32)>,
-    /// The sub-queues a commit holds, a bit each.
     locked: u32,
     global_commit: Option<usize>,
+    /// The sub-queues, a bit each: with writes queued; out of credits (fine-grained); with a
+    /// part of a commit not done (fine-grained); with a query out. What decides whether a
+    /// query is due and which sub-queues may issue, without a look at the sub-queues.
+    nonempty: u32,
+    no_credits: u32,
+    parts_left: u32,
+    queries_out: u32,
+    /// Per channel, its sub-queues' queries (sub-queue q queries on channel q mod channels).
+    ch_queues: Vec<u32>,
+    /// Writes in flight, all sub-queues (a global commit's drain).
+    in_flight: u32,
+    /// Per channel, the time of its next command (u64::MAX: none) and the unit it uses
+    /// (u32::MAX: a query), valid unless `stale`.
+    next_cmd: Vec<(u64, u32)>,
+    stale: Vec<bool>,
+    /// `next_action`'s answer, valid while `next_known`: nothing stale and no completion
+    /// added or taken since.
+    next: u64,
+    next_known: bool,
+    /// The latest time the controller was told of or acted at.
+    now: u64,
     next_write: u64,
-    /// The final memory (line -> version) as of the last `memory()`, and the finished
-    /// writes since, in completion order: a push per write, folded in batches (the map's
-    /// inserts in a tight loop, the list's size bounded).
     memory: FxHashMap<u64, u64>,
     written: Vec<(u64, u64)>,
     pub stats: McStats,
     pub log: Option<Vec<Log>>,
-    /// A core's arrival asked for a pass at its time (`pass_if_asked`).
-    asked: bool,
-    /// A completion asked for a pass at its own time and none is queued for then: the engine
-    /// runs it once the last completion of that time is done (`pass_if_due`), where the
-    /// queued pass would have run, without the event.
-    due: bool,
-    /// Every request's arrival, when asked for (`sim::run_recording`).
     pub arrivals: Option<Vec<Arrival>>,
-    /// `Config::ideal_memory`: no controller; reads are timed at arrival (`ideal_read`),
-    /// writes and commits are done at once.
-    ideal: bool,
 }
 
 impl Mc {
@@ -170,20 +249,21 @@ impl Mc {
         let words = units.div_ceil(64);
         let queue = || SubQueue {
             credits: cfg.credits,
-            on: vec![0; words],
             ..SubQueue::default()
         };
         let mut ch_units = vec![vec![0; words]; cfg.channels as usize];
         for u in 0..units {
             ch_units[u % cfg.channels as usize][u / 64] |= 1 << (u % 64);
         }
-        let mut ch_queues = vec![0; cfg.channels as usize];
+        let channels = cfg.channels as usize;
+        let mut ch_queues = vec![0; channels];
         for q in 0..cfg.sub_queues {
             ch_queues[(q % cfg.channels) as usize] |= 1 << q;
         }
-        let out_of_credits = if cfg.credits == 0 { u32::MAX } else { 0 };
+        let all = u32::MAX >> (32 - cfg.sub_queues);
         Mc {
             mode: cfg.mode,
+            ideal: cfg.ideal_memory,
             read_cycles: cfg.cycles(cfg.read_ns),
             write_cycles: cfg.cycles(cfg.write_ns),
             burst_cycles: cfg.cycles(cfg.burst_ns).max(1),
@@ -193,34 +273,41 @@ impl Mc {
             channels: cfg.channels.into(),
             units_per_channel: cfg.units_per_channel.into(),
             queues: (0..cfg.sub_queues).map(|_| queue()).collect(),
-            reads: (0..units).map(|_| VecDeque::new()).collect(),
-            reads_len: 0,
-            read_order: 0,
-            read_backlog: VecDeque::new(),
-            units: vec![0; units],
-            busy: vec![0; words],
-            busy_until: u64::MAX,
-            ch_units,
-            query_cands: out_of_credits & (u32::MAX >> (32 - cfg.sub_queues)),
-            ch_queues,
-            queries_out: 0,
-            reads_on: Counts::new(units),
-            writes_on: Counts::new(units),
-            bus: vec![0; cfg.channels as usize],
             ranges: Ranges::new(cfg.sub_queues, cfg.range_registers, cfg.line_bytes),
+            ready: Counts::new(units),
+            unit_free: vec![0; units],
+            ch_units,
+            bus: (0..channels).map(|_| Bus::default()).collect(),
+            read_issues: BinaryHeap::new(),
+            flight: InFlight {
+                queries: VecDeque::new(),
+                writes: VecDeque::new(),
+            },
             commits: Vec::new(),
             waiting_commits: Vec::new(),
             locked: 0,
             global_commit: None,
-            due: false,
+            nonempty: 0,
+            no_credits: if cfg.mode == Mode::Fine && cfg.credits == 0 {
+                all
+            } else {
+                0
+            },
+            parts_left: 0,
+            queries_out: 0,
+            ch_queues,
+            in_flight: 0,
+            next_cmd: vec![(u64::MAX, 0); channels],
+            stale: vec![false; channels],
+            next: u64::MAX,
+            next_known: true,
+            now: 0,
             next_write: 0,
             memory: FxHashMap::default(),
             written: Vec::new(),
             stats: McStats::default(),
             log: cfg.log_events.then(Vec::new),
-            asked: false,
             arrivals: None,
-            ideal: cfg.ideal_memory,
         }
     }
 
@@ -230,679 +317,306 @@ impl Mc {
         }
     }
 
-    fn channel(&self, line: u64) -> usize {
-        if self.channels.is_power_of_two() {
-            return (line & (self.channels - 1)) as usize;
-        }
-        (line % self.channels) as usize
-    }
-
-    fn unit(&self, line: u64) -> usize {
+    /// Lines interleave over channels, then over a channel's units.
+    #[inline]
+    fn place_of(&self, line: u64) -> (u32, u32) {
         if self.channels.is_power_of_two() && self.units_per_channel.is_power_of_two() {
             let shift = self.channels.trailing_zeros();
+            let ch = line & (self.channels - 1);
             let upc = (line >> shift) & (self.units_per_channel - 1);
-            return ((line & (self.channels - 1)) + (upc << shift)) as usize;
+            return (ch as u32, (ch + (upc << shift)) as u32);
         }
-        (line % self.channels + self.channels * ((line / self.channels) % self.units_per_channel))
-            as usize
+        let ch = line % self.channels;
+        let unit = ch + self.channels * ((line / self.channels) % self.units_per_channel);
+        (ch as u32, unit as u32)
     }
 
-    /// PersistenceMalloc (`Ranges::bind`).
-    pub fn bind(&mut self, addr: u64, len: u64) {
-        self.ranges.bind(addr, len);
-    }
-
-    pub fn queue_of(&self, line: u64) -> u32 {
-        self.ranges.queue_of(line)
-    }
-
-    /// Ask for a pass at `now`, the time of the completion being handled: it comes after
-    /// every completion at `now` and before the cores, so it is left to `pass_if_due`.
-    fn tick_now(&mut self) {
-        self.due = true;
-    }
-
-    /// The pass a completion at `now` asked for (`tick_now`), run once no other completion
-    /// at `now` is queued: a queued pass at `now` would be the next event and would see
-    /// exactly this state. While one is, the pass waits for it (it comes before the pass).
-    /// If a pass is queued for `now` already, that one is it (one pass a time).
-    pub fn pass_if_due(&mut self, now: u64, ev: &mut Events) {
-        if self.due && !ev.completion_at(now) {
-            self.due = false;
-            if !ev.pass_now(now) {
-                self.schedule(now, ev);
-            }
-        }
-    }
-
-    /// A request's arrival, recorded when asked for (`sim::run_recording`).
-    #[inline]
-    fn arrived(&mut self, t: u64, line: u64, write: bool) {
+    /// A request's arrival at `t`: time only moves on, and it is recorded when asked for.
+    fn arrive(&mut self, t: u64, line: u64, write: bool) {
+        assert!(
+            t >= self.now,
+            "the controller hears of requests in time order"
+        );
+        debug_assert!(
+            self.next_action() >= t,
+            "the controller acted up to the arrival first"
+        );
+        self.now = t;
         if let Some(a) = &mut self.arrivals {
             a.push(Arrival { t, line, write });
         }
     }
 
-    /// A read under `Config::ideal_memory`, counted and recorded as any read: its data is
-    /// back a read and a burst after it arrives (no queue, unit or bus). The time returned.
-    pub fn ideal_read(&mut self, now: u64, line: u64) -> u64 {
-        assert!(
-            self.ideal,
-            "only the ideal memory times a read at its arrival"
-        );
+    /// Channel `ch`'s next command may have moved.
+    fn mark(&mut self, ch: usize) {
+        self.stale[ch] = true;
+        self.next_known = false;
+    }
+
+    /// Every channel's next command may have moved.
+    fn touch_all(&mut self) {
+        self.stale.iter_mut().for_each(|s| *s = true);
+        self.next_known = false;
+    }
+
+    /// Sub-queue `q`'s query may be due now or no longer (on channel q mod channels), and so
+    /// may a global commit's (on channel 0).
+    fn touch_queries(&mut self, q: usize) {
+        let channels = self.stale.len();
+        self.mark(q % channels);
+        if self.global_commit.is_some() {
+            self.mark(0);
+        }
+    }
+
+    pub fn bind(&mut self, addr: u64, len: u64) {
+        self.ranges.bind(addr, len);
+    }
+
+    /// A read arriving at `t`: it takes its slot now, and its data is back at the time
+    /// returned.
+    pub fn read(&mut self, t: u64, line: u64) -> u64 {
         self.stats.reads += 1;
-        self.arrived(now, line, false);
-        self.log(Log::ReadIssued { line, t: now });
-        let done = now + self.read_cycles + self.burst_cycles;
-        debug_assert!(done > now, "a read takes time");
+        self.arrive(t, line, false);
+        if self.ideal {
+            self.log(Log::ReadIssued { line, t });
+            return t + self.read_cycles + self.burst_cycles;
+        }
+        // Reads issued by `t` have left the queue; the heap holds them until it might be full.
+        if self.read_issues.len() >= self.reads_max {
+            while self.read_issues.peek().is_some_and(|r| r.0 <= t) {
+                self.read_issues.pop();
+            }
+        }
+        // A full read queue: this read enters when the first queued one issues.
+        let enters = if self.read_issues.len() >= self.reads_max {
+            self.read_issues.pop().map_or(t, |r| r.0)
+        } else {
+            t
+        };
+        let (ch, unit) = self.place_of(line);
+        let (ch, unit) = (ch as usize, unit as usize);
+        let burst = self.burst_cycles;
+        let s = self.bus[ch].gap(enters.max(self.unit_free[unit]), burst);
+        self.bus[ch].take(s, burst, t);
+        let done = s + self.read_cycles + burst;
+        self.unit_free[unit] = done;
+        self.read_issues.push(Reverse(s));
+        // The channel's next command stays where it was unless this read took its bus burst
+        // or its unit: a read only takes room, so nothing earlier became possible.
+        let (next, next_unit) = self.next_cmd[ch];
+        if next != u64::MAX && (next_unit == unit as u32 || (s < next + burst && next < s + burst))
+        {
+            self.mark(ch);
+        }
+        self.log(Log::ReadIssued { line, t: s });
+        assert!(s >= t && done > s, "a read issues at or after its arrival");
         done
     }
+}
 
-    pub fn read(&mut self, now: u64, core: u32, seq: u64, line: u64) {
-        assert!(!self.ideal, "the ideal memory's reads are ideal_read's");
-        self.stats.reads += 1;
-        self.arrived(now, line, false);
-        let r = Read {
-            line,
-            ch: self.channel(line) as u32,
-            unit: self.unit(line) as u32,
-            core,
-            seq,
-            order: 0,
-        };
-        if self.reads_len < self.reads_max {
-            self.enqueue_read(r);
-        } else {
-            self.read_backlog.push_back(r);
-        }
-        self.asked = true;
-    }
-
-    /// `r` enters the read queue, after every read in it.
-    fn enqueue_read(&mut self, mut r: Read) {
-        assert!(self.reads_len < self.reads_max, "the read queue has room");
-        self.read_order += 1;
-        r.order = self.read_order;
-        self.reads_on.add(r.unit);
-        self.reads[r.unit as usize].push_back(r);
-        self.reads_len += 1;
-    }
-
-    /// Write `w` enters sub-queue `q`, after every write in it.
-    fn enqueue_write(&mut self, now: u64, q: usize, w: Write) {
-        let sq = &mut self.queues[q];
-        assert!(
-            sq.entries.len() < self.entries_max,
-            "the sub-queue has room"
-        );
-        sq.entries.push_back(w);
-        sq.on[w.unit as usize / 64] |= 1 << (w.unit % 64);
-        self.writes_on.add(w.unit);
-        self.log(Log::WriteAccepted {
-            id: w.id,
-            q: q as u32,
-            t: now,
-        });
-    }
-
-    /// A write arrives; true if it entered its sub-queue at once.
-    pub fn write(&mut self, now: u64, line: u64, version: u64, waiter: Option<(u32, u64)>) -> bool {
+// Writes.
+impl Mc {
+    /// A write arrives at `t` (`waiter`: the engine's flush entry, None if posted); true if
+    /// it entered its sub-queue at once (otherwise `Done` names the waiter when it does).
+    pub fn write(&mut self, t: u64, line: u64, version: u64, waiter: Option<u64>) -> bool {
         self.stats.writes += 1;
-        self.arrived(now, line, true);
         self.stats.posted_writes += u64::from(waiter.is_none());
+        self.arrive(t, line, true);
         self.next_write += 1;
+        let (ch, unit) = self.place_of(line);
         let w = Write {
             id: self.next_write,
             line,
-            ch: self.channel(line) as u32,
-            unit: self.unit(line) as u32,
+            ch,
+            unit,
             version,
             waiter,
         };
+        let q = self.ranges.queue_of(line) as usize;
         if self.ideal {
-            self.ideal_write(now, w);
+            // Accepted at once and in memory a burst and a write later: every write takes
+            // the same time, so they land in arrival order.
+            self.log(Log::WriteAccepted {
+                id: w.id,
+                q: q as u32,
+                t,
+            });
+            let done = t + self.burst_cycles + self.write_cycles;
+            self.log(Log::WriteDone { id: w.id, t: done });
+            self.land(line, version);
             return true;
         }
-        let q = self.queue_of(line);
-        let sq = &mut self.queues[q as usize];
+        let sq = &self.queues[q];
         let room =
             sq.lock.is_none() && sq.waiting.is_empty() && sq.entries.len() < self.entries_max;
         if room {
-            self.enqueue_write(now, q as usize, w);
+            self.enqueue(t, q, w);
         } else {
-            sq.waiting.push_back(w);
+            self.queues[q].waiting.push_back(w);
             self.stats.writes_waited += 1;
         }
-        self.asked = true;
         room
     }
 
-    /// A write under `Config::ideal_memory`: accepted at once, in memory a burst and a write
-    /// later. Every write takes that same time, so writes land in arrival order: the list of
-    /// finished writes is appended at once (no event), and the final memory is the same.
-    fn ideal_write(&mut self, now: u64, w: Write) {
-        debug_assert!(
-            self.ideal && !self.asked,
-            "no pass is ever asked of the ideal memory"
+    /// Write `w` enters sub-queue `q`, after every write in it.
+    fn enqueue(&mut self, t: u64, q: usize, w: Write) {
+        let sq = &mut self.queues[q];
+        assert!(
+            sq.lock.is_none() && sq.entries.len() < self.entries_max,
+            "a write enters an unlocked sub-queue with room"
         );
-        if self.log.is_some() {
-            let q = self.queue_of(w.line);
-            let done = now + self.burst_cycles + self.write_cycles;
-            self.log(Log::WriteAccepted {
-                id: w.id,
-                q,
-                t: now,
-            });
-            self.log(Log::WriteDone { id: w.id, t: done });
+        sq.entries.push_back(w);
+        if self.issuing_queue(q) {
+            self.ready.add(w.unit);
         }
-        self.written.push((w.line, w.version));
+        let was_empty = self.nonempty & (1 << q) == 0;
+        self.nonempty |= 1 << q;
+        // Its channel may issue it; a sub-queue that was empty may need a query now (out of
+        // credits) or no longer (polling), and a global drain is not over.
+        self.mark(w.ch as usize);
+        if was_empty {
+            self.touch_queries(q);
+        }
+        self.log(Log::WriteAccepted {
+            id: w.id,
+            q: q as u32,
+            t,
+        });
+    }
+
+    /// Move waiting writes into sub-queue `q` while it has room and is not locked.
+    fn admit(&mut self, t: u64, q: usize, out: &mut Vec<Done>) {
+        while self.queues[q].lock.is_none() && self.queues[q].entries.len() < self.entries_max {
+            let Some(w) = self.queues[q].waiting.pop_front() else {
+                break;
+            };
+            self.enqueue(t, q, w);
+            if let Some(token) = w.waiter {
+                out.push(Done { token, t });
+            }
+        }
+    }
+
+    fn land(&mut self, line: u64, version: u64) {
+        self.written.push((line, version));
         if self.written.len() == WRITTEN_BATCH {
             self.memory();
         }
     }
 
-    /// The pass a core's arrival asked for (`read`, `write`, `commit`), run at once. A core
-    /// reaches the controller at `now` only when nothing else is due before it (no event
-    /// before `now`, no completion or pass at `now`, no lower-numbered core at `now`), so a
-    /// pass queued at `now` would be the next event and would see exactly this state: running
-    /// it here gives the same timeline without the event, and without the core yielding to it.
-    pub fn pass_if_asked(&mut self, now: u64, ev: &mut Events) {
-        if std::mem::take(&mut self.asked) {
-            self.schedule(now, ev);
-        }
-    }
-
-    /// Move waiting writes into sub-queue `q` while it has room and is not locked.
-    fn admit(&mut self, now: u64, q: usize, ev: &mut Events) {
-        while self.queues[q].lock.is_none() && self.queues[q].entries.len() < self.entries_max {
-            let Some(w) = self.queues[q].waiting.pop_front() else {
-                break;
-            };
-            self.enqueue_write(now, q, w);
-            if let Some((core, seq)) = w.waiter {
-                ev.push(now, Ev::Accepted { core, seq });
+    /// The first write on channel `ch` that can go at `t`: sub-queues in turn, each in order,
+    /// skipping a write whose unit is busy (an older write of its line has the same unit, so
+    /// a write never passes one of its own line).
+    fn pick_write(&self, ch: usize, t: u64) -> Option<(usize, usize)> {
+        for q in ones(0, self.issuing().into()) {
+            let sq = &self.queues[q];
+            let i = sq
+                .entries
+                .iter()
+                .position(|w| w.ch as usize == ch && self.unit_free[w.unit as usize] <= t);
+            if let Some(i) = i {
+                return Some((q, i));
             }
         }
-    }
-}
-
-// Commits.
-impl Mc {
-    /// A commit reaches the controller (the core's commit instruction is at its ROB head, so
-    /// every flush before it has entered the write queue). True if it is done at once.
-    pub fn commit(&mut self, now: u64, core: u32, seq: u64, addr: u64, len: u64) -> bool {
-        self.stats.commits += 1;
-        let queues = match self.mode {
-            _ if self.ideal => return true,
-            Mode::Adr | Mode::Eadr => return true,
-            Mode::Global => (1u32 << self.queues.len()) - 1,
-            Mode::Fine => self.ranges.queues_of_range(addr, len),
-        };
-        let c = Commit {
-            core,
-            seq,
-            queues,
-            left: queues,
-            arrived: now,
-            started: false,
-            query_sent: false,
-        };
-        self.commits.push(c);
-        self.waiting_commits.push((self.commits.len() - 1, queues));
-        // A pass follows only if a commit started (one that waits changes nothing to issue).
-        self.asked = self.start_commits(now);
-        false
+        None
     }
 
-    /// Sub-queue `q`'s lock or credits changed: keep its bit of `query_cands`.
-    fn note_query(&mut self, q: usize) {
-        let sq = &self.queues[q];
-        if sq.lock.is_some() || sq.credits == 0 {
-            self.query_cands |= 1 << q;
-        } else {
-            self.query_cands &= !(1 << q);
+    /// The earliest time a write of channel `ch` finds its unit free, and that unit
+    /// (u64::MAX: none queued that may issue).
+    fn write_ready(&self, ch: usize) -> (u64, u32) {
+        let mut best = (u64::MAX, 0);
+        for (w, &word) in self.ready.bits.iter().enumerate() {
+            for u in ones(w, word & self.ch_units[ch][w]) {
+                best = best.min((self.unit_free[u], u as u32));
+            }
         }
-    }
-
-    /// Start, in arrival order, every waiting commit whose sub-queues are all free: a commit
-    /// waits only for commits holding one of its own sub-queues. True if one started: the
-    /// caller then runs or asks for the pass that follows.
-    fn start_commits(&mut self, now: u64) -> bool {
-        let mut started = false;
-        let mut i = 0;
-        while i < self.waiting_commits.len() {
-            let (idx, queues) = self.waiting_commits[i];
-            if queues & self.locked != 0 {
-                i += 1;
-                continue;
-            }
-            self.waiting_commits.remove(i);
-            self.locked |= queues;
-            for q in ones(0, queues.into()) {
-                assert!(
-                    self.queues[q].lock.is_none(),
-                    "a commit starts on free sub-queues"
-                );
-                self.queues[q].lock = Some(idx);
-                self.note_query(q);
-            }
-            self.commits[idx].started = true;
-            if self.mode == Mode::Global {
-                self.global_commit = Some(idx);
-            }
-            self.log(Log::CommitStart {
-                commit: idx as u64,
-                queues,
-                t: now,
-            });
-            started = true;
-        }
-        started
-    }
-
-    fn finish_commit(&mut self, now: u64, idx: usize, ev: &mut Events) {
-        let c = &self.commits[idx];
-        assert!(
-            c.left == 0 && c.started,
-            "a commit is done only when every part is"
+        debug_assert!(
+            best.0 == u64::MAX || self.pick_write(ch, best.0).is_some() && self.issuing() != 0,
+            "a write of an issuing sub-queue is on the unit"
         );
-        let (core, seq, queues, arrived) = (c.core, c.seq, c.queues, c.arrived);
-        self.stats.commit_cycles_total += now - arrived;
-        self.log(Log::CommitDone {
-            commit: idx as u64,
-            t: now,
-        });
-        ev.push(now, Ev::CommitDone { core, seq });
-        if self.global_commit == Some(idx) {
-            self.global_commit = None;
-        }
-        for q in ones(0, queues.into()) {
-            self.queues[q].lock = None;
-            self.locked &= !(1 << q);
-            self.note_query(q);
-            self.admit(now, q, ev);
-        }
-        // The pass at `now` is asked for below whether or not one started.
-        self.start_commits(now);
-        self.tick_now();
+        best
     }
 
-    /// A query read returned: the credits it carries are the NVM side's at its sending.
-    pub fn query_done(&mut self, now: u64, q: u32, answer: u32, ev: &mut Events) {
-        if q == u32::MAX {
-            let idx = self
-                .global_commit
-                .expect("a global query belongs to the running global commit");
-            self.commits[idx].left = 0;
-            return self.finish_commit(now, idx, ev);
+    /// Whether sub-queue `q`'s writes may issue as far as credits go.
+    fn issuing_queue(&self, q: usize) -> bool {
+        self.no_credits & (1 << q) == 0
+    }
+
+    /// The sub-queues that may issue a write: with writes queued and, fine-grained, credits.
+    fn issuing(&self) -> u32 {
+        self.nonempty & !self.no_credits
+    }
+
+    fn issue_write(&mut self, t: u64, ch: usize, q: usize, i: usize, out: &mut Vec<Done>) {
+        let entries = &mut self.queues[q].entries;
+        let w = if i == 0 {
+            entries.pop_front()
+        } else {
+            entries.remove(i)
         }
-        let sq = &mut self.queues[q as usize];
-        self.queries_out &= !(1 << q);
-        sq.credits = answer.saturating_sub(sq.issued_since_query);
-        let settled =
-            answer == self.credits_max && sq.issued_since_query == 0 && sq.entries.is_empty();
-        self.note_query(q as usize);
-        if let (Some(idx), true) = (self.queues[q as usize].lock, settled) {
-            let c = &mut self.commits[idx];
-            if c.left & (1 << q) != 0 {
-                c.left &= !(1 << q);
-                self.log(Log::CommitPart {
-                    commit: idx as u64,
-                    q,
-                    t: now,
-                });
-                if self.commits[idx].left == 0 {
-                    self.finish_commit(now, idx, ev);
-                }
+        .expect("picked");
+        self.ready.remove(w.unit);
+        let sq = &mut self.queues[q];
+        let emptied = sq.entries.is_empty();
+        sq.in_flight += 1;
+        let mut out_of_credits = false;
+        if self.mode == Mode::Fine {
+            sq.credits -= 1;
+            sq.issued_since_query += 1;
+            out_of_credits = sq.credits == 0;
+            assert!(
+                sq.in_flight <= self.credits_max,
+                "credits bound the writes in flight"
+            );
+        }
+        self.in_flight += 1;
+        self.nonempty &= !(u32::from(emptied) << q);
+        self.no_credits |= u32::from(out_of_credits) << q;
+        // This channel's bus and unit moved, and the sub-queue's query may be due (out of
+        // credits, or empty while committing); out of credits, its writes on any channel
+        // may issue no longer.
+        self.mark(ch);
+        if emptied || out_of_credits {
+            self.touch_queries(q);
+        }
+        if out_of_credits {
+            // Its queued writes may issue no longer.
+            for e in &self.queues[q].entries {
+                self.ready.remove(e.unit);
             }
+            self.touch_all();
         }
-        self.tick_now();
+        let done = t + self.burst_cycles + self.write_cycles;
+        assert!(
+            self.unit_free[w.unit as usize] <= t,
+            "a write issues on a free unit"
+        );
+        self.unit_free[w.unit as usize] = done;
+        self.bus[ch].take(t, self.burst_cycles, t);
+        self.flight.writes.push_back((done, q as u32, w));
+        self.next_known = false;
+        self.log(Log::WriteIssued {
+            id: w.id,
+            q: q as u32,
+            t,
+        });
+        self.admit(t, q, out);
     }
 
-    pub fn write_done(&mut self, now: u64, q: u32, id: u64, line: u64, version: u64) {
+    fn write_done(&mut self, t: u64, q: u32, w: Write) {
         let sq = &mut self.queues[q as usize];
         assert!(
             sq.in_flight > 0,
             "a write finishes only after it was issued"
         );
         sq.in_flight -= 1;
-        self.written.push((line, version));
-        if self.written.len() == WRITTEN_BATCH {
-            self.memory();
+        self.in_flight -= 1;
+        if self.in_flight == 0 && self.global_commit.is_some() {
+            self.mark(0); // the drain may be over
         }
-        self.log(Log::WriteDone { id, t: now });
-        self.tick_now();
-    }
-}
-
-// Scheduling.
-impl Mc {
-    /// Issue what can be issued at `now`, channel by channel: reads first, then the queries
-    /// commits and credits need, then writes; ask for the next pass when a resource frees.
-    pub fn schedule(&mut self, now: u64, ev: &mut Events) {
-        self.refresh_busy(now);
-        for ch in 0..self.bus.len() {
-            while self.bus[ch] <= now {
-                if !(self.issue_read(now, ch, ev)
-                    || self.issue_query(now, ch, ev)
-                    || self.issue_write(now, ch, ev))
-                {
-                    break;
-                }
-            }
-        }
-        let next = self.next_free(now);
-        if next != u64::MAX {
-            debug_assert!(next > now, "a pass asks for a later one");
-            ev.ask_pass(next);
-        }
-    }
-
-    fn issue_read(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
-        let Some(u) = self.oldest_read(ch) else {
-            return false;
-        };
-        let r = self.reads[u]
-            .pop_front()
-            .expect("a unit with reads has a head");
-        assert!(
-            r.ch as usize == ch && self.units[u] <= now,
-            "the picked read's channel and unit are free"
-        );
-        self.reads_on.remove(r.unit);
-        self.reads_len -= 1;
-        if let Some(b) = self.read_backlog.pop_front() {
-            self.enqueue_read(b);
-        }
-        self.occupy(u, now + self.read_cycles + self.burst_cycles);
-        self.bus[ch] = now + self.burst_cycles;
-        self.log(Log::ReadIssued {
-            line: r.line,
-            t: now,
-        });
-        ev.read_issued(self.units[u], r.core, r.seq);
-        true
-    }
-
-    /// The unit of the oldest queued read on channel `ch` whose unit is free: the lowest
-    /// `order` among the heads of the free units' FIFOs.
-    fn oldest_read(&self, ch: usize) -> Option<usize> {
-        let mut pick = None;
-        let mut oldest = u64::MAX;
-        for w in 0..self.busy.len() {
-            for u in ones(w, self.free_in(self.reads_on.bits[w], ch, w)) {
-                let order = self.reads[u][0].order;
-                if order < oldest {
-                    oldest = order;
-                    pick = Some(u);
-                }
-            }
-        }
-        pick
-    }
-
-    /// The query a sub-queue needs now on channel `ch` (sub-queue q queries on channel
-    /// q mod channels; a global commit on channel 0).
-    fn issue_query(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
-        let back = now + self.read_cycles + self.burst_cycles;
-        match self.pick_query(ch) {
-            None => false,
-            Some(Query::Global(idx)) => {
-                self.commits[idx].query_sent = true;
-                self.send_query(now, ch, u32::MAX, 0, back, ev)
-            }
-            Some(query @ (Query::Poll(q) | Query::Credits(q))) => {
-                if matches!(query, Query::Poll(_)) {
-                    self.stats.commit_queries += 1;
-                } else {
-                    self.stats.credit_queries += 1;
-                }
-                let answer = self.credits_max - self.queues[q].in_flight;
-                self.send_query(now, ch, q as u32, answer, back, ev)
-            }
-        }
-    }
-
-    /// The query due on channel `ch`, if any.
-    fn pick_query(&self, ch: usize) -> Option<Query> {
-        if let (Some(idx), 0) = (self.global_commit, ch) {
-            let drained = |s: &SubQueue| s.entries.is_empty() && s.in_flight == 0;
-            if !self.commits[idx].query_sent && self.queues.iter().all(drained) {
-                return Some(Query::Global(idx));
-            }
-        }
-        if self.mode != Mode::Fine {
-            return None;
-        }
-        debug_assert!(
-            (0..self.queues.len()).all(|q| {
-                let sq = &self.queues[q];
-                (self.query_cands >> q & 1 != 0) == (sq.lock.is_some() || sq.credits == 0)
-            }),
-            "the query candidates are the sub-queues locked or out of credits"
-        );
-        let cands = self.query_cands & self.ch_queues[ch] & !self.queries_out;
-        ones(0, cands.into()).find_map(|q| {
-            let sq = &self.queues[q];
-            let polling = sq
-                .lock
-                .is_some_and(|idx| self.commits[idx].left & (1 << q) != 0)
-                && sq.entries.is_empty();
-            let starved = sq.credits == 0 && !sq.entries.is_empty();
-            match (polling, starved) {
-                (true, _) => Some(Query::Poll(q)),
-                (false, true) => Some(Query::Credits(q)),
-                (false, false) => None,
-            }
-        })
-    }
-
-    fn send_query(
-        &mut self,
-        now: u64,
-        ch: usize,
-        q: u32,
-        answer: u32,
-        back: u64,
-        ev: &mut Events,
-    ) -> bool {
-        if let Some(sq) = self.queues.get_mut(q as usize) {
-            sq.issued_since_query = 0;
-            self.queries_out |= 1 << q;
-        }
-        self.stats.syncs += 1;
-        self.bus[ch] = now + self.burst_cycles;
-        self.log(Log::Query { q, t: now });
-        ev.push(back, Ev::QueryDone { q, answer });
-        true
-    }
-}
-
-impl Mc {
-    /// The first write on channel `ch` that can go now: sub-queues in turn, each in order,
-    /// skipping a write whose unit is busy or that an older write of its line precedes. In
-    /// fine mode a sub-queue without credits issues nothing until a query refills them.
-    fn pick_write(&self, ch: usize) -> Option<(usize, usize)> {
-        if !self.ready_on(self.writes_on.bits.iter().copied(), ch) {
-            return None;
-        }
-        for (q, sq) in self.queues.iter().enumerate() {
-            if (self.mode == Mode::Fine && sq.credits == 0)
-                || !self.ready_on(sq.on.iter().copied(), ch)
-            {
-                continue;
-            }
-            // An older write of the same line has the same channel and unit, so it would
-            // be found first: the first write on `ch` with a free unit has none before it.
-            let i = sq
-                .entries
-                .iter()
-                .position(|w| w.ch as usize == ch && !self.is_busy(w.unit as usize))
-                .expect("a free unit of the channel has a write in this sub-queue");
-            debug_assert!(
-                sq.entries
-                    .iter()
-                    .take(i)
-                    .all(|o| o.line != sq.entries[i].line),
-                "no older write of its line precedes the picked write"
-            );
-            return Some((q, i));
-        }
-        None
-    }
-
-    fn issue_write(&mut self, now: u64, ch: usize, ev: &mut Events) -> bool {
-        let Some((q, i)) = self.pick_write(ch) else {
-            return false;
-        };
-        let w = self.queues[q].entries.remove(i).expect("picked");
-        self.writes_on.remove(w.unit);
-        let sq = &mut self.queues[q];
-        if sq.entries.iter().all(|o| o.unit != w.unit) {
-            sq.on[w.unit as usize / 64] &= !(1 << (w.unit % 64));
-        }
-        sq.in_flight += 1;
-        assert!(
-            sq.in_flight <= self.credits_max || self.mode != Mode::Fine,
-            "credits bound the writes in flight"
-        );
-        if self.mode == Mode::Fine {
-            sq.credits -= 1;
-            sq.issued_since_query += 1;
-            self.note_query(q);
-        }
-        let u = w.unit as usize;
-        let done = now + self.burst_cycles + self.write_cycles;
-        self.occupy(u, done);
-        self.bus[ch] = now + self.burst_cycles;
-        self.log(Log::WriteIssued {
-            id: w.id,
-            q: q as u32,
-            t: now,
-        });
-        ev.push(
-            done,
-            Ev::WriteDone {
-                q: q as u32,
-                id: w.id,
-                line: w.line,
-                version: w.version,
-            },
-        );
-        self.admit(now, q, ev);
-        true
-    }
-}
-
-// The units' busy set.
-impl Mc {
-    /// Bring the busy set to `now`: clear the bits of units free by then. Passes come in
-    /// time order, and only an issue makes a unit busy (`occupy`).
-    fn refresh_busy(&mut self, now: u64) {
-        if now >= self.busy_until {
-            let mut until = u64::MAX;
-            for w in 0..self.busy.len() {
-                for u in ones(w, self.busy[w]) {
-                    if self.units[u] <= now {
-                        self.busy[w] &= !(1 << (u % 64));
-                    } else {
-                        until = until.min(self.units[u]);
-                    }
-                }
-            }
-            self.busy_until = until;
-        }
-        debug_assert!(
-            (0..self.units.len()).all(|u| self.is_busy(u) == (self.units[u] > now)),
-            "a unit is in the busy set exactly when it is busy at the pass's time"
-        );
-    }
-
-    /// Unit `u` is busy until `until` (after the pass's time).
-    fn occupy(&mut self, u: usize, until: u64) {
-        self.units[u] = until;
-        self.busy[u / 64] |= 1 << (u % 64);
-        self.busy_until = self.busy_until.min(until);
-    }
-
-    fn is_busy(&self, u: usize) -> bool {
-        self.busy[u / 64] & (1 << (u % 64)) != 0
-    }
-
-    /// Of word `w` of a unit set, the units that are channel `ch`'s and free now.
-    fn free_in(&self, word: u64, ch: usize, w: usize) -> u64 {
-        word & self.ch_units[ch][w] & !self.busy[w]
-    }
-
-    /// Whether a free unit of channel `ch` is in `on` (the units with a queued request): if
-    /// not, no scan of the queue can find one to issue.
-    fn ready_on(&self, on: impl IntoIterator<Item = u64>, ch: usize) -> bool {
-        on.into_iter()
-            .enumerate()
-            .any(|(w, word)| self.free_in(word, ch, w) != 0)
-    }
-
-    /// The earliest later time a queued read or write finds its channel and unit free (per
-    /// unit with something queued, the later of its unit's and its channel's free times), or
-    /// a query its channel's bus (any bus while a sub-queue is locked or starved).
-    fn next_free(&self, now: u64) -> u64 {
-        // Locked, or out of credits with writes queued.
-        let querying = ones(0, self.query_cands.into()).any(|q| {
-            let s = &self.queues[q];
-            s.lock.is_some() || !s.entries.is_empty()
-        });
-        let mut next = u64::MAX;
-        for ch in 0..self.bus.len() {
-            let bus = self.bus[ch];
-            // A request on a busy unit waits for the later of its unit and the bus: it
-            // cannot beat a bus that frees after `now`.
-            let t = if bus > now && (querying || self.ready_on(self.work(), ch)) {
-                bus
-            } else {
-                self.busy_work_until(now, ch).max(bus)
-            };
-            next = next.min(t);
-        }
-        next
-    }
-
-    /// The units with a queued read or write, a word each.
-    fn work(&self) -> impl Iterator<Item = u64> + '_ {
-        let (r, w) = (&self.reads_on.bits, &self.writes_on.bits);
-        r.iter().zip(w).map(|(r, w)| r | w)
-    }
-
-    /// The earliest time a busy unit of channel `ch` with a queued request frees (u64::MAX:
-    /// none).
-    fn busy_work_until(&self, now: u64, ch: usize) -> u64 {
-        let mut until = u64::MAX;
-        for (w, work) in self.work().enumerate() {
-            for u in ones(w, work & self.ch_units[ch][w] & self.busy[w]) {
-                until = until.min(self.units[u]);
-            }
-        }
-        assert!(until > now, "a busy unit frees after the pass");
-        until
-    }
-
-    /// The memory's contents: per line written, the version of the write that finished
-    /// last (a later completion overwrites an earlier one, as it would in the NVM).
-    pub fn memory(&mut self) -> &mut FxHashMap<u64, u64> {
-        self.memory.reserve(self.written.len());
-        for (line, version) in self.written.drain(..) {
-            self.memory.insert(line, version);
-        }
-        &mut self.memory
-    }
-
-    /// Nothing queued, in flight or committing: the run can end.
-    pub fn idle(&self) -> bool {
-        self.reads_len == 0
-            && self
-                .queues
-                .iter()
-                .all(|s| s.entries.is_empty() && s.waiting.is_empty() && s.in_flight == 0)
-            && self.waiting_commits.is_empty()
+        self.land(w.line, w.version);
+        self.log(Log::WriteDone { id: w.id, t });
     }
 }
 
@@ -918,6 +632,303 @@ fn ones(w: usize, word: u64) -> impl Iterator<Item = usize> {
         Some(w * 64 + b)
     })
 }
+
+// Commits and queries.
+impl Mc {
+    /// A commit reaches the controller at `t` (its core's commit instruction is at the ROB
+    /// head: every flush before it has entered the write queue). True if it is done at once;
+    /// otherwise `Done` names `token` when it is.
+    pub fn commit(&mut self, t: u64, token: u64, addr: u64, len: u64) -> bool {
+        assert!(
+            t >= self.now,
+            "the controller hears of commits in time order"
+        );
+        debug_assert!(
+            self.next_action() >= t,
+            "the controller acted up to the commit first"
+        );
+        self.now = t;
+        self.stats.commits += 1;
+        let queues = match self.mode {
+            _ if self.ideal => return true,
+            Mode::Adr | Mode::Eadr => return true,
+            Mode::Global => (1u32 << self.queues.len()) - 1,
+            Mode::Fine => self.ranges.queues_of_range(addr, len),
+        };
+        self.commits.push(Commit {
+            token,
+            queues,
+            left: queues,
+            arrived: t,
+            query_sent: false,
+        });
+        self.waiting_commits.push((self.commits.len() - 1, queues));
+        self.start_commits(t);
+        false
+    }
+
+    /// Start, in arrival order, every waiting commit whose sub-queues are all free: a commit
+    /// waits only for commits holding one of its own sub-queues.
+    fn start_commits(&mut self, t: u64) {
+        let mut i = 0;
+        while i < self.waiting_commits.len() {
+            let (idx, queues) = self.waiting_commits[i];
+            if queues & self.locked != 0 {
+                i += 1;
+                continue;
+            }
+            self.waiting_commits.remove(i);
+            self.locked |= queues;
+            for q in ones(0, queues.into()) {
+                assert!(
+                    self.queues[q].lock.is_none(),
+                    "a commit starts on free sub-queues"
+                );
+                self.queues[q].lock = Some(idx);
+            }
+            if self.mode == Mode::Global {
+                self.global_commit = Some(idx);
+            } else {
+                self.parts_left |= queues;
+            }
+            self.log(Log::CommitStart {
+                commit: idx as u64,
+                queues,
+                t,
+            });
+            self.touch_all();
+        }
+    }
+
+    fn finish_commit(&mut self, t: u64, idx: usize, out: &mut Vec<Done>) {
+        let c = &self.commits[idx];
+        assert!(c.left == 0, "a commit is done only when every part is");
+        let (token, queues) = (c.token, c.queues);
+        self.stats.commit_cycles_total += t - c.arrived;
+        self.log(Log::CommitDone {
+            commit: idx as u64,
+            t,
+        });
+        out.push(Done { token, t });
+        if self.global_commit == Some(idx) {
+            self.global_commit = None;
+        }
+        for q in ones(0, queues.into()) {
+            self.queues[q].lock = None;
+            self.locked &= !(1 << q);
+            self.admit(t, q, out);
+        }
+        self.start_commits(t);
+    }
+
+    /// The query due on channel `ch`, if any: a global commit's once every sub-queue is
+    /// drained (on channel 0), a poll of a committing sub-queue that is empty, or the credits
+    /// of a sub-queue that ran out with writes queued (sub-queue q queries on channel q mod
+    /// channels). `Some(u32::MAX)` is the global one.
+    fn pick_query(&self, ch: usize) -> Option<u32> {
+        if let (Some(idx), 0) = (self.global_commit, ch) {
+            if !self.commits[idx].query_sent && self.nonempty == 0 && self.in_flight == 0 {
+                return Some(u32::MAX);
+            }
+        }
+        if self.mode != Mode::Fine {
+            return None;
+        }
+        let polling = self.parts_left & !self.nonempty;
+        let starved = self.no_credits & self.nonempty;
+        let due = (polling | starved) & self.ch_queues[ch] & !self.queries_out;
+        debug_assert!(
+            ones(0, due.into()).all(|q| {
+                let sq = &self.queues[q];
+                let part = sq
+                    .lock
+                    .is_some_and(|i| self.commits[i].left & (1 << q) != 0);
+                (part && sq.entries.is_empty()) || (sq.credits == 0 && !sq.entries.is_empty())
+            }),
+            "the bits name the sub-queues whose query is due"
+        );
+        (due != 0).then(|| due.trailing_zeros())
+    }
+
+    fn send_query(&mut self, t: u64, ch: usize, q: u32) {
+        let answer = match self.queues.get_mut(q as usize) {
+            Some(sq) => {
+                let polling = sq.lock.is_some() && sq.entries.is_empty();
+                sq.issued_since_query = 0;
+                self.queries_out |= 1 << q;
+                if polling {
+                    self.stats.commit_queries += 1;
+                } else {
+                    self.stats.credit_queries += 1;
+                }
+                self.credits_max - sq.in_flight
+            }
+            None => {
+                let idx = self.global_commit.expect("a global query has its commit");
+                self.commits[idx].query_sent = true;
+                0
+            }
+        };
+        self.stats.syncs += 1;
+        self.mark(ch);
+        self.bus[ch].take(t, self.burst_cycles, t);
+        let back = t + self.read_cycles + self.burst_cycles;
+        self.flight.queries.push_back((back, q, answer));
+        self.next_known = false;
+        self.log(Log::Query { q, t });
+    }
+
+    /// A query read returned at `t`: the credits it carries are the NVM side's at its sending.
+    fn query_done(&mut self, t: u64, q: u32, answer: u32, out: &mut Vec<Done>) {
+        if q == u32::MAX {
+            let idx = self.global_commit.expect("a global query has its commit");
+            self.commits[idx].left = 0;
+            return self.finish_commit(t, idx, out);
+        }
+        self.queries_out &= !(1 << q);
+        let sq = &mut self.queues[q as usize];
+        sq.credits = answer.saturating_sub(sq.issued_since_query);
+        let settled =
+            answer == self.credits_max && sq.issued_since_query == 0 && sq.entries.is_empty();
+        let (refilled, lock) = (sq.credits > 0, sq.lock);
+        // Its query may be due again, on its channel.
+        self.mark(q as usize % self.stale.len());
+        if refilled && self.no_credits & (1 << q) != 0 {
+            // Its writes, on any channel, may issue again.
+            self.touch_all();
+            self.no_credits &= !(1 << q);
+            // Its queued writes may issue again.
+            for e in &self.queues[q as usize].entries {
+                self.ready.add(e.unit);
+            }
+        }
+        if let (Some(idx), true) = (lock, settled) {
+            let c = &mut self.commits[idx];
+            if c.left & (1 << q) != 0 {
+                c.left &= !(1 << q);
+                self.parts_left &= !(1 << q);
+                self.log(Log::CommitPart {
+                    commit: idx as u64,
+                    q,
+                    t,
+                });
+                if self.commits[idx].left == 0 {
+                    self.finish_commit(t, idx, out);
+                }
+            }
+        }
+    }
+}
+
+// The calendar: what happens next, and doing it.
+impl Mc {
+    /// The time of channel `ch`'s next command from `self.now` on (u64::MAX: none) and the
+    /// unit it uses (u32::MAX: a query).
+    fn command_time(&self, ch: usize) -> (u64, u32) {
+        let now = self.now;
+        let (ready, unit) = if self.pick_query(ch).is_some() {
+            (now, u32::MAX)
+        } else {
+            self.write_ready(ch)
+        };
+        if ready == u64::MAX {
+            return (u64::MAX, 0);
+        }
+        (self.bus[ch].gap(ready.max(now), self.burst_cycles), unit)
+    }
+
+    /// The time of the controller's next action (u64::MAX: nothing to do until a request
+    /// arrives). No request may arrive before the last one: the engine asks before each.
+    #[inline]
+    pub fn next_action(&mut self) -> u64 {
+        if !self.next_known {
+            self.next = self.find_next();
+            self.next_known = true;
+        }
+        self.next
+    }
+
+    fn find_next(&mut self) -> u64 {
+        let mut t = u64::MAX;
+        if let Some(&(d, ..)) = self.flight.writes.front() {
+            t = d;
+        }
+        if let Some(&(d, ..)) = self.flight.queries.front() {
+            t = t.min(d);
+        }
+        for ch in 0..self.next_cmd.len() {
+            if self.stale[ch] {
+                self.next_cmd[ch] = self.command_time(ch);
+                self.stale[ch] = false;
+            }
+            // What is not marked stale has not moved (the marks are the cache's invariant).
+            debug_assert_eq!(
+                self.next_cmd[ch],
+                self.command_time(ch),
+                "channel {ch}'s next command is where it was found"
+            );
+            t = t.min(self.next_cmd[ch].0);
+        }
+        debug_assert!(
+            t >= self.now,
+            "the controller's next action is not in the past"
+        );
+        t
+    }
+
+    /// Do the controller's next action (at `next_action()`): a completion first, then the lowest
+    /// channel's command. What it finishes for the engine is pushed on `out`.
+    pub fn step(&mut self, out: &mut Vec<Done>) {
+        let t = self.next_action();
+        assert!(t != u64::MAX, "a step has something to do");
+        self.now = t;
+        // Whatever the step does, a completion is taken or a command placed.
+        self.next_known = false;
+        if self.flight.writes.front().is_some_and(|w| w.0 == t) {
+            let (_, q, w) = self.flight.writes.pop_front().expect("a write");
+            return self.write_done(t, q, w);
+        }
+        if self.flight.queries.front().is_some_and(|w| w.0 == t) {
+            let (_, q, answer) = self.flight.queries.pop_front().expect("a query");
+            return self.query_done(t, q, answer, out);
+        }
+        let ch = (0..self.next_cmd.len())
+            .find(|&ch| self.next_cmd[ch].0 == t)
+            .expect("a channel's command is due");
+        if let Some(q) = self.pick_query(ch) {
+            return self.send_query(t, ch, q);
+        }
+        let (q, i) = self
+            .pick_write(ch, t)
+            .expect("a channel's command time finds a write to issue");
+        self.issue_write(t, ch, q, i, out);
+    }
+
+    /// Nothing queued, in flight or committing: the run can end.
+    pub fn idle(&self) -> bool {
+        self.flight.writes.is_empty()
+            && self.flight.queries.is_empty()
+            && self.waiting_commits.is_empty()
+            && self.global_commit.is_none()
+            && self
+                .queues
+                .iter()
+                .all(|s| s.entries.is_empty() && s.waiting.is_empty() && s.lock.is_none())
+    }
+
+    /// The memory's contents: per line written, the version of the write that finished
+    /// last (a later completion overwrites an earlier one, as it would in the NVM).
+    pub fn memory(&mut self) -> &mut FxHashMap<u64, u64> {
+        self.memory.reserve(self.written.len());
+        for (line, version) in self.written.drain(..) {
+            self.memory.insert(line, version);
+        }
+        &mut self.memory
+    }
+}
+
+#[cfg(test)]
+mod tests;
 
 /// Requests queued per unit, with a bit per unit that has any.
 struct Counts {
@@ -943,7 +954,7 @@ impl Counts {
         let u = unit as usize;
         assert!(
             self.count[u] > 0,
-            "a request leaves a unit it was queued on"
+            "a request leaves a unit it was counted on"
         );
         self.count[u] -= 1;
         if self.count[u] == 0 {
@@ -951,6 +962,3 @@ impl Counts {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,15 +1,21 @@
-//! The closed-form ROB (`rob::Rob`) replays the engine exactly: each core's program as the
-//! engine ran it with the real controller (`sim::run_stepping`: what served each access, the
-//! ready cycle the engine gave each deferred entry, the cycle of each access and commit
-//! arrival) is fed to a `Rob`, which must give the same fetch cycle for every shared access
-//! (L3, controller, bind), the same commit arrivals, finish cycle and instructions. Deferred
-//! entries are resolved as late as the Rob allows (when it asks), as early as possible, and at
-//! random points between: the answers must not depend on when.
+//! The engine's cores are closed-form ROBs (`rob::Rob`) whose deferred entries (a read whose
+//! slot the controller has not placed, a flush waiting for room, a commit) are resolved when
+//! the controller says. This replays each core's program as the engine ran it with the real
+//! controller (`sim::run_stepping`: what served each access, the cycle of each shared access,
+//! the ready cycle of each deferred entry, each commit's arrival) on a fresh `Rob`, resolving
+//! the deferred entries as late as the Rob allows (when it asks), as early as possible, and at
+//! random points between: it must give the same fetch cycle for every shared access (L3,
+//! controller, bind) and for every private access whose time the engine needed, the same
+//! commit arrivals, finish cycle and instructions. So the engine's answers do not depend on
+//! when the controller's answers reached a core, and the times it recorded are the ones its
+//! cores ran on. The Rob itself is checked against a reference that steps one instruction at
+//! a time (`rob/tests.rs`); before the engine ran on it, this test replayed the cycle-stepped
+//! engine's runs on it exactly (commit 18ead09).
 
 use nvstack_mcsim::cache::Served;
 use nvstack_mcsim::kernels::{Kernel, KernelConfig, KernelWorkload};
 use nvstack_mcsim::rob::{Id, Rob};
-use nvstack_mcsim::sim::{run_stepping, CoreSteps, Step};
+use nvstack_mcsim::sim::{run_stepping, CoreSteps, Step, UNTIMED};
 use nvstack_mcsim::{Config, Mode, Op, VecWorkload, Workload};
 use std::collections::VecDeque;
 
@@ -98,8 +104,9 @@ fn replay(cfg: &Config, core: &CoreSteps, when: When, t: &mut Tally) -> Result<(
         match *step {
             Step::Gap(n) => rob.gap(n.into()),
             Step::Access { served, fetch, .. } if served == Served::L1 || served == Served::L2 => {
-                // Private: checked too when known without resolving anything.
-                if let Some(f) = rob.fetch_cycle() {
+                // Private: checked too when the engine needed its time and the Rob knows it
+                // without resolving anything.
+                if let (true, Some(f)) = (fetch != UNTIMED, rob.fetch_cycle()) {
                     t.private += 1;
                     (f == fetch)
                         .then_some(())

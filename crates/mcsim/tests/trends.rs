@@ -37,12 +37,13 @@ fn mean_over_seeds(
 }
 
 /// The order (eADR >= fine >= global) per kernel, and ADR >= fine. eADR against ADR
-/// is asserted over the four kernels together, not per kernel: the two differ only when a
-/// sub-queue is full (ADR's flush waits for room, eADR's core goes on and posts more writes),
-/// and then eADR's extra writes compete with its own reads for units. With cores at one cycle
-/// in core-number order, B-tree's seed 0 on 4 cores takes 77,775 cycles under eADR against
-/// 77,694 under ADR (6 writes waited against 4; the other five seeds are equal): eADR's mean
-/// is 0.02 % below ADR's on B-tree alone.
+/// is not an order the model guarantees, and is asserted only within 1 % over the four
+/// kernels together: the two differ only when a sub-queue is full (ADR's flush waits for
+/// room, eADR's core goes on and posts more writes), and eADR's extra writes then hold units
+/// (a write holds its unit 155 ns, a read 60) that its own later reads wait for, where ADR's
+/// stalled core sends those reads after the writes drained. On 4 cores over 6 seeds eADR's
+/// mean IPC is 0.25 % below ADR's on the hash map and on the B-tree and equal on the others;
+/// a change that made posting writes cost more than 1 % would fail here.
 #[test]
 fn eadr_fine_global_in_that_order_on_average() {
     let (mut adr_all, mut eadr_all) = (0.0, 0.0);
@@ -68,8 +69,8 @@ fn eadr_fine_global_in_that_order_on_average() {
         );
     }
     assert!(
-        eadr_all >= adr_all,
-        "eADR's IPC over the kernels {eadr_all}, ADR's {adr_all}"
+        eadr_all >= 0.99 * adr_all,
+        "eADR's IPC over the kernels {eadr_all}, ADR's {adr_all}: more than 1 % below"
     );
 }
 

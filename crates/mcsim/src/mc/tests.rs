@@ -1,188 +1,161 @@
-//! The controller's bookkeeping against the plain forms it replaced, kept here as the
-//! reference: the read queue as one FIFO scanned in arrival order, and `next_free` as a
-//! walk over every unit with something queued. Random reads, writes, commits, passes and
-//! completions on small machines (one of them with units spread over two words and a
-//! channel count that is not a power of two) must pick the same reads and ask for the same
-//! passes, step by step.
+//! Hand-worked calendars of the controller alone, at 1000 MHz (a nanosecond is a cycle): a
+//! read holds its unit 55 + 5, a write 5 + 150, every command its channel's bus 5. Lines
+//! interleave over the 2 channels, then over a channel's 16 units: line l is on channel
+//! l mod 2, unit (l mod 2) + 2 ((l / 2) mod 16).
 
-use super::Mc;
+use super::{Done, Mc};
 use crate::config::{Config, Mode};
-use crate::event::{Ev, Events, Log};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-use std::collections::VecDeque;
+use crate::event::Log;
 
-fn machine(mode: Mode, channels: u32, units_per_channel: u32) -> Config {
-    Config {
+fn controller(mode: Mode) -> Mc {
+    Mc::new(&Config {
         mode,
-        channels,
-        units_per_channel,
-        read_queue_entries: 8,
-        sub_queues: 4,
-        sub_queue_entries: 4,
-        credits: 3,
+        clock_mhz: 1000,
         log_events: true,
         ..Config::default()
+    })
+}
+
+/// Step the controller until it has nothing left to do; what it finished for the engine.
+fn drain(cal: &mut Mc) -> Vec<Done> {
+    let mut out = Vec::new();
+    while cal.next_action() != u64::MAX {
+        cal.step(&mut out);
+    }
+    assert!(cal.idle(), "nothing is left once no action is");
+    out
+}
+
+/// Step the controller through every action up to `t` (an arrival at `t` comes after them).
+fn until(cal: &mut Mc, t: u64, out: &mut Vec<Done>) {
+    while cal.next_action() <= t {
+        cal.step(out);
     }
 }
 
-/// The read queue as it was: (seq, line) in arrival order, and the reads beyond its size.
-#[derive(Default)]
-struct OneFifo {
-    queue: VecDeque<(u64, u64)>,
-    backlog: VecDeque<(u64, u64)>,
-}
-
-impl OneFifo {
-    fn arrive(&mut self, seq: u64, line: u64, size: usize) {
-        if self.queue.len() < size {
-            self.queue.push_back((seq, line));
-        } else {
-            self.backlog.push_back((seq, line));
-        }
-    }
-
-    /// The old pick: the first read whose channel is `ch` and whose unit is free at `now`.
-    fn issue(&mut self, mc: &Mc, now: u64, ch: usize) -> Option<u64> {
-        let free = |line: u64| mc.channel(line) == ch && mc.units[mc.unit(line)] <= now;
-        let i = self.queue.iter().position(|&(_, line)| free(line))?;
-        let (_, line) = self.queue.remove(i).expect("picked");
-        if let Some(b) = self.backlog.pop_front() {
-            self.queue.push_back(b);
-        }
-        Some(line)
-    }
-}
-
-/// Reads only (distinct lines, so the log names the one issued), with the units kept busy
-/// by the issues themselves: every pick, backlog refill included, is the old scan's.
 #[test]
-fn read_pick_is_the_old_scans() {
-    for (channels, upc) in [(2, 4), (3, 30)] {
-        let cfg = machine(Mode::Fine, channels, upc);
-        let mut mc = Mc::new(&cfg);
-        let mut ev = Events::default();
-        let mut old = OneFifo::default();
-        let mut rng = SmallRng::seed_from_u64(11);
-        let mut now = 0;
-        for seq in 0..30_000u64 {
-            if rng.gen_bool(0.55) {
-                let line = seq * 1024 + rng.gen_range(0..1024);
-                mc.read(now, 0, seq, line);
-                old.arrive(seq, line, cfg.read_queue_entries as usize);
-                continue;
-            }
-            now += rng.gen_range(0..120);
-            mc.refresh_busy(now);
-            for ch in 0..channels as usize {
-                let want = old.issue(&mc, now, ch);
-                let issued = mc.issue_read(now, ch, &mut ev);
-                assert_eq!(
-                    issued,
-                    want.is_some(),
-                    "a read issues when the scan finds one"
-                );
-                let last = mc.log.as_ref().and_then(|l| l.last().copied());
-                if let (Some(line), Some(Log::ReadIssued { line: got, .. })) = (want, last) {
-                    assert_eq!(got, line, "the same read at {now} on channel {ch}");
-                }
-            }
-            assert_eq!(mc.reads_len, old.queue.len(), "the same reads queued");
-        }
-    }
+fn reads_take_their_slots_at_arrival() {
+    let mut cal = controller(Mode::Fine);
+    // Line 0 at 0: issued at once. Line 2 (channel 0, another unit) at 0: the bus is taken
+    // until 5. Line 1 (channel 1) at 0: its own bus. Line 0 again at 1: its unit is busy
+    // until 60. Line 4 at 3: the bus has a gap at 10 (before the read placed at 60).
+    assert_eq!(cal.read(0, 0), 60);
+    assert_eq!(cal.read(0, 2), 65);
+    assert_eq!(cal.read(0, 1), 60);
+    assert_eq!(cal.read(1, 0), 120);
+    assert_eq!(cal.read(3, 4), 70);
+    assert_eq!(cal.next_action(), u64::MAX, "reads leave nothing for later");
+    assert_eq!(cal.stats.reads, 5);
 }
 
-/// `next_free` as it was: per unit with something queued, the later of its unit's and its
-/// channel's free times, and every bus while a sub-queue is locked or starved.
-fn old_next_free(mc: &Mc, now: u64) -> u64 {
-    let mut next = u64::MAX;
-    let channels = mc.bus.len();
-    for u in 0..mc.units.len() {
-        if mc.reads_on.count[u] + mc.writes_on.count[u] > 0 {
-            let t = mc.bus[u % channels].max(mc.units[u]);
-            if t > now {
-                next = next.min(t);
-            }
-        }
+#[test]
+fn a_write_waits_for_the_read_of_its_unit() {
+    let mut cal = controller(Mode::Fine);
+    assert_eq!(cal.read(0, 0), 60);
+    assert!(
+        cal.write(0, 0, 7, Some(1)),
+        "an empty sub-queue takes the write"
+    );
+    // A read of another unit arriving at 2 is placed at once, after the bus frees at 5.
+    assert_eq!(cal.read(2, 2), 65);
+    assert_eq!(cal.next_action(), 60);
+    assert!(drain(&mut cal).is_empty(), "the flush was accepted at once");
+    assert_eq!(
+        cal.log.clone().unwrap(),
+        vec![
+            Log::ReadIssued { line: 0, t: 0 },
+            Log::WriteAccepted { id: 1, q: 7, t: 0 },
+            Log::ReadIssued { line: 2, t: 5 },
+            Log::WriteIssued { id: 1, q: 7, t: 60 },
+            Log::WriteDone { id: 1, t: 215 },
+        ]
+    );
+    assert_eq!(cal.memory().get(&0), Some(&7));
+}
+
+#[test]
+fn a_commit_of_an_empty_sub_queue_is_one_query() {
+    let mut cal = controller(Mode::Fine);
+    cal.bind(0x10000, 0x1000);
+    assert!(!cal.commit(1, 9, 0x10000, 0x1000), "a fine commit waits");
+    // Sub-queue 0 queries on channel 0 at 1; the answer (all 8 credits) is back at 61.
+    assert_eq!(drain(&mut cal), vec![Done { token: 9, t: 61 }]);
+    assert_eq!(
+        cal.log.clone().unwrap(),
+        vec![
+            Log::CommitStart {
+                commit: 0,
+                queues: 1,
+                t: 1
+            },
+            Log::Query { q: 0, t: 1 },
+            Log::CommitPart {
+                commit: 0,
+                q: 0,
+                t: 61
+            },
+            Log::CommitDone { commit: 0, t: 61 },
+        ]
+    );
+    assert_eq!((cal.stats.syncs, cal.stats.commit_queries), (1, 1));
+}
+
+#[test]
+fn credits_run_out_and_queries_refill_them() {
+    let mut cal = controller(Mode::Fine);
+    cal.bind(0x10000, 0x1000); // lines 0x400 to 0x43f: sub-queue 0
+                               // Nine writes at 0, channel 0, units 0, 2, ... 16. The first eight fill sub-queue 0;
+                               // the ninth (a flush) waits and enters at 0, when the first issues.
+    for k in 0..9u64 {
+        let waiter = (k == 8).then_some(5);
+        assert_eq!(cal.write(0, 0x400 + 2 * k, k + 1, waiter), k < 8);
     }
-    let querying = mc
-        .queues
+    let done = drain(&mut cal);
+    assert_eq!(done, vec![Done { token: 5, t: 0 }]);
+    // Eight writes issue a burst apart, 0 to 35, and take the 8 credits. The ninth is
+    // starved: a query at 40 finds all 8 in flight (answer 0, back at 100), so does one at
+    // 100 (back at 160); by 160 two writes are done (155, 160), so the query at 160 answers
+    // 2, back at 220, when the ninth issues.
+    let log = cal.log.clone().unwrap();
+    let issued: Vec<u64> = log
         .iter()
-        .any(|s| s.lock.is_some() || (s.credits == 0 && !s.entries.is_empty()));
-    if querying {
-        for &b in mc.bus.iter().filter(|&&b| b > now) {
-            next = next.min(b);
-        }
-    }
-    next
+        .filter_map(|l| match l {
+            Log::WriteIssued { t, .. } => Some(*t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(issued, vec![0, 5, 10, 15, 20, 25, 30, 35, 220]);
+    let queries: Vec<u64> = log
+        .iter()
+        .filter_map(|l| match l {
+            Log::Query { q: 0, t } => Some(*t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(queries, vec![40, 100, 160]);
+    assert_eq!((cal.stats.credit_queries, cal.stats.syncs), (3, 3));
+    assert_eq!(cal.memory().get(&0x410), Some(&9));
 }
 
-/// One random step of a driver that keeps the engine's rules the controller relies on:
-/// time never goes back, and an arrival comes no later than the next event.
-fn step(mc: &mut Mc, ev: &mut Events, rng: &mut SmallRng, now: &mut u64, seq: u64) {
-    if rng.gen_bool(0.4) {
-        *now = (*now + rng.gen_range(0..40)).min(ev.horizon());
-        let line = rng.gen_range(0..256);
-        match rng.gen_range(0..10) {
-            0..=4 => mc.read(*now, 0, seq, line),
-            5..=8 => {
-                mc.write(*now, line, seq, None);
-            }
-            _ => {
-                mc.commit(*now, 0, seq, line * 64, 64 * rng.gen_range(1..4));
-            }
-        }
-        return mc.pass_if_asked(*now, ev);
-    }
-    let Some((t, e)) = ev.pop() else { return };
-    *now = t;
-    match e {
-        Ev::Tick => mc.schedule(t, ev),
-        Ev::WriteDone {
-            q,
-            id,
-            line,
-            version,
-        } => mc.write_done(t, q, id, line, version),
-        Ev::QueryDone { q, answer } => mc.query_done(t, q, answer, ev),
-        _ => {}
-    }
-    // As the engine does after every event.
-    mc.pass_if_due(t, ev);
-}
-
-/// After every pass (and every step), the pass it asked for is the old formula's, and the
-/// per-unit read FIFOs hold what the counts say.
 #[test]
-fn next_free_is_the_old_formula() {
-    for mode in [Mode::Fine, Mode::Global] {
-        for (channels, upc) in [(2, 4), (3, 30)] {
-            let cfg = machine(mode, channels, upc);
-            let mut mc = Mc::new(&cfg);
-            mc.bind(0, 64 * 64);
-            mc.bind(64 * 128, 64 * 64);
-            let mut ev = Events::default();
-            let mut rng = SmallRng::seed_from_u64(5);
-            let mut now = 0;
-            for seq in 0..40_000u64 {
-                step(&mut mc, &mut ev, &mut rng, &mut now, seq);
-                mc.refresh_busy(now);
-                assert_eq!(mc.next_free(now), old_next_free(&mc, now), "at {now}");
-                let queued: usize = mc.reads.iter().map(VecDeque::len).sum();
-                assert_eq!(queued, mc.reads_len, "the FIFOs hold the queued reads");
-            }
-            let log = mc.log.as_deref().unwrap_or_default();
-            let issued = |f: fn(&Log) -> bool| log.iter().filter(|e| f(e)).count();
-            let counts = [
-                issued(|e| matches!(e, Log::ReadIssued { .. })),
-                issued(|e| matches!(e, Log::WriteIssued { .. })),
-                issued(|e| matches!(e, Log::Query { .. })),
-                issued(|e| matches!(e, Log::CommitDone { .. })),
-            ];
-            assert!(
-                counts.iter().all(|&n| n > 100) && mc.stats.writes_waited > 0,
-                "the driver reaches every kind of issue ({counts:?})"
-            );
-        }
-    }
+fn a_global_commit_drains_every_sub_queue_then_queries_once() {
+    let mut cal = controller(Mode::Global);
+    let mut done = Vec::new();
+    assert!(cal.write(0, 0, 1, Some(1)));
+    until(&mut cal, 0, &mut done); // the write issues at 0, done at 155
+    assert!(!cal.commit(0, 2, 0x10000, 64));
+    until(&mut cal, 1, &mut done);
+    // Every sub-queue is locked: a write arriving now waits until the commit is done.
+    assert!(!cal.write(1, 2, 2, Some(3)));
+    // Once every sub-queue is drained (155), the one query, back at 215.
+    done.extend(drain(&mut cal));
+    assert_eq!(
+        done,
+        vec![Done { token: 2, t: 215 }, Done { token: 3, t: 215 }]
+    );
+    assert!(cal.log.clone().unwrap().contains(&Log::Query {
+        q: u32::MAX,
+        t: 155
+    }));
+    assert_eq!((cal.stats.syncs, cal.stats.commit_cycles_total), (1, 215));
 }
