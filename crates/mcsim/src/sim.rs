@@ -452,17 +452,19 @@ impl<'w> Sim<'w> {
             &self.cfg.l2
         };
         self.lanes[c].rob.entry(u64::from(l.hit_cycles));
-        let (fetch, ready) = (UNTIMED, UNTIMED);
-        self.note(
-            c,
-            Step::Access {
-                served,
-                fetch,
-                ready,
-            },
-            None,
-        );
+        self.note_access(c, served, UNTIMED, UNTIMED);
         true
+    }
+
+    /// Record core `c`'s access (if recording): what served it, its fetch and ready cycles.
+    #[inline]
+    fn note_access(&mut self, c: usize, served: Served, fetch: u64, ready: u64) {
+        let step = Step::Access {
+            served,
+            fetch,
+            ready,
+        };
+        self.note(c, step, None);
     }
 
     /// A load or a store reaching L3 at `t`: an L3 hit, or a read placed by the controller.
@@ -478,16 +480,7 @@ impl<'w> Sim<'w> {
             Served::L1 => unreachable!("an L1 hit is private"),
         };
         self.lanes[c].rob.entry(latency);
-        let (fetch, ready) = (t, t + latency);
-        self.note(
-            c,
-            Step::Access {
-                served,
-                fetch,
-                ready,
-            },
-            None,
-        );
+        self.note_access(c, served, t, t + latency);
         // Dirty lines pushed out of L3 go to the write queue; no core waits for them.
         for i in 0..self.caches.writebacks.len() {
             let (line, version) = self.caches.writebacks[i];
