@@ -1,6 +1,6 @@
-//! The memory controller, scheduled on a calendar: Figure 4's memory controller (a read queue, a write queue split
-//! into sub-queues bound to address ranges, persistence credits per sub-queue synchronised by
-//! query reads, commits that lock and drain their sub-queues) scheduled without passes.
+//! Figure 4's memory controller (a read queue, a write queue split into sub-queues bound to
+//! address ranges, persistence credits per sub-queue synchronised by query reads, commits that
+//! lock and drain their sub-queues), scheduled on a calendar instead of in passes.
 //!
 //! Every command holds its channel's bus for a burst; a read holds its unit for a read and a
 //! burst, a write for a burst and a write. Reads go before queries, queries before writes:
@@ -16,8 +16,9 @@
 //!   turn; a fine-grained sub-queue without credits issues nothing until a query refills it.
 //!
 //! So a read arriving while a write waits for its unit is never delayed by that write, and a
-//! write waits for the reads placed on its unit: what the earlier controller (`mc`), which
-//! decided at each pass among what had arrived, gave only to reads already queued.
+//! write waits for the reads placed on its unit: what the controller before this one (until
+//! 2026-11-27), which decided at each pass among what had arrived, gave only to reads already
+//! queued (docs/mcsim.md, "What the calendar changed").
 //!
 //! At equal times the controller acts before the cores, completions before commands, and
 //! channels in order. Every action is O(sub-queues + units of a channel) at most: there is no
