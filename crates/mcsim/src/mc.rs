@@ -89,19 +89,27 @@ struct SubQueue {
     entries: VecDeque<Write>,
     /// Writes that found the sub-queue full or locked, in arrival order.
     waiting: VecDeque<Write>,
+    /// Writes issued to the NVM and not finished (the NVM side's taken credits).
     in_flight: u32,
     /// The controller's view of the credits, stale until a query returns.
     credits: u32,
+    /// Writes issued since the last query was sent (its answer does not count them).
     issued_since_query: u32,
+    /// The commit holding the sub-queue (index into `Mc::commits`).
     lock: Option<usize>,
 }
 
+/// A commit at the controller, from its arrival until it is durable.
 struct Commit {
+    /// The engine's commit entry, named in `Done` when durable.
     token: u64,
+    /// The sub-queues it locks and drains, a bit each.
     queues: u32,
     /// Sub-queues whose part is not done yet.
     left: u32,
+    /// Its arrival cycle: its time per commit (Fig. 9) counts from here.
     arrived: u64,
+    /// Global: its one synchronisation read has gone out.
     query_sent: bool,
 }
 
@@ -332,17 +340,23 @@ impl Mc {
         (ch as u32, unit as u32)
     }
 
-    /// A request's arrival at `t`: time only moves on, and it is recorded when asked for.
-    fn arrive(&mut self, t: u64, line: u64, write: bool) {
+    /// The engine tells the controller of something at `t` (a request, a commit): time only
+    /// moves on, and the controller has done everything due before it.
+    fn hear_at(&mut self, t: u64) {
         assert!(
             t >= self.now,
-            "the controller hears of requests in time order"
+            "the controller hears of things in time order"
         );
         debug_assert!(
             self.next_action() >= t,
-            "the controller acted up to the arrival first"
+            "the controller acted up to what it hears first"
         );
         self.now = t;
+    }
+
+    /// A request's arrival at `t`, recorded when asked for.
+    fn arrive(&mut self, t: u64, line: u64, write: bool) {
+        self.hear_at(t);
         if let Some(a) = &mut self.arrivals {
             a.push(Arrival { t, line, write });
         }
@@ -640,15 +654,7 @@ impl Mc {
     /// head: every flush before it has entered the write queue). True if it is done at once;
     /// otherwise `Done` names `token` when it is.
     pub fn commit(&mut self, t: u64, token: u64, addr: u64, len: u64) -> bool {
-        assert!(
-            t >= self.now,
-            "the controller hears of commits in time order"
-        );
-        debug_assert!(
-            self.next_action() >= t,
-            "the controller acted up to the commit first"
-        );
-        self.now = t;
+        self.hear_at(t);
         self.stats.commits += 1;
         let queues = match self.mode {
             _ if self.ideal => return true,
