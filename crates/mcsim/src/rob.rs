@@ -358,6 +358,11 @@ impl Rob {
         id
     }
 
+    /// The id the next deferred entry or commit will have.
+    pub fn next_id(&self) -> Id {
+        Id(self.ready_base + self.readies.len() as u64)
+    }
+
     fn new_id(&mut self) -> Id {
         let id = self.ready_base + self.readies.len() as u64;
         self.readies.push_back(UNKNOWN);
@@ -434,6 +439,13 @@ impl Rob {
             );
             front.latency
         })
+    }
+
+    /// Evaluate what the resolved ready cycles allow now (the queries do so anyway): an
+    /// engine that holds a core's operations back while it waits on an entry returns it to
+    /// the fast path this way before it gives it more.
+    pub fn settle_now(&mut self) {
+        self.settle();
     }
 
     /// Evaluate queued operations as far as the resolved ready cycles allow.

@@ -236,6 +236,10 @@ struct Lane {
     rob: Rob,
     /// A commit fetched and not yet at the controller: its ROB id and range.
     commit: Option<(Id, u64, u64)>,
+    /// A commit at the controller and not done: the core takes no operation until it is.
+    /// Nothing after a commit is fetched before it retires, so what follows waits anyway,
+    /// and taken after its resolution it runs on the ROB's fast path instead of queueing.
+    sent: Option<Id>,
     trace_done: bool,
 }
 
@@ -270,6 +274,7 @@ impl<'w> Sim<'w> {
                     stores: 0,
                     rob: Rob::new(cfg),
                     commit: None,
+                    sent: None,
                     trace_done: false,
                 })
                 .collect(),
@@ -311,7 +316,7 @@ impl<'w> Sim<'w> {
         assert!(
             self.lanes
                 .iter()
-                .all(|l| l.trace_done && l.commit.is_none()),
+                .all(|l| l.trace_done && l.commit.is_none() && l.sent.is_none()),
             "every core ran its trace to the end"
         );
         Ok(())
@@ -322,7 +327,13 @@ impl<'w> Sim<'w> {
         while let Some(d) = self.done.pop() {
             let c = (d.token >> TOKEN_ID_BITS) as usize;
             let id = Id(d.token & ((1 << TOKEN_ID_BITS) - 1));
-            self.lanes[c].rob.resolve(id, d.t);
+            let lane = &mut self.lanes[c];
+            lane.rob.resolve(id, d.t);
+            if lane.sent == Some(id) {
+                lane.sent = None;
+                // Back to the fast path before what follows the commit is taken.
+                lane.rob.settle_now();
+            }
             self.note_time(c, id, d.t);
             let key = self.advance(c)?;
             self.keys.set(c, key);
@@ -341,7 +352,7 @@ impl<'w> Sim<'w> {
     fn advance(&mut self, c: usize) -> Result<u64> {
         loop {
             let lane = &mut self.lanes[c];
-            if lane.trace_done {
+            if lane.trace_done || lane.sent.is_some() {
                 return Ok(NO_TIME);
             }
             if let Some((id, ..)) = lane.commit {
@@ -398,6 +409,7 @@ impl<'w> Sim<'w> {
         if let Some((id, addr, len)) = self.lanes[c].commit.take() {
             let at_once = self.mc.commit(t, Self::token(c, id), addr, len);
             assert!(!at_once, "only commits that wait reach the controller");
+            self.lanes[c].sent = Some(id);
             return;
         }
         let lane = &mut self.lanes[c];
@@ -507,11 +519,15 @@ impl<'w> Sim<'w> {
             self.mc.write(t, line, version, None);
             return self.note(c, at_once, None);
         }
-        let id = rob.entry_deferred();
+        // Named by the id its entry takes if it must wait; accepted at once, it is an entry
+        // ready at its fetch, which keeps the ROB on its fast path.
+        let id = rob.next_id();
         if self.mc.write(t, line, version, Some(Self::token(c, id))) {
-            self.lanes[c].rob.resolve(id, t);
+            self.lanes[c].rob.entry(0);
             self.note(c, at_once, None);
         } else {
+            let deferred = self.lanes[c].rob.entry_deferred();
+            assert_eq!(deferred, id, "the flush's entry has the id it was named by");
             self.note(c, at_once, Some(id));
         }
     }
