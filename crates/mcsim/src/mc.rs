@@ -213,8 +213,8 @@ pub(crate) struct Mc {
     ready: Counts,
     /// Per unit, when it is free after every command placed on it.
     unit_free: Vec<u64>,
-    /// Per channel, its units, a bit each.
-    ch_units: Vec<Vec<u64>>,
+    /// Per channel, its units, a bit each: channel ch's words are `ch * words..`.
+    ch_units: Vec<u64>,
     bus: Vec<Bus>,
     /// The issue times of the reads placed, while some may still be queued.
     read_issues: BinaryHeap<Reverse<u64>>,
@@ -235,9 +235,10 @@ pub(crate) struct Mc {
     /// Writes in flight, all sub-queues (a global commit's drain).
     in_flight: u32,
     /// Per channel, the time of its next command (u64::MAX: none) and the unit it uses
-    /// (u32::MAX: a query), valid unless `stale`.
+    /// (u32::MAX: a query), valid unless its bit in `stale` is set (channels are at most 64).
     next_cmd: Vec<(u64, u32)>,
-    stale: Vec<bool>,
+    stale: u64,
+    all_channels: u64,
     /// `next_action`'s answer, valid while `next_known`: nothing stale and no completion
     /// added or taken since.
     next: u64,
@@ -260,11 +261,15 @@ impl Mc {
             credits: cfg.credits,
             ..SubQueue::default()
         };
-        let mut ch_units = vec![vec![0; words]; cfg.channels as usize];
+        let mut ch_units = vec![0; words * cfg.channels as usize];
         for u in 0..units {
-            ch_units[u % cfg.channels as usize][u / 64] |= 1 << (u % 64);
+            ch_units[(u % cfg.channels as usize) * words + u / 64] |= 1 << (u % 64);
         }
         let channels = cfg.channels as usize;
+        assert!(
+            (1..=64).contains(&channels),
+            "validated: a channel is a bit of a word"
+        );
         let mut ch_queues = vec![0; channels];
         for q in 0..cfg.sub_queues {
             ch_queues[(q % cfg.channels) as usize] |= 1 << q;
@@ -307,7 +312,8 @@ impl Mc {
             ch_queues,
             in_flight: 0,
             next_cmd: vec![(u64::MAX, 0); channels],
-            stale: vec![false; channels],
+            stale: 0,
+            all_channels: u64::MAX >> (64 - channels),
             next: u64::MAX,
             next_known: true,
             now: 0,
@@ -364,21 +370,20 @@ impl Mc {
 
     /// Channel `ch`'s next command may have moved.
     fn mark(&mut self, ch: usize) {
-        self.stale[ch] = true;
+        self.stale |= 1 << ch;
         self.next_known = false;
     }
 
     /// Every channel's next command may have moved.
     fn touch_all(&mut self) {
-        self.stale.iter_mut().for_each(|s| *s = true);
+        self.stale = self.all_channels;
         self.next_known = false;
     }
 
     /// Sub-queue `q`'s query may be due now or no longer (on channel q mod channels), and so
     /// may a global commit's (on channel 0).
     fn touch_queries(&mut self, q: usize) {
-        let channels = self.stale.len();
-        self.mark(q % channels);
+        self.mark(q % self.next_cmd.len());
         if self.global_commit.is_some() {
             self.mark(0);
         }
@@ -541,9 +546,15 @@ impl Mc {
     /// (u64::MAX: none queued that may issue).
     fn write_ready(&self, ch: usize) -> (u64, u32) {
         let mut best = (u64::MAX, 0);
-        for (w, &word) in self.ready.bits.iter().enumerate() {
-            for u in ones(w, word & self.ch_units[ch][w]) {
-                best = best.min((self.unit_free[u], u as u32));
+        let words = self.ready.bits.len();
+        let mine = &self.ch_units[ch * words..(ch + 1) * words];
+        for (w, (&word, &unit_bits)) in self.ready.bits.iter().zip(mine).enumerate() {
+            // In increasing unit order: the lowest unit wins a tie.
+            for u in ones(w, word & unit_bits) {
+                let free = self.unit_free[u];
+                if free < best.0 {
+                    best = (free, u as u32);
+                }
             }
         }
         debug_assert!(
@@ -799,7 +810,7 @@ impl Mc {
             answer == self.credits_max && sq.issued_since_query == 0 && sq.entries.is_empty();
         let (refilled, lock) = (sq.credits > 0, sq.lock);
         // Its query may be due again, on its channel.
-        self.mark(q as usize % self.stale.len());
+        self.mark(q as usize % self.next_cmd.len());
         if refilled && self.no_credits & (1 << q) != 0 {
             // Its writes, on any channel, may issue again.
             self.touch_all();
@@ -863,18 +874,18 @@ impl Mc {
         if let Some(&(d, ..)) = self.flight.queries.front() {
             t = t.min(d);
         }
-        for ch in 0..self.next_cmd.len() {
-            if self.stale[ch] {
-                self.next_cmd[ch] = self.command_time(ch);
-                self.stale[ch] = false;
-            }
+        for ch in ones(0, self.stale) {
+            self.next_cmd[ch] = self.command_time(ch);
+        }
+        self.stale = 0;
+        for (ch, &(c, _)) in self.next_cmd.iter().enumerate() {
             // What is not marked stale has not moved (the marks are the cache's invariant).
             debug_assert_eq!(
                 self.next_cmd[ch],
                 self.command_time(ch),
                 "channel {ch}'s next command is where it was found"
             );
-            t = t.min(self.next_cmd[ch].0);
+            t = t.min(c);
         }
         debug_assert!(
             t >= self.now,
