@@ -136,15 +136,14 @@ impl Times {
             self.v.drain(..self.head);
             self.head = 0;
         }
-        let mut i = self.v.len();
+        // Pushed at the back and moved down past the later ones (few: no call to move them).
+        self.v.push(x);
+        let mut i = self.v.len() - 1;
         while i > self.head && self.v[i - 1] > x {
+            self.v[i] = self.v[i - 1];
             i -= 1;
         }
-        if i == self.v.len() {
-            self.v.push(x);
-        } else {
-            self.v.insert(i, x);
-        }
+        self.v[i] = x;
         debug_assert!(self.live().is_sorted(), "times stay in order");
     }
 
@@ -421,7 +420,10 @@ impl Mc {
         self.bus[ch].take(s, burst, t);
         let done = s + self.read_cycles + burst;
         self.unit_free[unit] = done;
-        self.read_issues.push(Reverse(s));
+        if s > t {
+            // Queued until `s`; one issued at its arrival never counts against the queue.
+            self.read_issues.push(Reverse(s));
+        }
         // The channel's next command stays where it was unless this read took its bus burst
         // or its unit: a read only takes room, so nothing earlier became possible.
         let (next, next_unit) = self.next_cmd[ch];
