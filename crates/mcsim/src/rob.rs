@@ -149,6 +149,9 @@ pub struct Rob {
     /// Something is queued (`inflight` or `pending`). Without, `fetched` and `retired` are
     /// `next` and the fast path does not keep them (one flag to test, fewer stores).
     queued: bool,
+    /// Something was queued or resolved since the last `settle`, which evaluates as far as it
+    /// can: without, another finds nothing more to do.
+    changed: bool,
     /// Instructions whose fetch position is known, and the earliest position of the next
     /// fetch (after the last fetch, and after the retirement of the last fence or commit).
     fetched: u64,
@@ -199,6 +202,7 @@ impl Rob {
             commits_at_arrival: cfg.ideal_memory || matches!(cfg.mode, Mode::Adr | Mode::Eadr),
             next: 0,
             queued: false,
+            changed: false,
             fetched: 0,
             fetch_pos: 0,
             serial_waits: false,
@@ -276,6 +280,7 @@ impl Rob {
             debug_assert!(self.inflight.is_empty() && self.pending.is_empty());
             (self.fetched, self.retired, self.queued) = (self.next, self.next, true);
         }
+        self.changed = true;
         self.next += item.n;
         if item.kind == Kind::Gap {
             if let Some(b) = self.pending.back_mut().filter(|b| b.kind == Kind::Gap) {
@@ -380,6 +385,7 @@ impl Rob {
         assert_eq!(*slot, UNKNOWN, "an id resolves once");
         assert!(ready_cycle != UNKNOWN, "a ready cycle is a cycle");
         *slot = ready_cycle;
+        self.changed = true;
     }
 }
 
@@ -451,18 +457,20 @@ impl Rob {
     /// Evaluate queued operations as far as the resolved ready cycles allow.
     #[inline]
     fn settle(&mut self) {
-        if self.is_settled() {
+        if self.is_settled() || !self.changed {
             return;
         }
+        self.changed = false;
         loop {
-            let mut moved = false;
-            while self.retire_front() {
-                moved = true;
-            }
+            while self.retire_front() {}
+            // Retirement stopped at an entry not resolved: what is fetched now waits behind
+            // it, and the room and serialisation that limit fetching stay as they are.
+            let blocked = !self.inflight.is_empty();
+            let mut fetched = false;
             while self.fetch_front() {
-                moved = true;
+                fetched = true;
             }
-            if !moved {
+            if blocked || !fetched {
                 break;
             }
         }
