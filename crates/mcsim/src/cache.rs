@@ -371,6 +371,14 @@ impl Hierarchy {
         crate::host::warm(&l3.tags[set.end - 1]);
     }
 
+    /// `prefetch` of L3's set alone (an access that found L1 and L2 has just read theirs).
+    #[inline]
+    pub fn prefetch_shared(&self, line: u64) {
+        let set = self.l3.set(line);
+        crate::host::warm(&self.l3.tags[set.start]);
+        crate::host::warm(&self.l3.tags[set.end - 1]);
+    }
+
     /// Every dirty line still cached (the end of a run).
     pub fn dirty_lines(&self) -> Vec<(u64, u64)> {
         self.dirty.iter().map(|(&(l, _), &v)| (l, v)).collect()

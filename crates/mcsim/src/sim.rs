@@ -389,11 +389,17 @@ impl<'w> Sim<'w> {
                 }
                 Op::Load(a) | Op::Store(a) => {
                     if !self.private_access(c, op, a) {
+                        // L1's and L2's sets were just read.
+                        self.caches.prefetch_shared(a >> self.line_shift);
                         return Ok(self.lanes[c].rob.fetch_cycle().unwrap_or(NO_TIME));
                     }
                     None
                 }
-                Op::Flush(_) | Op::Bind { .. } => {
+                Op::Flush(a) => {
+                    self.caches.prefetch(c, a >> self.line_shift);
+                    return Ok(lane.rob.fetch_cycle().unwrap_or(NO_TIME));
+                }
+                Op::Bind { .. } => {
                     return Ok(lane.rob.fetch_cycle().unwrap_or(NO_TIME));
                 }
             };
