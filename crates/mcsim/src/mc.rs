@@ -206,6 +206,8 @@ pub(crate) struct Mc {
     reads_max: usize,
     channels: u64,
     units_per_channel: u64,
+    /// Both are powers of two (Table II's are): a line's place is masks and a shift.
+    pow2_places: bool,
     queues: Vec<SubQueue>,
     ranges: Ranges,
     /// The units with a queued write that may issue (credits allowing), with counts.
@@ -285,6 +287,7 @@ impl Mc {
             reads_max: cfg.read_queue_entries as usize,
             channels: cfg.channels.into(),
             units_per_channel: cfg.units_per_channel.into(),
+            pow2_places: cfg.channels.is_power_of_two() && cfg.units_per_channel.is_power_of_two(),
             queues: (0..cfg.sub_queues).map(|_| queue()).collect(),
             ranges: Ranges::new(cfg.sub_queues, cfg.range_registers, cfg.line_bytes),
             ready: Counts::new(units),
@@ -334,7 +337,7 @@ impl Mc {
     /// Lines interleave over channels, then over a channel's units.
     #[inline]
     fn place_of(&self, line: u64) -> (u32, u32) {
-        if self.channels.is_power_of_two() && self.units_per_channel.is_power_of_two() {
+        if self.pow2_places {
             let shift = self.channels.trailing_zeros();
             let ch = line & (self.channels - 1);
             let upc = (line >> shift) & (self.units_per_channel - 1);
@@ -531,12 +534,14 @@ impl Mc {
     /// skipping a write whose unit is busy (an older write of its line has the same unit, so
     /// a write never passes one of its own line).
     fn pick_write(&self, ch: usize, t: u64) -> Option<(usize, usize)> {
+        let can = |w: &Write| w.ch as usize == ch && self.unit_free[w.unit as usize] <= t;
         for q in ones(0, self.issuing().into()) {
-            let sq = &self.queues[q];
-            let i = sq
-                .entries
+            // The ring's two halves scanned as slices: no wrap test per entry.
+            let (front, back) = self.queues[q].entries.as_slices();
+            let i = front
                 .iter()
-                .position(|w| w.ch as usize == ch && self.unit_free[w.unit as usize] <= t);
+                .position(can)
+                .or_else(|| back.iter().position(can).map(|i| front.len() + i));
             if let Some(i) = i {
                 return Some((q, i));
             }
