@@ -101,6 +101,8 @@ struct SubQueue {
 
 /// A commit at the controller, from its arrival until it is durable.
 struct Commit {
+    /// Its number in arrival order (the log names it by this).
+    number: u64,
     /// The engine's commit entry, named in `Done` when durable.
     token: u64,
     /// The sub-queues it locks and drains, a bit each.
@@ -220,7 +222,14 @@ pub(crate) struct Mc {
     /// The issue times of the reads placed, while some may still be queued.
     read_issues: BinaryHeap<Reverse<u64>>,
     flight: InFlight,
+    /// The commits at the controller, in slots reused once done (`free_commits`): a core
+    /// has one commit out at most, so the slots stay as many as the cores.
     commits: Vec<Commit>,
+    free_commits: Vec<usize>,
+    /// Commits that reached the controller (waiting ones included): the next one's number.
+    commits_arrived: u64,
+    /// The slots' bound: one commit out per core.
+    commits_max: usize,
     waiting_commits: Vec<(usize, u32)>,
     locked: u32,
     global_commit: Option<usize>,
@@ -300,6 +309,9 @@ impl Mc {
                 writes: VecDeque::new(),
             },
             commits: Vec::new(),
+            free_commits: Vec::new(),
+            commits_arrived: 0,
+            commits_max: cfg.cores as usize,
             waiting_commits: Vec::new(),
             locked: 0,
             global_commit: None,
@@ -680,14 +692,30 @@ impl Mc {
             Mode::Global => (1u32 << self.queues.len()) - 1,
             Mode::Fine => self.ranges.queues_of_range(addr, len),
         };
-        self.commits.push(Commit {
+        let c = Commit {
+            number: self.commits_arrived,
             token,
             queues,
             left: queues,
             arrived: t,
             query_sent: false,
-        });
-        self.waiting_commits.push((self.commits.len() - 1, queues));
+        };
+        self.commits_arrived += 1;
+        let idx = match self.free_commits.pop() {
+            Some(idx) => {
+                self.commits[idx] = c;
+                idx
+            }
+            None => {
+                assert!(
+                    self.commits.len() < self.commits_max,
+                    "a core has one commit at the controller at most"
+                );
+                self.commits.push(c);
+                self.commits.len() - 1
+            }
+        };
+        self.waiting_commits.push((idx, queues));
         self.start_commits(t);
         false
     }
@@ -717,7 +745,7 @@ impl Mc {
                 self.parts_left |= queues;
             }
             self.log(Log::CommitStart {
-                commit: idx as u64,
+                commit: self.commits[idx].number,
                 queues,
                 t,
             });
@@ -728,12 +756,11 @@ impl Mc {
     fn finish_commit(&mut self, t: u64, idx: usize, out: &mut Vec<Done>) {
         let c = &self.commits[idx];
         assert!(c.left == 0, "a commit is done only when every part is");
-        let (token, queues) = (c.token, c.queues);
+        let (token, queues, number) = (c.token, c.queues, c.number);
         self.stats.commit_cycles_total += t - c.arrived;
-        self.log(Log::CommitDone {
-            commit: idx as u64,
-            t,
-        });
+        self.log(Log::CommitDone { commit: number, t });
+        // Its slot is free for the next commit to arrive (its sub-queues are unlocked below).
+        self.free_commits.push(idx);
         out.push(Done { token, t });
         if self.global_commit == Some(idx) {
             self.global_commit = None;
@@ -832,8 +859,9 @@ impl Mc {
             if c.left & (1 << q) != 0 {
                 c.left &= !(1 << q);
                 self.parts_left &= !(1 << q);
+                let number = c.number;
                 self.log(Log::CommitPart {
-                    commit: idx as u64,
+                    commit: number,
                     q,
                     t,
                 });
