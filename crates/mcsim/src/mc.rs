@@ -266,24 +266,16 @@ pub(crate) struct Mc {
 impl Mc {
     pub fn new(cfg: &Config) -> Mc {
         let units = (cfg.channels * cfg.units_per_channel) as usize;
-        let words = units.div_ceil(64);
         let queue = || SubQueue {
             credits: cfg.credits,
             ..SubQueue::default()
         };
-        let mut ch_units = vec![0; words * cfg.channels as usize];
-        for u in 0..units {
-            ch_units[(u % cfg.channels as usize) * words + u / 64] |= 1 << (u % 64);
-        }
         let channels = cfg.channels as usize;
         assert!(
             (1..=64).contains(&channels),
             "validated: a channel is a bit of a word"
         );
-        let mut ch_queues = vec![0; channels];
-        for q in 0..cfg.sub_queues {
-            ch_queues[(q % cfg.channels) as usize] |= 1 << q;
-        }
+        let (ch_units, ch_queues) = channel_sets(cfg);
         let all = u32::MAX >> (32 - cfg.sub_queues);
         Mc {
             mode: cfg.mode,
@@ -663,6 +655,23 @@ impl Mc {
         self.land(w.line, w.version);
         self.log(Log::WriteDone { id: w.id, t });
     }
+}
+
+/// Per channel, its units (a bit each, `units.div_ceil(64)` words a channel) and the
+/// sub-queues that query on it (sub-queue q on channel q mod channels).
+fn channel_sets(cfg: &Config) -> (Vec<u64>, Vec<u32>) {
+    let channels = cfg.channels as usize;
+    let units = channels * cfg.units_per_channel as usize;
+    let words = units.div_ceil(64);
+    let mut ch_units = vec![0; words * channels];
+    for u in 0..units {
+        ch_units[(u % channels) * words + u / 64] |= 1 << (u % 64);
+    }
+    let mut ch_queues = vec![0; channels];
+    for q in 0..cfg.sub_queues {
+        ch_queues[q as usize % channels] |= 1 << q;
+    }
+    (ch_units, ch_queues)
 }
 
 /// The units in word `w` of a unit set, in increasing order.
