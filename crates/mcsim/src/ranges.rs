@@ -5,8 +5,12 @@
 pub(crate) struct Ranges {
     line_bytes: u64,
     registers_per_queue: u32,
-    /// Bound ranges in lines, inclusive: (first, last, sub-queue).
+    /// Bound ranges in lines, inclusive: (first, last, sub-queue), in binding order.
     ranges: Vec<(u64, u64, u32)>,
+    /// The same ranges by first line, searched in halves while no two overlap (`disjoint`):
+    /// then the one range holding a line is the first bound that does.
+    sorted: Vec<(u64, u64, u32)>,
+    disjoint: bool,
     binds: Vec<u32>,
 }
 
@@ -17,6 +21,8 @@ impl Ranges {
             line_bytes: line_bytes.into(),
             registers_per_queue,
             ranges: Vec::new(),
+            sorted: Vec::new(),
+            disjoint: true,
             binds: vec![0; sub_queues as usize],
         }
     }
@@ -41,15 +47,40 @@ impl Ranges {
         if let Some(q) = q {
             self.binds[q as usize] += 1;
             self.ranges.push((first, last, q));
+            let at = self.sorted.partition_point(|r| r.0 <= first);
+            let overlaps =
+                |r: Option<&(u64, u64, u32)>| r.is_some_and(|r| r.0 <= last && first <= r.1);
+            // Sorted and disjoint before: only the neighbours can overlap the new range.
+            if overlaps(at.checked_sub(1).and_then(|i| self.sorted.get(i)))
+                || overlaps(self.sorted.get(at))
+            {
+                self.disjoint = false;
+            }
+            self.sorted.insert(at, (first, last, q));
         }
     }
 
     /// The sub-queue a write of `line` enters.
     pub fn queue_of(&self, line: u64) -> u32 {
-        let hit = self
-            .ranges
-            .iter()
-            .find(|(f, l, _)| (*f..=*l).contains(&line));
+        let hit = if self.disjoint {
+            let at = self.sorted.partition_point(|r| r.0 <= line);
+            at.checked_sub(1)
+                .map(|i| self.sorted[i])
+                .filter(|r| line <= r.1)
+        } else {
+            self.ranges
+                .iter()
+                .find(|(f, l, _)| (*f..=*l).contains(&line))
+                .copied()
+        };
+        debug_assert_eq!(
+            hit.map(|r| r.2),
+            self.ranges
+                .iter()
+                .find(|(f, l, _)| (*f..=*l).contains(&line))
+                .map(|r| r.2),
+            "the search finds the first range bound that holds the line"
+        );
         hit.map_or(self.unregistered(), |r| r.2)
     }
 
