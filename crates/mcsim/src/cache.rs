@@ -363,12 +363,10 @@ impl Hierarchy {
     /// widths; wider ones are brought in part.
     #[inline]
     pub fn prefetch(&self, core: usize, line: u64) {
-        let (l1, l2, l3) = (&self.l1[core], &self.l2[core], &self.l3);
+        let (l1, l2) = (&self.l1[core], &self.l2[core]);
         crate::host::warm(&l1.tags[l1.set(line).start]);
         crate::host::warm(&l2.tags[l2.set(line).start]);
-        let set = l3.set(line);
-        crate::host::warm(&l3.tags[set.start]);
-        crate::host::warm(&l3.tags[set.end - 1]);
+        self.prefetch_shared(line);
     }
 
     /// `prefetch` of L3's set alone (an access that found L1 and L2 has just read theirs).

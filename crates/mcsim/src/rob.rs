@@ -369,9 +369,9 @@ impl Rob {
     }
 
     fn new_id(&mut self) -> Id {
-        let id = self.ready_base + self.readies.len() as u64;
+        let id = self.next_id();
         self.readies.push_back(UNKNOWN);
-        Id(id)
+        id
     }
 
     /// Deferred entry or commit `id` is ready at `ready_cycle`: it retires no earlier (nor
