@@ -68,20 +68,20 @@ impl Ranges {
                 .map(|i| self.sorted[i])
                 .filter(|r| line <= r.1)
         } else {
-            self.ranges
-                .iter()
-                .find(|(f, l, _)| (*f..=*l).contains(&line))
-                .copied()
+            self.first_holding(line)
         };
         debug_assert_eq!(
-            hit.map(|r| r.2),
-            self.ranges
-                .iter()
-                .find(|(f, l, _)| (*f..=*l).contains(&line))
-                .map(|r| r.2),
+            hit,
+            self.first_holding(line),
             "the search finds the first range bound that holds the line"
         );
         hit.map_or(self.unregistered(), |r| r.2)
+    }
+
+    /// The first range bound that holds `line`, by a scan in binding order.
+    fn first_holding(&self, line: u64) -> Option<(u64, u64, u32)> {
+        let holds = |r: &&(u64, u64, u32)| (r.0..=r.1).contains(&line);
+        self.ranges.iter().find(holds).copied()
     }
 
     /// The sub-queues a commit of [addr, addr+len) must drain: those of the bound ranges it
