@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# The committing simulator's speed against DRAMsim3 (issue 24), in one run on one machine:
-# builds DRAMsim3's trace-driven program (dramsim3main) from source on demand into
-# target/peers/dramsim3 (cmake and g++, about 1.5 minutes), then runs
-# `nvstack bench --suite mcsim` with NVSTACK_DRAMSIM3 set: the fine and global rows (at least
-# 10^7 requests each, 10^6 with --quick) and DRAMsim3 replaying the fine run's requests, with
-# our requests/s over DRAMsim3's as each row's throughput ratio. Medians of --repeat runs.
+# The committing simulator's speed against DRAMsim3 and DRAMSim2 (issue 24), in one run on one
+# machine: builds DRAMsim3's trace-driven program (dramsim3main, cmake and g++, about 1.5
+# minutes) and DRAMSim2's (DRAMSim, its own Makefile, about 10 s) from source on demand into
+# target/peers/, then runs `nvstack bench --suite mcsim` with NVSTACK_DRAMSIM3 and
+# NVSTACK_DRAMSIM2 set: the fine and global rows (at least 10^7 requests each, 10^6 with
+# --quick) and each peer replaying the fine run's requests, with our requests/s over the
+# fastest peer's as each row's throughput ratio. Medians of --repeat runs.
 # Usage: scripts/bench-mcsim.sh [--quick] [--repeat N] [--json]
-# DRAMsim3's source, first found: NVSTACK_DRAMSIM3_SRC (a source tree or a bare git
-# directory), else a clone of https://github.com/umd-memsys/DRAMsim3 at the commit below.
-# NVSTACK_DRAMSIM3 names a built dramsim3main (skips the build); NVSTACK_BIN the nvstack
-# binary (skips the release build).
+# Each peer's source, first found: NVSTACK_DRAMSIM3_SRC / NVSTACK_DRAMSIM2_SRC (a source tree
+# or a bare git directory), else a clone of https://github.com/umd-memsys/DRAMsim3 /
+# https://github.com/umd-memsys/DRAMSim2 at the commit below. NVSTACK_DRAMSIM3 and
+# NVSTACK_DRAMSIM2 name built programs (skip the builds); NVSTACK_BIN the nvstack binary
+# (skips the release build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 commit=29817593b3389f1337235d63cac515024ab8fd6e
+commit2=753819a8571d24f01e44915093e62857efafb97f
 args=(--suite mcsim --no-huge)  # the simulator maps no image: one place is enough
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,10 +51,33 @@ if [ -z "$peer" ]; then
       echo "bench-mcsim: DRAMsim3 did not build: see $root/cmake.log and $root/make.log" >&2; exit 3; }
   fi
 fi
+peer2=${NVSTACK_DRAMSIM2:-}
+if [ -z "$peer2" ]; then
+  root=$PWD/target/peers/dramsim2
+  peer2=$root/src/DRAMSim
+  if [ ! -x "$peer2" ]; then
+    rm -rf "$root" && mkdir -p "$root/src"
+    src=${NVSTACK_DRAMSIM2_SRC:-}
+    # Its sample traces are large files a mirror may lack: the build needs none of them.
+    parts=(. ':!traces' ':!README.pdf' ':!docs')
+    if [ -n "$src" ] && [ -f "$src/HEAD" ] && [ -d "$src/objects" ]; then
+      git --git-dir="$src" archive "$commit2" -- "${parts[@]}" | tar -x -C "$root/src"
+    elif [ -n "$src" ]; then
+      cp -a "$src/." "$root/src/"
+    else
+      git clone -q https://github.com/umd-memsys/DRAMSim2 "$root/clone" &&
+        git -C "$root/clone" archive "$commit2" -- "${parts[@]}" | tar -x -C "$root/src" || {
+        echo "bench-mcsim: cannot clone DRAMSim2: set NVSTACK_DRAMSIM2_SRC to its source" >&2; exit 3; }
+    fi
+    echo "bench-mcsim: building DRAMSim2 (${commit2:0:7}) in $root" >&2
+    make -C "$root/src" -j"$(nproc)" DRAMSim >"$root/make.log" 2>&1 || {
+      echo "bench-mcsim: DRAMSim2 did not build: see $root/make.log" >&2; exit 3; }
+  fi
+fi
 if [ -n "${NVSTACK_BIN:-}" ]; then
   B=$NVSTACK_BIN
 else
   cargo build --release --locked -q -p nvstack
   B=$PWD/target/release/nvstack
 fi
-NVSTACK_DRAMSIM3=$peer "$B" bench "${args[@]}"
+NVSTACK_DRAMSIM3=$peer NVSTACK_DRAMSIM2=$peer2 "$B" bench "${args[@]}"
