@@ -29,23 +29,29 @@ done
 for tool in cmake g++ make; do
   command -v $tool >/dev/null 2>&1 || { echo "bench-mcsim: $tool not found (scripts/deps.sh: cmake, build-essential)" >&2; exit 3; }
 done
+# fetch NAME URL COMMIT SRC ROOT PATHSPEC...: NAME's source at COMMIT into ROOT/src, from SRC
+# (a bare git directory or a source tree) when set, else from a clone of URL.
+fetch() {
+  local name=$1 url=$2 rev=$3 src=$4 root=$5
+  shift 5
+  rm -rf "$root" && mkdir -p "$root/src"
+  if [ -n "$src" ] && [ -f "$src/HEAD" ] && [ -d "$src/objects" ]; then
+    git --git-dir="$src" archive "$rev" -- "$@" | tar -x -C "$root/src"
+  elif [ -n "$src" ]; then
+    cp -a "$src/." "$root/src/"
+  else
+    git clone -q "$url" "$root/clone" &&
+      git -C "$root/clone" archive "$rev" -- "$@" | tar -x -C "$root/src" || {
+      echo "bench-mcsim: cannot clone $name: set NVSTACK_${name^^}_SRC to its source" >&2; exit 3; }
+  fi
+  echo "bench-mcsim: building $name (${rev:0:7}) in $root" >&2
+}
 peer=${NVSTACK_DRAMSIM3:-}
 if [ -z "$peer" ]; then
   root=$PWD/target/peers/dramsim3
   peer=$root/build/dramsim3main
   if [ ! -x "$peer" ]; then
-    rm -rf "$root" && mkdir -p "$root/src"
-    src=${NVSTACK_DRAMSIM3_SRC:-}
-    if [ -n "$src" ] && [ -f "$src/HEAD" ] && [ -d "$src/objects" ]; then
-      git --git-dir="$src" archive "$commit" | tar -x -C "$root/src"
-    elif [ -n "$src" ]; then
-      cp -a "$src/." "$root/src/"
-    else
-      git clone -q https://github.com/umd-memsys/DRAMsim3 "$root/clone" &&
-        git -C "$root/clone" archive "$commit" | tar -x -C "$root/src" || {
-        echo "bench-mcsim: cannot clone DRAMsim3: set NVSTACK_DRAMSIM3_SRC to its source" >&2; exit 3; }
-    fi
-    echo "bench-mcsim: building DRAMsim3 (${commit:0:7}) in $root" >&2
+    fetch DRAMsim3 https://github.com/umd-memsys/DRAMsim3 "$commit" "${NVSTACK_DRAMSIM3_SRC:-}" "$root" .
     cmake -S "$root/src" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >"$root/cmake.log" 2>&1 &&
       make -C "$root/build" -j"$(nproc)" dramsim3main >"$root/make.log" 2>&1 || {
       echo "bench-mcsim: DRAMsim3 did not build: see $root/cmake.log and $root/make.log" >&2; exit 3; }
@@ -56,20 +62,10 @@ if [ -z "$peer2" ]; then
   root=$PWD/target/peers/dramsim2
   peer2=$root/src/DRAMSim
   if [ ! -x "$peer2" ]; then
-    rm -rf "$root" && mkdir -p "$root/src"
-    src=${NVSTACK_DRAMSIM2_SRC:-}
-    # Its sample traces are large files a mirror may lack: the build needs none of them.
-    parts=(. ':!traces' ':!README.pdf' ':!docs')
-    if [ -n "$src" ] && [ -f "$src/HEAD" ] && [ -d "$src/objects" ]; then
-      git --git-dir="$src" archive "$commit2" -- "${parts[@]}" | tar -x -C "$root/src"
-    elif [ -n "$src" ]; then
-      cp -a "$src/." "$root/src/"
-    else
-      git clone -q https://github.com/umd-memsys/DRAMSim2 "$root/clone" &&
-        git -C "$root/clone" archive "$commit2" -- "${parts[@]}" | tar -x -C "$root/src" || {
-        echo "bench-mcsim: cannot clone DRAMSim2: set NVSTACK_DRAMSIM2_SRC to its source" >&2; exit 3; }
-    fi
-    echo "bench-mcsim: building DRAMSim2 (${commit2:0:7}) in $root" >&2
+    # Its sample traces are large files a mirror may lack: the build needs none of them (git
+    # may still name a missing one as an invalid object; the archive is whole without it).
+    fetch DRAMSim2 https://github.com/umd-memsys/DRAMSim2 "$commit2" "${NVSTACK_DRAMSIM2_SRC:-}" \
+      "$root" . ':!traces' ':!README.pdf' ':!docs'
     make -C "$root/src" -j"$(nproc)" DRAMSim >"$root/make.log" 2>&1 || {
       echo "bench-mcsim: DRAMSim2 did not build: see $root/make.log" >&2; exit 3; }
   fi
