@@ -4,7 +4,8 @@
 need_pkgs=()
 command -v flock >/dev/null 2>&1 || need_pkgs+=(util-linux)
 command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)
-# cmake builds DRAMsim3, the peer of scripts/bench-mcsim.sh (on demand; no test needs it).
+# cmake builds DRAMsim3 and make and g++ DRAMSim2, the peers of scripts/bench-mcsim.sh (on
+# demand; no test builds them).
 command -v cmake >/dev/null 2>&1 || need_pkgs+=(cmake)
 # The whole-stack tests (crates/cli/tests/serve.rs, sqlite-vfs/tests/sqlite_vfs.rs) use the real kernel file systems,
 # SQLite and fio: FUSE, loop devices, e2fsprogs, xfsprogs, the sqlite3 CLI, Debian's python3
