@@ -76,12 +76,11 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     ctx.push(ideal_row(ctx, need)?);
     ctx.push(floor_row(ctx, need)?);
     let mut runs = Vec::new();
-    // The fine run recorded its requests when a peer is named.
-    let replays = stream.as_deref().map_or(&[][..], |_| &peers[..]);
-    for (kind, program) in replays {
-        let arrivals = stream.as_deref().unwrap_or_default();
+    // The fine run recorded its requests when a peer is named (and only then).
+    let arrivals = stream.unwrap_or_default();
+    for (kind, program) in &peers {
         let bar = ctx.bar(&format!("mcsim {}", kind.name()));
-        let run = peers::run_peer(*kind, program, arrivals, &Config::default())?;
+        let run = peers::run_peer(*kind, program, &arrivals, &Config::default())?;
         drop(bar);
         let row = Row::new(SUITE, kind.name(), "request", 64, 1)
             .method(format!("{} trace-driven", kind.title()))
