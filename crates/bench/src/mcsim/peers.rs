@@ -18,6 +18,11 @@ pub(super) const DRAIN_CYCLES: u64 = 1_000_000;
 pub(super) const DRAIN_GROWTH: u64 = 8;
 pub(super) const RUNS: u32 = 3;
 
+/// The names of a peer's ini files in its scratch directory (its device or whole machine, and
+/// DRAMSim2's system).
+const DEVICE_INI: &str = "pcm.ini";
+const SYSTEM_INI: &str = "system.ini";
+
 /// A peer simulator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -76,12 +81,12 @@ impl Kind {
         };
         let trace = match self {
             Kind::Dramsim3 => {
-                write("pcm.ini", dramsim3::INI)?;
+                write(DEVICE_INI, dramsim3::INI)?;
                 dir.join("requests.trace")
             }
             Kind::Dramsim2 => {
-                write("pcm.ini", dramsim2::DEVICE_INI)?;
-                write("system.ini", dramsim2::SYSTEM_INI)?;
+                write(DEVICE_INI, dramsim2::DEVICE_INI)?;
+                write(SYSTEM_INI, dramsim2::SYSTEM_INI)?;
                 dir.join(dramsim2::TRACE_NAME)
             }
         };
@@ -90,24 +95,31 @@ impl Kind {
         Ok((trace, last))
     }
 
-    /// The command running it for `cycles` DRAM cycles, its output files (if any) into `out`.
-    fn command(self, program: &Path, dir: &Path, out: &Path, cycles: u64) -> std::process::Command {
+    /// The command running it on `trace` (in `dir`, beside its ini files) for `cycles` DRAM
+    /// cycles, its output files (if any) into `out`.
+    fn command(
+        self,
+        program: &Path,
+        (dir, trace): (&Path, &Path),
+        out: &Path,
+        cycles: u64,
+    ) -> std::process::Command {
         let mut cmd = std::process::Command::new(program);
         match self {
             Kind::Dramsim3 => {
-                cmd.arg(dir.join("pcm.ini"))
+                cmd.arg(dir.join(DEVICE_INI))
                     .args(["-c", &cycles.to_string(), "-t"])
-                    .arg(dir.join("requests.trace"))
+                    .arg(trace)
                     .arg("-o")
                     .arg(format!("{}/", out.display()));
             }
             Kind::Dramsim2 => {
                 cmd.arg("-t")
-                    .arg(dir.join(dramsim2::TRACE_NAME))
+                    .arg(trace)
                     .arg("-s")
-                    .arg(dir.join("system.ini"))
+                    .arg(dir.join(SYSTEM_INI))
                     .arg("-d")
-                    .arg(dir.join("pcm.ini"))
+                    .arg(dir.join(DEVICE_INI))
                     .args(["-c", &cycles.to_string()])
                     .args(["-S", &dramsim2::MEGS.to_string()]);
             }
@@ -241,7 +253,7 @@ pub(super) fn run_peer(
     machine: &Config,
 ) -> Result<PeerRun> {
     let dir = Scratch::new()?;
-    let (_, last_cycle) = kind.prepare(dir.path(), arrivals, machine)?;
+    let (trace, last_cycle) = kind.prepare(dir.path(), arrivals, machine)?;
     let requests = arrivals.len() as u64;
     let mut drain_cycles = DRAIN_CYCLES;
     let mut runs = 0;
@@ -257,7 +269,7 @@ pub(super) fn run_peer(
                 kind.cycles_max()
             )));
         }
-        let cmd = kind.command(program, dir.path(), &out, cycles);
+        let cmd = kind.command(program, (dir.path(), &trace), &out, cycles);
         let (wall_s, cpu_s, stdout) = replay(kind, cmd, program)?;
         // DRAMsim3's trace reader meets the end of the file one read late and adds the last
         // request a second time: at most the trace's count is taken.
