@@ -4,7 +4,10 @@
 //! host core, until at least 10^7 requests (10^6 with --quick) have arrived, and reports
 //! requests per second of wall time (its note adds requests per CPU-second of the running
 //! thread, which a shared host does not inflate). Each mode is a row; `fine` does the most controller work
-//! (credits, query reads) and is the one the target is checked on. Two rows bound it from
+//! (credits, query reads) and is the one the target is checked on. Each mode's run also
+//! records its controller's inputs, and `mcsim-MODE-controller` times them replayed on the
+//! memory controller alone (`nvstack_mcsim::replay`, the same controller run again): the way
+//! the peers run, so the like-for-like comparison with them. Two rows bound the full run from
 //! below: `mcsim-ideal` times the same run with no memory controller at all
 //! (`Config::ideal_memory`: what the cores, caches and events cost alone), and `mcsim-floor`
 //! runs the same workload's functional work alone (generator and caches, no timing): the part
@@ -27,7 +30,7 @@ use super::measure::Timing;
 use super::{BenchResult, Ctx, Row, Suite, Target};
 use nvstack_core::error::Result;
 use nvstack_mcsim::kernels::{KernelConfig, KernelWorkload};
-use nvstack_mcsim::{Arrival, Config, Mode};
+use nvstack_mcsim::{Config, Input, Mode};
 use peers::{Kind, PeerRun};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -56,28 +59,30 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
         .into_iter()
         .filter_map(|k| std::env::var_os(k.env()).map(|p| (k, PathBuf::from(p))))
         .collect();
-    let mut stream = None;
+    let mut stream = Vec::new();
     for mode in [Mode::Fine, Mode::Global] {
-        // The fine run also keeps its requests for the peers (one push per request, timed).
-        let record = !peers.is_empty() && mode == Mode::Fine;
         let bar = ctx.bar(&format!("mcsim {}", mode.name()));
         let machine = Config {
             mode,
             ..Config::default()
         };
-        let (requests, wall_s, note, arrivals) = run_ours(&machine, need, record)?;
+        // The run also keeps its controller's inputs, for the controller row and the peers.
+        let (requests, wall_s, note, inputs) = run_ours(&machine, need, true)?;
         drop(bar);
-        stream = stream.or(arrivals);
         let row = Row::new(SUITE, &format!("mcsim-{}", mode.name()), "request", 64, 1)
             .method("simulated")
             .note(note);
         ctx.push(row.timed(&timing(requests, wall_s), 0));
+        ctx.push(controller_row(ctx, &machine, &inputs, requests)?);
+        if mode == Mode::Fine {
+            // The requests the peers replay: the fine run's reads and writes.
+            stream = inputs.iter().filter_map(Input::arrival).collect();
+        }
     }
     ctx.push(ideal_row(ctx, need)?);
     ctx.push(floor_row(ctx, need)?);
     let mut runs = Vec::new();
-    // The fine run recorded its requests when a peer is named (and only then).
-    let arrivals = stream.unwrap_or_default();
+    let arrivals = stream;
     for (kind, program) in &peers {
         let bar = ctx.bar(&format!("mcsim {}", kind.name()));
         let run = peers::run_peer(*kind, program, &arrivals, &Config::default())?;
@@ -133,7 +138,10 @@ fn compare(ctx: &mut Ctx, runs: &[PeerRun]) {
     }
     let peer_row = |name: &str| Kind::ALL.iter().any(|k| k.name() == name);
     for r in ctx.results.iter_mut().filter(|r| r.suite == SUITE.name()) {
-        let ours = matches!(r.name.as_str(), "mcsim-fine" | "mcsim-global");
+        let ours = matches!(
+            r.name.as_str(),
+            "mcsim-fine" | "mcsim-global" | "mcsim-fine-controller" | "mcsim-global-controller"
+        );
         if ours {
             r.note = r.note.take().map(|n| format!("{n}; {clause}"));
         }
@@ -154,19 +162,19 @@ fn best_peer(runs: &[PeerRun]) -> Option<&PeerRun> {
 }
 
 /// One timed run of ours, sized for `need` requests: the requests made, the wall time, a
-/// note, and the requests themselves if `record`.
-type Ours = (u64, f64, String, Option<Vec<Arrival>>);
+/// note, and the controller's inputs if `record` (recorded during the timed run: one push an
+/// input, timed).
+type Ours = (u64, f64, String, Vec<Input>);
 
 fn run_ours(machine: &Config, need: u64, record: bool) -> Result<Ours> {
     let kc = KernelConfig::hashmap_for_requests(machine.cores, need);
     let mut work = KernelWorkload::new(&kc)?;
     let cpu_start_ns = thread_cpu_ns();
     let start = Instant::now();
-    let (out, arrivals) = if record {
-        let (out, arrivals) = nvstack_mcsim::run_recording(machine, &mut work)?;
-        (out, Some(arrivals))
+    let (out, inputs) = if record {
+        nvstack_mcsim::run_recording(machine, &mut work)?
     } else {
-        (nvstack_mcsim::run(machine, &mut work)?, None)
+        (nvstack_mcsim::run(machine, &mut work)?, Vec::new())
     };
     let wall_s = start.elapsed().as_secs_f64();
     let requests = out.report.mc.reads + out.report.mc.writes;
@@ -182,7 +190,46 @@ fn run_ours(machine: &Config, need: u64, record: bool) -> Result<Ours> {
         out.report.ipc,
         if record { ", recording them" } else { "" },
     );
-    Ok((requests, wall_s, note, arrivals))
+    Ok((requests, wall_s, note, inputs))
+}
+
+/// The controller row: the run's inputs (its requests, commits and range bindings, at the
+/// cycles the run gave them) replayed on the memory controller alone, as the peers replay the
+/// requests: the like-for-like measure beside them. The replay is that run's controller (the
+/// same counters, checked here; tests/replay.rs checks the event log too).
+fn controller_row(
+    ctx: &Ctx,
+    machine: &Config,
+    inputs: &[Input],
+    requests: u64,
+) -> Result<BenchResult> {
+    let name = format!("mcsim-{}-controller", machine.mode.name());
+    let bar = ctx.bar(&name);
+    let cpu_start_ns = thread_cpu_ns();
+    let start = Instant::now();
+    let replayed = nvstack_mcsim::replay(machine, inputs)?;
+    let wall_s = start.elapsed().as_secs_f64();
+    drop(bar);
+    let s = &replayed.stats;
+    assert_eq!(
+        s.reads + s.writes,
+        requests,
+        "the replay is the run's controller: the same requests"
+    );
+    let note = format!(
+        "the mcsim-{} run's {requests} requests and {} commits replayed on the memory \
+         controller alone (as the peers replay the fine run's requests; ours also keeps the \
+         credits and sends {} query reads) in {wall_s:.2} s on one core{}; median = p99 = wall \
+         time per request",
+        machine.mode.name(),
+        s.commits,
+        s.credit_queries + s.commit_queries,
+        cpu_note(cpu_start_ns, requests),
+    );
+    let row = Row::new(SUITE, &name, "request", 64, 1)
+        .method("simulated, controller alone")
+        .note(note);
+    Ok(row.timed(&timing(requests, wall_s), 0))
 }
 
 /// The ideal row: the timed run with no memory controller (`Config::ideal_memory`: reads back

@@ -293,9 +293,27 @@ fn mcsim_suite() {
     let names: Vec<&str> = r.results.iter().map(|x| x.name.as_str()).collect();
     assert_eq!(
         names,
-        ["mcsim-fine", "mcsim-global", "mcsim-ideal", "mcsim-floor"]
+        [
+            "mcsim-fine",
+            "mcsim-fine-controller",
+            "mcsim-global",
+            "mcsim-global-controller",
+            "mcsim-ideal",
+            "mcsim-floor"
+        ]
     );
-    let ideal = &r.results[2];
+    // The controller rows replay their run's requests: as many, and the commits with them.
+    for (run, replay) in [(0, 1), (2, 3)] {
+        let (run, replay) = (&r.results[run], &r.results[replay]);
+        let requests = run.note.as_deref().and_then(|n| n.split(' ').next());
+        let requests = requests.expect("the run's note starts with its requests");
+        let note = replay.note.as_deref().unwrap_or_default();
+        let replayed = format!("run's {requests} requests and ");
+        assert!(requests.parse::<u64>().is_ok_and(|n| n > 0), "{run:?}");
+        assert!(note.contains(&replayed), "{replayed} in {replay:?}");
+        assert!(note.contains("controller alone"), "{replay:?}");
+    }
+    let ideal = &r.results[4];
     assert!(
         ideal
             .note

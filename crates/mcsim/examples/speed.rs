@@ -1,7 +1,8 @@
 //! Profiling aid: the bench suite's run (hash-map kernel, Table II, 16 cores) at a chosen size.
 //! `cargo run --release -p nvstack-mcsim --example speed -- fine 1000000` prints requests per
 //! second; `-- floor 1000000` runs the functional work alone (workload and caches, no timing);
-//! `-- ideal 1000000` times the run with `Config::ideal_memory` (no controller).
+//! `-- ideal 1000000` times the run with `Config::ideal_memory` (no controller);
+//! `-- controller-fine 1000000` times the run's inputs replayed on the controller alone.
 //! `-- digest 100000` runs every mode with the controller's event log on and prints a digest
 //! of the log and of the final memory beside the report's figures: two builds that print the
 //! same lines ran the same timeline (how a change meant to keep the model is checked).
@@ -23,6 +24,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if what == "matrix" {
         return matrix(requests);
+    }
+    if let Some(mode) = what.strip_prefix("controller-") {
+        return controller(Mode::parse(mode)?, requests);
     }
     let functional = what == "floor";
     let ideal_memory = what == "ideal";
@@ -62,6 +66,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         r.ipc,
         r.mc.syncs,
         r.commit_cycles_mean
+    );
+    Ok(())
+}
+
+/// The run's inputs replayed on the controller alone (what the bench's controller rows time):
+/// recorded untimed, then the replay timed, `REPEAT` times (default 1) for profiling.
+fn controller(mode: Mode, requests: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let machine = Config {
+        mode,
+        ..Config::default()
+    };
+    let mut work =
+        KernelWorkload::new(&KernelConfig::hashmap_for_requests(machine.cores, requests))?;
+    let (out, inputs) = nvstack_mcsim::run_recording(&machine, &mut work)?;
+    let repeat: u32 = std::env::var("REPEAT").map_or(Ok(1), |r| r.parse())?;
+    let start = Instant::now();
+    let mut served = 0;
+    for _ in 0..repeat {
+        let r = nvstack_mcsim::replay(&machine, &inputs)?;
+        assert_eq!(r.stats.syncs, out.report.mc.syncs, "the run's controller");
+        served += r.stats.reads + r.stats.writes;
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    println!(
+        "{served} requests ({} inputs a replay, {repeat} replays) on the controller alone in \
+         {wall_s:.2} s: {:.0} req/s",
+        inputs.len(),
+        served as f64 / wall_s
     );
     Ok(())
 }

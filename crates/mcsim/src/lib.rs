@@ -5,6 +5,7 @@
 //! - [`config`]: the machine (Table II by default) and the commit [`config::Mode`]s.
 //! - [`trace`]: per-thread operation streams ([`trace::Workload`]) and the trace format.
 //! - [`sim`]: the engine ([`sim::run`]); [`mc`]: the memory controller; [`cache`]: caches.
+//! - [`replay`]: the controller alone, replaying a run's inputs (how the peer simulators run).
 //! - [`floor`]: the functional work alone (workload and caches, no timing): the cost floor.
 //! - [`kernels`]: synthetic workloads after WHISPER's kinds.
 
@@ -18,6 +19,7 @@ mod host;
 pub mod kernels;
 pub mod mc;
 mod ranges;
+pub mod replay;
 pub mod rob;
 pub mod sim;
 pub mod trace;
@@ -26,5 +28,6 @@ pub use config::{CacheLevel, Config, Mode};
 pub use event::Log;
 pub use floor::{floor, Floor};
 pub use mc::Arrival;
+pub use replay::{replay, Input, Replay};
 pub use sim::{run, run_recording, run_stepping, Outcome, Report};
 pub use trace::{Op, TraceReader, TraceWriter, VecWorkload, Workload};

@@ -27,6 +27,7 @@
 use crate::config::{Config, Mode};
 use crate::event::Log;
 use crate::ranges::Ranges;
+use crate::replay::Input;
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -260,7 +261,8 @@ pub(crate) struct Mc {
     written: Vec<(u64, u64)>,
     pub stats: McStats,
     pub log: Option<Vec<Log>>,
-    pub arrivals: Option<Vec<Arrival>>,
+    /// Every input, in order, when asked for (what `replay` replays).
+    pub inputs: Option<Vec<Input>>,
 }
 
 impl Mc {
@@ -328,7 +330,7 @@ impl Mc {
             written: Vec::new(),
             stats: McStats::default(),
             log: cfg.log_events.then(Vec::new),
-            arrivals: None,
+            inputs: None,
         }
     }
 
@@ -366,11 +368,11 @@ impl Mc {
         self.now = t;
     }
 
-    /// A request's arrival at `t`, recorded when asked for.
-    fn arrive(&mut self, t: u64, line: u64, write: bool) {
+    /// An input at `t`, recorded when asked for.
+    fn arrive(&mut self, t: u64, input: Input) {
         self.hear_at(t);
-        if let Some(a) = &mut self.arrivals {
-            a.push(Arrival { t, line, write });
+        if let Some(inputs) = &mut self.inputs {
+            inputs.push(input);
         }
     }
 
@@ -395,7 +397,11 @@ impl Mc {
         }
     }
 
-    pub fn bind(&mut self, addr: u64, len: u64) {
+    /// PersistenceMalloc at `t`: `len` bytes at `addr` bound to a sub-queue.
+    pub fn bind(&mut self, t: u64, addr: u64, len: u64) {
+        if let Some(inputs) = &mut self.inputs {
+            inputs.push(Input::Bind { t, addr, len });
+        }
         self.ranges.bind(addr, len);
     }
 
@@ -403,7 +409,7 @@ impl Mc {
     /// returned.
     pub fn read(&mut self, t: u64, line: u64) -> u64 {
         self.stats.reads += 1;
-        self.arrive(t, line, false);
+        self.arrive(t, Input::Read { t, line });
         if self.ideal {
             self.log(Log::ReadIssued { line, t });
             return t + self.read_cycles + self.burst_cycles;
@@ -451,7 +457,13 @@ impl Mc {
     pub fn write(&mut self, t: u64, line: u64, version: u64, waiter: Option<u64>) -> bool {
         self.stats.writes += 1;
         self.stats.posted_writes += u64::from(waiter.is_none());
-        self.arrive(t, line, true);
+        let input = Input::Write {
+            t,
+            line,
+            version,
+            waiter,
+        };
+        self.arrive(t, input);
         self.next_write += 1;
         let (ch, unit) = self.place_of(line);
         let w = Write {
@@ -693,7 +705,13 @@ impl Mc {
     /// head: every flush before it has entered the write queue). True if it is done at once;
     /// otherwise `Done` names `token` when it is.
     pub fn commit(&mut self, t: u64, token: u64, addr: u64, len: u64) -> bool {
-        self.hear_at(t);
+        let input = Input::Commit {
+            t,
+            token,
+            addr,
+            len,
+        };
+        self.arrive(t, input);
         self.stats.commits += 1;
         let queues = match self.mode {
             _ if self.ideal => return true,
@@ -727,6 +745,11 @@ impl Mc {
         self.waiting_commits.push((idx, queues));
         self.start_commits(t);
         false
+    }
+
+    /// Commits at the controller and not done.
+    pub fn commits_open(&self) -> usize {
+        self.commits.len() - self.free_commits.len()
     }
 
     /// Start, in arrival order, every waiting commit whose sub-queues are all free: a commit

@@ -17,7 +17,8 @@
 use crate::cache::{Hierarchy, Served};
 use crate::config::{Config, Mode};
 use crate::event::Log;
-use crate::mc::{Arrival, Done, Mc, McStats};
+use crate::mc::{Done, Mc, McStats};
+use crate::replay::Input;
 use crate::rob::{Id, Rob};
 use crate::trace::{Op, OpBuffer, Workload};
 use nvstack_core::error::{Error, Result};
@@ -66,15 +67,16 @@ pub fn run(cfg: &Config, work: &mut dyn Workload) -> Result<Outcome> {
     Ok(sim.finish())
 }
 
-/// `run`, also returning every request that reached the controller, in arrival order (the
-/// stream the bench replays on a peer simulator). The run itself is the same.
-pub fn run_recording(cfg: &Config, work: &mut dyn Workload) -> Result<(Outcome, Vec<Arrival>)> {
+/// `run`, also returning every input of the controller in order: the requests that reached it
+/// (the stream the bench replays on a peer simulator), commits and range bindings (what
+/// `replay` replays on the controller alone). The run itself is the same.
+pub fn run_recording(cfg: &Config, work: &mut dyn Workload) -> Result<(Outcome, Vec<Input>)> {
     check_threads(cfg, work)?;
     let mut sim = Sim::new(cfg, work);
-    sim.mc.arrivals = Some(Vec::new());
+    sim.mc.inputs = Some(Vec::new());
     sim.go()?;
-    let arrivals = sim.mc.arrivals.take().unwrap_or_default();
-    Ok((sim.finish(), arrivals))
+    let inputs = sim.mc.inputs.take().unwrap_or_default();
+    Ok((sim.finish(), inputs))
 }
 
 /// One operation of a core's program as the engine ran it, with the times the engine gave
@@ -428,7 +430,7 @@ impl<'w> Sim<'w> {
             Op::Load(a) | Op::Store(a) => self.shared_access(c, op, a, t),
             Op::Flush(a) => self.flush(c, t, a >> self.line_shift),
             Op::Bind { addr, len } => {
-                self.mc.bind(addr, len);
+                self.mc.bind(t, addr, len);
                 self.note(c, Step::Bind { fetch: t }, None);
             }
             Op::Gap(_) | Op::Fence | Op::Commit { .. } => unreachable!("private operations"),

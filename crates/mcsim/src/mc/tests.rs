@@ -76,7 +76,7 @@ fn a_write_waits_for_the_read_of_its_unit() {
 #[test]
 fn a_commit_of_an_empty_sub_queue_is_one_query() {
     let mut cal = controller(Mode::Fine);
-    cal.bind(0x10000, 0x1000);
+    cal.bind(0, 0x10000, 0x1000);
     assert!(!cal.commit(1, 9, 0x10000, 0x1000), "a fine commit waits");
     // Sub-queue 0 queries on channel 0 at 1; the answer (all 8 credits) is back at 61.
     assert_eq!(drain(&mut cal), vec![Done { token: 9, t: 61 }]);
@@ -103,9 +103,9 @@ fn a_commit_of_an_empty_sub_queue_is_one_query() {
 #[test]
 fn credits_run_out_and_queries_refill_them() {
     let mut cal = controller(Mode::Fine);
-    cal.bind(0x10000, 0x1000); // lines 0x400 to 0x43f: sub-queue 0
-                               // Nine writes at 0, channel 0, units 0, 2, ... 16. The first eight fill sub-queue 0;
-                               // the ninth (a flush) waits and enters at 0, when the first issues.
+    cal.bind(0, 0x10000, 0x1000); // lines 0x400 to 0x43f: sub-queue 0
+                                  // Nine writes at 0, channel 0, units 0, 2, ... 16. The first eight fill sub-queue 0;
+                                  // the ninth (a flush) waits and enters at 0, when the first issues.
     for k in 0..9u64 {
         let waiter = (k == 8).then_some(5);
         assert_eq!(cal.write(0, 0x400 + 2 * k, k + 1, waiter), k < 8);

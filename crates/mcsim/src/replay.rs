@@ -1,0 +1,146 @@
+//! The memory controller alone, replaying what reached it in a run: every read, write, commit
+//! and range binding, in order, with the cycle the run gave it. This is how DRAMsim3 and
+//! DRAMSim2 run (trace-driven: requests at given cycles, no cores), so it is the like-for-like
+//! measure of our controller's speed beside theirs (`nvstack bench --suite mcsim`).
+//!
+//! The replay is open-loop (nothing it decides moves a later input), yet it reproduces the
+//! recorded run's controller exactly: the inputs carry the cycles the closed-loop run gave
+//! them, the controller is deterministic, and the replay keeps the engine's order at equal
+//! cycles (the controller's due actions before an input at the same cycle). Its event log,
+//! counters and final memory are the run's (tests/replay.rs checks it on every kernel and
+//! mode), less the dirty lines the run's caches still held at its end.
+
+use crate::config::Config;
+use crate::event::Log;
+use crate::mc::{Arrival, Done, Mc, McStats};
+use nvstack_core::error::{Error, Result};
+use rustc_hash::FxHashMap;
+
+/// One input of the controller, at CPU cycle `t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// A read of `line` (an L3 miss).
+    Read { t: u64, line: u64 },
+    /// A write of `line` carrying `version`; `waiter` names the flush waiting for it to enter
+    /// its sub-queue (None: a write-back, posted).
+    Write {
+        t: u64,
+        line: u64,
+        version: u64,
+        waiter: Option<u64>,
+    },
+    /// PersistentCommit of `len` bytes at `addr`, by the engine's entry `token`.
+    Commit {
+        t: u64,
+        token: u64,
+        addr: u64,
+        len: u64,
+    },
+    /// PersistenceMalloc: `len` bytes at `addr` bound to a sub-queue.
+    Bind { t: u64, addr: u64, len: u64 },
+}
+
+impl Input {
+    /// The cycle it reaches the controller.
+    pub fn t(&self) -> u64 {
+        match *self {
+            Input::Read { t, .. }
+            | Input::Write { t, .. }
+            | Input::Commit { t, .. }
+            | Input::Bind { t, .. } => t,
+        }
+    }
+
+    /// A read or a write: the request a peer simulator replays.
+    pub fn arrival(&self) -> Option<Arrival> {
+        match *self {
+            Input::Read { t, line } => Some(Arrival {
+                t,
+                line,
+                write: false,
+            }),
+            Input::Write { t, line, .. } => Some(Arrival {
+                t,
+                line,
+                write: true,
+            }),
+            Input::Commit { .. } | Input::Bind { .. } => None,
+        }
+    }
+}
+
+/// What a replay left: the controller's counters, its event log (with `Config::log_events`)
+/// and the final memory (line -> version of the write that finished last).
+pub struct Replay {
+    pub stats: McStats,
+    pub log: Vec<Log>,
+    pub memory: FxHashMap<u64, u64>,
+}
+
+/// Replay `inputs` on the controller of machine `cfg`, then run it until it is idle. Refused:
+/// a machine `Config::validate` refuses, inputs out of time order, or more commits at the
+/// controller at once than the machine has cores (a core waits for its commit).
+pub fn replay(cfg: &Config, inputs: &[Input]) -> Result<Replay> {
+    cfg.validate()?;
+    let mut mc = Mc::new(cfg);
+    // What the controller finishes (flushes accepted, commits done) goes to no engine here.
+    let mut done: Vec<Done> = Vec::new();
+    let mut last_t = 0;
+    for (i, input) in inputs.iter().enumerate() {
+        let t = input.t();
+        if t < last_t {
+            return Err(Error::bad(format!(
+                "replay input {i} at cycle {t} comes before the one at cycle {last_t}: inputs \
+                 reach the controller in time order"
+            )));
+        }
+        last_t = t;
+        // The engine's order at equal cycles: the controller's due actions first.
+        while mc.next_action() <= t {
+            mc.step(&mut done);
+            done.clear();
+        }
+        match *input {
+            Input::Read { t, line } => {
+                mc.read(t, line);
+            }
+            Input::Write {
+                t,
+                line,
+                version,
+                waiter,
+            } => {
+                mc.write(t, line, version, waiter);
+            }
+            Input::Commit {
+                t,
+                token,
+                addr,
+                len,
+            } => {
+                if mc.commits_open() >= cfg.cores as usize {
+                    return Err(Error::bad(format!(
+                        "replay input {i}: a commit while {} are at the controller, one a core \
+                         at most",
+                        cfg.cores
+                    )));
+                }
+                mc.commit(t, token, addr, len);
+            }
+            Input::Bind { t, addr, len } => mc.bind(t, addr, len),
+        }
+    }
+    while mc.next_action() != u64::MAX {
+        mc.step(&mut done);
+        done.clear();
+    }
+    assert!(mc.idle(), "the controller is idle once nothing is due");
+    let memory = std::mem::take(mc.memory());
+    let mut log = mc.log.take().unwrap_or_default();
+    log.sort_by_key(Log::time);
+    Ok(Replay {
+        stats: mc.stats.clone(),
+        log,
+        memory,
+    })
+}
