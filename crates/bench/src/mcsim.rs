@@ -3,12 +3,12 @@
 //! (Table II, 16 simulated cores) on the hash-map kernel, committing after every update, on one
 //! host core, until at least 10^7 requests (10^6 with --quick) have arrived, and reports
 //! requests per second of wall time (its note adds requests per CPU-second of the running
-//! thread, which a shared host does not inflate). Each mode is a row; `fine` does the most controller work
-//! (credits, query reads) and is the one the target is checked on. Each mode's run also
-//! records its controller's inputs, and `mcsim-MODE-controller` times them replayed on the
-//! memory controller alone (`nvstack_mcsim::replay`, the same controller run again): the way
-//! the peers run, so the like-for-like comparison with them. Two rows bound the full run from
-//! below: `mcsim-ideal` times the same run with no memory controller at all
+//! thread, which a shared host does not inflate). Each mode is a row; `fine` does the most
+//! controller work (credits, query reads) and is the one the target is checked on. Each mode's
+//! run then runs again untimed, recording its controller's inputs, and `mcsim-MODE-controller`
+//! times them replayed on the memory controller alone (`nvstack_mcsim::replay`, the same
+//! controller run again): the way the peers run, so the like-for-like comparison with them.
+//! Two rows bound the full run from below: `mcsim-ideal` times the same run with no memory controller at all
 //! (`Config::ideal_memory`: what the cores, caches and events cost alone), and `mcsim-floor`
 //! runs the same workload's functional work alone (generator and caches, no timing): the part
 //! of a request's cost no engine can avoid.
@@ -16,7 +16,7 @@
 //! The peers are DRAMsim3 (github:umd-memsys/DRAMsim3) and DRAMSim2 (github:umd-memsys/
 //! DRAMSim2, the simulator the paper extended), each in its own trace-driven mode, when
 //! `NVSTACK_DRAMSIM3` names its `dramsim3main` and `NVSTACK_DRAMSIM2` its `DRAMSim`
-//! (scripts/bench-mcsim.sh builds both from source on demand): the fine row's run records every
+//! (scripts/bench-mcsim.sh builds both from source on demand): the fine row's recording has every
 //! request reaching our controller, the suite writes them as a trace (address, READ or WRITE,
 //! arrival in the peer's DRAM cycles), and each peer replays the same requests on its PCM
 //! configuration (`mcsim/dramsim3-pcm.ini`, `mcsim/dramsim2-pcm.ini`: DDR4 and DDR3 with Table
@@ -66,13 +66,20 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
             mode,
             ..Config::default()
         };
-        // The run also keeps its controller's inputs, for the controller row and the peers.
-        let (requests, wall_s, note, inputs) = run_ours(&machine, need, true)?;
+        let (requests, wall_s, note) = run_ours(&machine, need)?;
         drop(bar);
         let row = Row::new(SUITE, &format!("mcsim-{}", mode.name()), "request", 64, 1)
             .method("simulated")
             .note(note);
         ctx.push(row.timed(&timing(requests, wall_s), 0));
+        // The same run again, untimed, keeping its controller's inputs (the run is
+        // deterministic: the same requests), for the controller row and the peers.
+        let bar = ctx.bar(&format!("mcsim {} recording", mode.name()));
+        let kc = KernelConfig::hashmap_for_requests(machine.cores, need);
+        let (out, inputs) = nvstack_mcsim::run_recording(&machine, &mut KernelWorkload::new(&kc)?)?;
+        drop(bar);
+        let recorded = out.report.mc.reads + out.report.mc.writes;
+        assert_eq!(recorded, requests, "a run records what it timed");
         ctx.push(controller_row(ctx, &machine, &inputs, requests)?);
         if mode == Mode::Fine {
             // The requests the peers replay: the fine run's reads and writes.
@@ -161,21 +168,14 @@ fn best_peer(runs: &[PeerRun]) -> Option<&PeerRun> {
         .max_by(|a, b| a.per_s().total_cmp(&b.per_s()))
 }
 
-/// One timed run of ours, sized for `need` requests: the requests made, the wall time, a
-/// note, and the controller's inputs if `record` (recorded during the timed run: one push an
-/// input, timed).
-type Ours = (u64, f64, String, Vec<Input>);
-
-fn run_ours(machine: &Config, need: u64, record: bool) -> Result<Ours> {
+/// One timed run of ours, sized for `need` requests: the requests made, the wall time and a
+/// note.
+fn run_ours(machine: &Config, need: u64) -> Result<(u64, f64, String)> {
     let kc = KernelConfig::hashmap_for_requests(machine.cores, need);
     let mut work = KernelWorkload::new(&kc)?;
     let cpu_start_ns = thread_cpu_ns();
     let start = Instant::now();
-    let (out, inputs) = if record {
-        nvstack_mcsim::run_recording(machine, &mut work)?
-    } else {
-        (nvstack_mcsim::run(machine, &mut work)?, Vec::new())
-    };
+    let out = nvstack_mcsim::run(machine, &mut work)?;
     let wall_s = start.elapsed().as_secs_f64();
     let requests = out.report.mc.reads + out.report.mc.writes;
     let cpu = cpu_note(cpu_start_ns, requests);
@@ -184,13 +184,11 @@ fn run_ours(machine: &Config, need: u64, record: bool) -> Result<Ours> {
         "the run is sized for {need} requests, made {requests}"
     );
     let note = format!(
-        "{requests} requests ({} simulated cycles, IPC {:.2}) in {wall_s:.1} s on one core{}{cpu}; \
+        "{requests} requests ({} simulated cycles, IPC {:.2}) in {wall_s:.1} s on one core{cpu}; \
          median = p99 = wall time per request",
-        out.report.cycles,
-        out.report.ipc,
-        if record { ", recording them" } else { "" },
+        out.report.cycles, out.report.ipc,
     );
-    Ok((requests, wall_s, note, inputs))
+    Ok((requests, wall_s, note))
 }
 
 /// The controller row: the run's inputs (its requests, commits and range bindings, at the
@@ -242,7 +240,7 @@ fn ideal_row(ctx: &Ctx, need: u64) -> Result<BenchResult> {
         ideal_memory: true,
         ..Config::default()
     };
-    let (requests, wall_s, note, _) = run_ours(&machine, need, false)?;
+    let (requests, wall_s, note) = run_ours(&machine, need)?;
     drop(bar);
     let row = Row::new(SUITE, "mcsim-ideal", "request", 64, 1)
         .method("simulated, no controller")
