@@ -69,6 +69,32 @@ impl Input {
     }
 }
 
+/// Refuse input `i` if the controller cannot take it after an input at `last_t`.
+fn check(i: usize, input: &Input, last_t: u64) -> Result<()> {
+    let t = input.t();
+    if t < last_t {
+        return Err(Error::bad(format!(
+            "replay input {i} at cycle {t} comes before the one at cycle {last_t}: inputs \
+             reach the controller in time order"
+        )));
+    }
+    if t > CYCLE_MAX {
+        return Err(Error::bad(format!(
+            "replay input {i} at cycle {t}: after cycle {CYCLE_MAX}, the latest the controller \
+             takes"
+        )));
+    }
+    if let Input::Commit { addr, len, .. } | Input::Bind { addr, len, .. } = *input {
+        if len == 0 || addr.checked_add(len).is_none() {
+            return Err(Error::bad(format!(
+                "replay input {i}: a range of {len} bytes at {addr:#x} (it must hold a byte \
+                 and end inside the address space)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// What a replay left: the controller's counters, its event log (with `Config::log_events`)
 /// and the final memory (line -> version of the write that finished last).
 pub struct Replay {
@@ -77,9 +103,14 @@ pub struct Replay {
     pub memory: FxHashMap<u64, u64>,
 }
 
+/// The latest cycle an input may come at: the controller adds latencies to it (2^62 cycles is
+/// 54 years at 2.7 GHz).
+pub const CYCLE_MAX: u64 = 1 << 62;
+
 /// Replay `inputs` on the controller of machine `cfg`, then run it until it is idle. Refused:
-/// a machine `Config::validate` refuses, inputs out of time order, or more commits at the
-/// controller at once than the machine has cores (a core waits for its commit).
+/// a machine `Config::validate` refuses, inputs out of time order or after `CYCLE_MAX`, a
+/// commit or binding of no bytes or past the end of the address space, or more commits at
+/// the controller at once than the machine has cores (a core waits for its commit).
 pub fn replay(cfg: &Config, inputs: &[Input]) -> Result<Replay> {
     cfg.validate()?;
     let mut mc = Mc::new(cfg);
@@ -87,13 +118,8 @@ pub fn replay(cfg: &Config, inputs: &[Input]) -> Result<Replay> {
     let mut done: Vec<Done> = Vec::new();
     let mut last_t = 0;
     for (i, input) in inputs.iter().enumerate() {
+        check(i, input, last_t)?;
         let t = input.t();
-        if t < last_t {
-            return Err(Error::bad(format!(
-                "replay input {i} at cycle {t} comes before the one at cycle {last_t}: inputs \
-                 reach the controller in time order"
-            )));
-        }
         last_t = t;
         // The engine's order at equal cycles: the controller's due actions first.
         while mc.next_action() <= t {

@@ -73,6 +73,26 @@ fn a_replay_refuses_bad_inputs() {
     };
     refused(&[read(10), read(9)], "input 1 at cycle 9 comes before");
     refused(
+        &[read(1), read(u64::MAX)],
+        "input 1 at cycle 18446744073709551615: after",
+    );
+    let bind = |addr, len| Input::Bind { t: 5, addr, len };
+    refused(
+        &[read(1), bind(0x1000, 0)],
+        "input 1: a range of 0 bytes at 0x1000",
+    );
+    refused(
+        &[bind(u64::MAX, 2)],
+        "input 0: a range of 2 bytes at 0xffffffffffffffff",
+    );
+    let empty = Input::Commit {
+        t: 9,
+        token: 1,
+        addr: 64,
+        len: 0,
+    };
+    refused(&[empty], "input 0: a range of 0 bytes at 0x40");
+    refused(
         &[commit(1, 5), commit(2, 6), commit(3, 7)],
         "input 2: a commit while 2 are at the controller",
     );
