@@ -8,10 +8,10 @@
 //! run then runs again untimed, recording its controller's inputs, and `mcsim-MODE-controller`
 //! times them replayed on the memory controller alone (`nvstack_mcsim::replay`, the same
 //! controller run again): the way the peers run, so the like-for-like comparison with them.
-//! Two rows bound the full run from below: `mcsim-ideal` times the same run with no memory controller at all
-//! (`Config::ideal_memory`: what the cores, caches and events cost alone), and `mcsim-floor`
-//! runs the same workload's functional work alone (generator and caches, no timing): the part
-//! of a request's cost no engine can avoid.
+//! Two rows bound the full run from below: `mcsim-ideal` times the same run with no memory
+//! controller at all (`Config::ideal_memory`: what the cores, caches and events cost alone),
+//! and `mcsim-floor` runs the same workload's functional work alone (generator and caches, no
+//! timing): the part of a request's cost no engine can avoid.
 //!
 //! The peers are DRAMsim3 (github:umd-memsys/DRAMsim3) and DRAMSim2 (github:umd-memsys/
 //! DRAMSim2, the simulator the paper extended), each in its own trace-driven mode, when
@@ -59,7 +59,7 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
         .into_iter()
         .filter_map(|k| std::env::var_os(k.env()).map(|p| (k, PathBuf::from(p))))
         .collect();
-    let mut stream = Vec::new();
+    let mut arrivals = Vec::new();
     for mode in [Mode::Fine, Mode::Global] {
         let bar = ctx.bar(&format!("mcsim {}", mode.name()));
         let machine = Config {
@@ -81,15 +81,14 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
         let recorded = out.report.mc.reads + out.report.mc.writes;
         assert_eq!(recorded, requests, "a run records what it timed");
         ctx.push(controller_row(ctx, &machine, &inputs, requests)?);
-        if mode == Mode::Fine {
+        if mode == Mode::Fine && !peers.is_empty() {
             // The requests the peers replay: the fine run's reads and writes.
-            stream = inputs.iter().filter_map(Input::arrival).collect();
+            arrivals = inputs.iter().filter_map(Input::arrival).collect();
         }
     }
     ctx.push(ideal_row(ctx, need)?);
     ctx.push(floor_row(ctx, need)?);
     let mut runs = Vec::new();
-    let arrivals = stream;
     for (kind, program) in &peers {
         let bar = ctx.bar(&format!("mcsim {}", kind.name()));
         let run = peers::run_peer(*kind, program, &arrivals, &Config::default())?;

@@ -103,9 +103,10 @@ fn a_commit_of_an_empty_sub_queue_is_one_query() {
 #[test]
 fn credits_run_out_and_queries_refill_them() {
     let mut cal = controller(Mode::Fine);
-    cal.bind(0, 0x10000, 0x1000); // lines 0x400 to 0x43f: sub-queue 0
-                                  // Nine writes at 0, channel 0, units 0, 2, ... 16. The first eight fill sub-queue 0;
-                                  // the ninth (a flush) waits and enters at 0, when the first issues.
+    // Lines 0x400 to 0x43f: sub-queue 0.
+    cal.bind(0, 0x10000, 0x1000);
+    // Nine writes at 0, channel 0, units 0, 2, ... 16. The first eight fill sub-queue 0; the
+    // ninth (a flush) waits and enters at 0, when the first issues.
     for k in 0..9u64 {
         let waiter = (k == 8).then_some(5);
         assert_eq!(cal.write(0, 0x400 + 2 * k, k + 1, waiter), k < 8);
