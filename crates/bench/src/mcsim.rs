@@ -75,8 +75,7 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
         // The same run again, untimed, keeping its controller's inputs (the run is
         // deterministic: the same requests), for the controller row and the peers.
         let bar = ctx.bar(&format!("mcsim {} recording", mode.name()));
-        let kc = KernelConfig::hashmap_for_requests(machine.cores, need);
-        let (out, inputs) = nvstack_mcsim::run_recording(&machine, &mut KernelWorkload::new(&kc)?)?;
+        let (out, inputs) = nvstack_mcsim::run_recording(&machine, &mut hashmap(&machine, need)?)?;
         drop(bar);
         let recorded = out.report.mc.reads + out.report.mc.writes;
         assert_eq!(recorded, requests, "a run records what it timed");
@@ -167,11 +166,15 @@ fn best_peer(runs: &[PeerRun]) -> Option<&PeerRun> {
         .max_by(|a, b| a.per_s().total_cmp(&b.per_s()))
 }
 
+/// The suite's workload: the hash-map kernel on `machine`'s cores, sized for `need` requests.
+fn hashmap(machine: &Config, need: u64) -> Result<KernelWorkload> {
+    KernelWorkload::new(&KernelConfig::hashmap_for_requests(machine.cores, need))
+}
+
 /// One timed run of ours, sized for `need` requests: the requests made, the wall time and a
 /// note.
 fn run_ours(machine: &Config, need: u64) -> Result<(u64, f64, String)> {
-    let kc = KernelConfig::hashmap_for_requests(machine.cores, need);
-    let mut work = KernelWorkload::new(&kc)?;
+    let mut work = hashmap(machine, need)?;
     let cpu_start_ns = thread_cpu_ns();
     let start = Instant::now();
     let out = nvstack_mcsim::run(machine, &mut work)?;
@@ -257,7 +260,7 @@ fn ideal_row(ctx: &Ctx, need: u64) -> Result<BenchResult> {
 fn floor_row(ctx: &Ctx, need: u64) -> Result<BenchResult> {
     let bar = ctx.bar("mcsim floor");
     let machine = Config::default();
-    let mut work = KernelWorkload::new(&KernelConfig::hashmap_for_requests(machine.cores, need))?;
+    let mut work = hashmap(&machine, need)?;
     let cpu_start_ns = thread_cpu_ns();
     let start = Instant::now();
     let f = nvstack_mcsim::floor(&machine, &mut work)?;

@@ -334,6 +334,14 @@ impl Mc {
         }
     }
 
+    /// The event log so far (empty unless `Config::log_events`), in time order: entries are
+    /// pushed when decided, which is not always the order of their times.
+    pub fn take_log(&mut self) -> Vec<Log> {
+        let mut log = self.log.take().unwrap_or_default();
+        log.sort_by_key(Log::time);
+        log
+    }
+
     fn log(&mut self, entry: Log) {
         if let Some(log) = &mut self.log {
             log.push(entry);

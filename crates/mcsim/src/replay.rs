@@ -161,12 +161,9 @@ pub fn replay(cfg: &Config, inputs: &[Input]) -> Result<Replay> {
         done.clear();
     }
     assert!(mc.idle(), "the controller is idle once nothing is due");
-    let memory = std::mem::take(mc.memory());
-    let mut log = mc.log.take().unwrap_or_default();
-    log.sort_by_key(Log::time);
     Ok(Replay {
+        memory: std::mem::take(mc.memory()),
+        log: mc.take_log(),
         stats: mc.stats.clone(),
-        log,
-        memory,
     })
 }

@@ -574,8 +574,7 @@ impl<'w> Sim<'w> {
             mc: stats,
             clock_mhz: self.cfg.clock_mhz,
         };
-        let mut log = self.mc.log.take().unwrap_or_default();
-        log.sort_by_key(crate::event::Log::time);
+        let log = self.mc.take_log();
         Outcome {
             report,
             memory: std::mem::take(self.mc.memory()),
