@@ -20,7 +20,7 @@ fn ubj_exhaustive_tier_is_clean_over_every_scenario() {
     let faults: Vec<&str> = rows.iter().map(|r| r["fault"].as_str().unwrap()).collect();
     assert_eq!(faults, ["M0", "M1", "M2"], "{rows:?}");
     assert!(rows.iter().all(|r| r["protocol"] == "ubj"));
-    // Every store, flush, fence and sector of nine scenarios, most of them allowing the same
+    // Every store, flush, fence and sector of ten scenarios, most of them allowing the same
     // executions as the point before; the rest checked, in full up to 4,096 images.
     let points = v["crash_points"].as_u64().unwrap();
     let equivalent = v["points_equivalent"].as_u64().unwrap();
@@ -80,7 +80,7 @@ fn ubj_randomized_tier_is_clean_and_media_faults_are_detected() {
 
 /// The scenario that exercises each bug (a full run catches each too, later: the scenarios
 /// run in order and write-64 is the longest).
-const EXPOSED_BY: [(&str, &str); 11] = [
+const EXPOSED_BY: [(&str, &str); 12] = [
     ("commit-before-data-fence", "write-1"),
     ("commit-word-unfenced", "write-1"),
     ("stale-freed-before-commit", "overwrite-frozen"),
@@ -92,6 +92,7 @@ const EXPOSED_BY: [(&str, &str); 11] = [
     ("recovery-keeps-uncommitted", "write-1"),
     ("recovery-oldest-copy", "overwrite-frozen"),
     ("evict-dirty", "full"),
+    ("long-discard-unflushed", "discard-long"),
 ];
 
 #[test]

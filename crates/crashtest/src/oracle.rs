@@ -148,6 +148,18 @@ pub struct Epochs {
     /// Commit j + 1's event indices: from `.0` on it may be durable (the operation that made
     /// it began), from `.1` on it must be (that operation returned).
     pub commits: Vec<(usize, usize)>,
+    /// Blocks a long discard discarded on the backing device itself, outside every epoch
+    /// (UBJ holds no copy of them): from the discard's start they may read as zeros in any
+    /// state, and from its return they must in the states made before it returned.
+    pub punched: Vec<Punch>,
+}
+
+/// A block discarded on the backing device between event indices `start` and `ack`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Punch {
+    pub lba: u64,
+    pub start: usize,
+    pub ack: usize,
 }
 
 impl Epochs {
@@ -159,6 +171,20 @@ impl Epochs {
         (acked, begun)
     }
 
+    /// Whether block `lba` of state j is under a punch at a crash at `crash`: Some(true) if
+    /// it must read zeros (the punch returned, after state j was made), Some(false) if it may
+    /// (the punch began), None if no punch applies. A state made before a punch returned
+    /// (its commit began earlier) still names the block's old data, which the backing device
+    /// no longer has; a later state already reads zeros or a later write.
+    fn punch_at(&self, j: usize, lba: u64, crash: usize) -> Option<bool> {
+        let made = if j == 0 { 0 } else { self.commits[j - 1].0 };
+        self.punched
+            .iter()
+            .filter(|p| p.lba == lba && p.start <= crash && made < p.ack)
+            .map(|p| p.ack <= crash)
+            .reduce(|a, b| a || b)
+    }
+
     fn judge(&self, got: &BTreeMap<u64, Option<u64>>, crash: usize) -> Result<(), Finding> {
         assert_eq!(
             self.states.len(),
@@ -167,20 +193,28 @@ impl Epochs {
         );
         let (acked, begun) = self.window(crash);
         let reads = |j: usize, lba: u64| self.states[j].get(&lba).copied().unwrap_or(None);
-        if (acked..=begun).any(|j| got.iter().all(|(&l, &g)| reads(j, l) == g)) {
+        let allows = |j: usize, l: u64, g: Option<u64>| match self.punch_at(j, l, crash) {
+            Some(true) => g.is_none(),
+            Some(false) => g.is_none() || g == reads(j, l),
+            None => g == reads(j, l),
+        };
+        if (acked..=begun).any(|j| got.iter().all(|(&l, &g)| allows(j, l, g))) {
             return Ok(());
         }
         let (&lba, &g) = got
             .iter()
-            .find(|(&l, &g)| reads(acked, l) != g)
+            .find(|(&l, &g)| !allows(acked, l, g))
             .expect("a state no block differs from matches");
+        let has = match self.punch_at(acked, lba, crash) {
+            Some(true) => "zeros (a long discard on the backing device returned)".to_string(),
+            _ => show(reads(acked, lba)),
+        };
         Err(Finding {
             lba: Some(lba),
             what: format!(
                 "the device is in no committed state between commit {acked} (acknowledged) \
-                 and commit {begun} (begun): this block reads {} where commit {acked} has {}",
+                 and commit {begun} (begun): this block reads {} where commit {acked} has {has}",
                 show(g),
-                show(reads(acked, lba))
             ),
         })
     }
@@ -225,13 +259,44 @@ impl Expect {
                 lba: Some(lba),
                 what: format!("read failed: {e}"),
             })?;
-            let v = decode_block(lba, &buf).map_err(|w| Finding {
-                lba: Some(lba),
-                what: w.to_string(),
-            })?;
+            let v = match decode_block(lba, &buf) {
+                Ok(v) => v,
+                Err(w) => self.partly_punched(lba, &buf, crash).ok_or(Finding {
+                    lba: Some(lba),
+                    what: w.to_string(),
+                })?,
+            };
             got.insert(lba, v);
         }
         self.judge(&got, crash)
+    }
+
+    /// A block that a crash caught while a long discard punched it on the backing device,
+    /// whose 512-byte sectors reach the platter in any subset: each sector zeros or the
+    /// sector of one version the block holds in some state. Read as that version (the
+    /// oracle then allows it only where the block may still be old); None if it is not such
+    /// a mix, or no punch of it was under way.
+    fn partly_punched(&self, lba: u64, buf: &[u8], crash: usize) -> Option<Option<u64>> {
+        let epochs = self.epochs.as_ref()?;
+        let under_way = |p: &Punch| p.lba == lba && p.start <= crash && crash < p.ack;
+        if !epochs.punched.iter().any(under_way) {
+            return None;
+        }
+        let sector = nvstack_pmem::crash::SECTOR_BYTES as usize;
+        let mut versions: Vec<u64> = epochs
+            .states
+            .iter()
+            .filter_map(|s| s.get(&lba).copied().flatten())
+            .collect();
+        versions.dedup();
+        versions.into_iter().find_map(|v| {
+            let want = block(lba, v, buf.len());
+            let mix = buf
+                .chunks(sector)
+                .zip(want.chunks(sector))
+                .all(|(got, old)| got == old || got.iter().all(|&b| b == 0));
+            mix.then_some(Some(v))
+        })
     }
 
     /// Judge what was read back. The rules: an acknowledged write survives; an operation in
@@ -409,6 +474,7 @@ mod tests {
             epochs: Some(Epochs {
                 states,
                 commits: vec![(10, 20), (30, 40)],
+                punched: Vec::new(),
             }),
             ..Default::default()
         };
@@ -435,6 +501,50 @@ mod tests {
             "commit 2 acknowledged"
         );
         assert_eq!(e.epochs.as_ref().unwrap().window(35), (1, 2));
+    }
+
+    #[test]
+    fn a_punch_zeroes_a_block_outside_the_epochs() {
+        // Block 1 holds version 1 at commit 0; a long discard punches it on the backing device
+        // (events 10 to 20), then commit 1 (30 to 40) makes the state with it zeros.
+        let states = vec![BTreeMap::from([(1, Some(1))]), BTreeMap::from([(1, None)])];
+        let mut e = Expect {
+            epochs: Some(Epochs {
+                states,
+                commits: vec![(30, 40)],
+                punched: vec![Punch {
+                    lba: 1,
+                    start: 10,
+                    ack: 20,
+                }],
+            }),
+            ..Default::default()
+        };
+        let g = |v: Option<u64>| BTreeMap::from([(1, v)]);
+        assert!(
+            e.judge(&g(None), 5).is_err(),
+            "not before the discard starts"
+        );
+        assert!(e.judge(&g(Some(1)), 15).is_ok() && e.judge(&g(None), 15).is_ok());
+        let kept = e.judge(&g(Some(1)), 25).unwrap_err();
+        assert!(kept.what.contains("long discard"), "{}", kept.what);
+        assert!(e.judge(&g(None), 35).is_ok(), "commit 1 begun or not");
+        // A later write (version 2) committed by a commit 2 that began after the punch.
+        let ep = e.epochs.as_mut().unwrap();
+        ep.states.push(BTreeMap::from([(1, Some(2))]));
+        ep.commits.push((50, 60));
+        assert!(
+            e.judge(&g(Some(2)), 65).is_ok(),
+            "the later state is not punched"
+        );
+        assert!(e.judge(&g(None), 65).is_err(), "commit 2 acknowledged");
+        // A crash mid-punch: some sectors zeros, the others version 1's.
+        let mut b = block(1, 1, 4096);
+        b[512..1024].fill(0);
+        assert_eq!(e.partly_punched(1, &b, 15), Some(Some(1)));
+        assert_eq!(e.partly_punched(1, &b, 25), None, "the punch returned");
+        b[0] ^= 1;
+        assert_eq!(e.partly_punched(1, &b, 15), None, "a sector of no version");
     }
 
     #[test]

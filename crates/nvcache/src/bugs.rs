@@ -27,10 +27,13 @@ pub enum Bug {
     RecoveryOldestCopy,
     /// Eviction takes dirty blocks as well as clean ones, dropping their data.
     EvictDirty,
+    /// A long discard returns before the backing device's flush of the blocks it discarded
+    /// there.
+    LongDiscardUnflushed,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 11] = [
+    pub const ALL: [Bug; 12] = [
         Bug::CommitBeforeDataFence,
         Bug::CommitWordUnfenced,
         Bug::StaleFreedBeforeCommit,
@@ -42,6 +45,7 @@ impl Bug {
         Bug::RecoveryKeepsUncommitted,
         Bug::RecoveryOldestCopy,
         Bug::EvictDirty,
+        Bug::LongDiscardUnflushed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +61,7 @@ impl Bug {
             Bug::RecoveryKeepsUncommitted => "recovery-keeps-uncommitted",
             Bug::RecoveryOldestCopy => "recovery-oldest-copy",
             Bug::EvictDirty => "evict-dirty",
+            Bug::LongDiscardUnflushed => "long-discard-unflushed",
         }
     }
 
@@ -80,6 +85,9 @@ impl Bug {
             Bug::RecoveryKeepsUncommitted => "recovery keeps the blocks written after the last commit",
             Bug::RecoveryOldestCopy => "recovery takes a block's oldest committed copy instead of its newest",
             Bug::EvictDirty => "eviction takes dirty blocks as well as clean ones, dropping their data",
+            Bug::LongDiscardUnflushed => {
+                "a long discard returns before flushing the backing device it discarded blocks on"
+            }
         }
     }
 

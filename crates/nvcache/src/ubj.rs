@@ -639,24 +639,91 @@ impl<R: Region> Ubj<R> {
         done
     }
 
-    /// Discard blocks: they read as zeros from the next commit on; the backing hole is punched
-    /// at checkpoint.
+    /// Discard blocks: they read as zeros. Up to a unit (`unit_blocks`), as a write: tombstones
+    /// that land whole in one epoch (durable at the next commit), their backing holes punched
+    /// at checkpoint. Longer, not atomic: the blocks the cache holds a copy of become
+    /// tombstones one by one, as writes; the others, whose data is on the backing device
+    /// alone, are discarded there at once, and the backing device is flushed before the call
+    /// returns, so they read as zeros after any crash from then on (a crash during the call
+    /// may leave any of them old). Why: mkfs discards the whole device, and a tombstone a
+    /// block passed every block of it through the slots, their commits and checkpoints (ext4
+    /// made on 32 GiB in 12.2 s, against 0.44 s over the write cache).
     pub fn discard_blocks(&self, lba: u64, count: u64) -> Result<()> {
         let bytes = usize::try_from(count).ok().and_then(|c| c.checked_mul(B));
         self.check_range(lba, bytes.ok_or_else(|| Error::bad("discard too long"))?)?;
-        for start in (lba..lba + count).step_by(self.unit_blocks() as usize) {
-            let end = (start + u64::from(self.unit_blocks())).min(lba + count);
-            let mut st = self.lock();
-            self.writable(&st)?;
-            self.make_room(&mut st, start..end)?;
-            for b in start..end {
-                self.write_one(&mut st, b, None);
-            }
-            let done = self.after_write(&mut st);
-            self.notify(&st, false);
-            done?;
+        if count <= u64::from(self.unit_blocks()) {
+            return self.discard_unit(lba, count);
+        }
+        let held = self.discard_unheld(lba, count)?;
+        // Tombstones one by one: there are at most as many as the cache has slots.
+        for &l in &held {
+            self.discard_unit(l, 1)?;
         }
         Ok(())
+    }
+
+    /// Tombstones for `lba..lba + count`, at most a unit: one epoch's, as a write.
+    fn discard_unit(&self, lba: u64, count: u64) -> Result<()> {
+        assert!(count <= u64::from(self.unit_blocks()), "a unit at most");
+        let mut st = self.lock();
+        self.writable(&st)?;
+        self.make_room(&mut st, lba..lba + count)?;
+        for b in lba..lba + count {
+            self.write_one(&mut st, b, None);
+        }
+        let done = self.after_write(&mut st);
+        self.notify(&st, false);
+        done
+    }
+
+    /// A long discard's blocks of which the cache holds no copy, discarded on the backing
+    /// device in runs, which is then flushed; returns the blocks it holds, in order, for the
+    /// caller's tombstones. Under the lock: no write caches one of the others meanwhile.
+    fn discard_unheld(&self, lba: u64, count: u64) -> Result<Vec<u64>> {
+        let end = lba + count;
+        let mut st = self.lock();
+        self.writable(&st)?;
+        let held = held_in(&st.blocks, lba..end);
+        let mut runs = Vec::new();
+        let mut at = lba;
+        for &next in held.iter().chain(std::iter::once(&end)) {
+            if next > at {
+                runs.push((at, next - at));
+            }
+            at = next + 1;
+        }
+        let punch = || -> Result<()> {
+            for &(from, n) in &runs {
+                self.backing.discard(from, n)?;
+            }
+            if self.bug == Some(Bug::LongDiscardUnflushed) {
+                return Ok(()); // Seeded bug: returns with the discards not yet durable
+            }
+            self.backing.flush()
+        };
+        punch().map_err(|e| self.backing_failed(&mut st, "discard", e))?;
+        debug_assert!(
+            runs.iter().map(|r| r.1).sum::<u64>() + held.len() as u64 == count,
+            "every block is punched or held"
+        );
+        Ok(held)
+    }
+
+    /// A backing-device error: the cache enters its error state (writes refused, nothing in
+    /// NVRAM changed, so the data stays); the error to return names `what` failed.
+    fn backing_failed(&self, st: &mut State, what: &str, e: Error) -> Error {
+        st.error = Some(e.to_string());
+        self.store_error(st.epoch, &e.to_string());
+        Error::env(format!("nvcache {what}: backing device: {e}"))
+    }
+
+    /// Whether the cache holds a copy of block `lba` (dirty, clean or frozen): a long discard
+    /// makes it a tombstone rather than discarding it on the backing device.
+    pub fn holds(&self, lba: u64) -> bool {
+        let st = self.lock();
+        st.blocks
+            .get(&lba)
+            .is_some_and(|c| c.current.is_some() || c.frozen.is_some())
     }
 
     /// Blocks one write may carry.
@@ -919,13 +986,7 @@ impl<R: Region> Ubj<R> {
                 st.stats.backing_bytes_written += bytes;
                 Ok(())
             }
-            Err(e) => {
-                st.error = Some(e.to_string());
-                self.store_error(st.epoch, &e.to_string());
-                Err(Error::env(format!(
-                    "nvcache checkpoint: backing device: {e}"
-                )))
-            }
+            Err(e) => Err(self.backing_failed(st, "checkpoint", e)),
         }
     }
 
@@ -954,6 +1015,23 @@ impl<R: Region> Ubj<R> {
             st.free.push(slot);
         }
     }
+}
+
+/// The blocks of `range` with a copy in the cache, in order: by probing each block or by
+/// walking the map, whichever is shorter (a whole-device discard, or a short one).
+fn held_in(blocks: &HashMap<u64, Copies>, range: std::ops::Range<u64>) -> Vec<u64> {
+    let held = |c: &Copies| c.current.is_some() || c.frozen.is_some();
+    let n = range.end - range.start;
+    if n <= blocks.len() as u64 {
+        return range.filter(|l| blocks.get(l).is_some_and(held)).collect();
+    }
+    let mut v: Vec<u64> = blocks
+        .iter()
+        .filter(|(l, c)| range.contains(l) && held(c))
+        .map(|(&l, _)| l)
+        .collect();
+    v.sort_unstable();
+    v
 }
 
 /// The read path.

@@ -438,6 +438,12 @@ fn full_of_dirty(r: &mut Rig) {
 fn every_seeded_bug_is_caught() {
     let mut missed = Vec::new();
     for bug in Bug::ALL {
+        if bug == Bug::LongDiscardUnflushed {
+            // A long discard's punches lie outside every epoch, which this test's model does
+            // not know: the crash checker's discard-long scenario, whose oracle does, catches
+            // it (crates/cli/tests/crashtest_ubj.rs).
+            continue;
+        }
         let res = if bug == Bug::EvictDirty {
             check_seeded(bug.name(), SMALL_REGION, Some(bug), |_| {}, full_of_dirty)
         } else {

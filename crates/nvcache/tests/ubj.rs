@@ -125,6 +125,64 @@ fn reopen_keeps_committed_and_drops_uncommitted() {
 }
 
 #[test]
+fn a_long_discard_punches_what_the_cache_does_not_hold_and_tombstones_the_rest() {
+    // mkfs discards the whole device: 900 blocks past a unit, of which the cache holds three
+    // (one frozen, one dirty, one clean). Those three become tombstones; the rest goes to the
+    // backing device as two discards and a flush, taking no slot and making no commit.
+    let (r, disk, u) = fresh(REGION, 1000, settings_off());
+    for lba in [400, 950] {
+        disk.write(lba, &payload(lba)).unwrap(); // on the backing device alone
+    }
+    u.write_blocks(5, &payload(5)).unwrap();
+    u.commit().unwrap();
+    u.checkpoint().unwrap(); // on the backing device, and cached clean
+    u.write_blocks(10, &payload(10)).unwrap();
+    u.commit().unwrap(); // 10 frozen
+    u.write_blocks(20, &payload(20)).unwrap(); // 20 dirty
+    let held = [5, 10, 20];
+    assert!(held.iter().all(|&l| u.holds(l)) && !u.holds(400));
+    let before = (u.stats(), u.census());
+    disk.log.lock().unwrap().clear();
+    u.discard_blocks(0, 900).unwrap();
+    let ops = disk.log.lock().unwrap().clone();
+    let punched: Vec<(u64, u64)> = ops
+        .iter()
+        .filter_map(|o| match o {
+            BackingOp::Discard { lba, count, .. } => Some((*lba, *count)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        punched,
+        [(0, 5), (6, 4), (11, 9), (21, 879)],
+        "the runs between held blocks"
+    );
+    assert!(
+        matches!(ops.last(), Some(BackingOp::Flush { .. })),
+        "{ops:?}"
+    );
+    assert_eq!(u.stats().commits, before.0.commits, "no commit");
+    let census = u.census();
+    assert_eq!(census.dirty, 3, "a tombstone per held block, no other slot");
+    assert_eq!(
+        census.clean + 1,
+        before.1.clean,
+        "5's clean slot became its tombstone"
+    );
+    assert_eq!(read(&u, 400), vec![0; B]);
+    assert_eq!(read(&u, 950), payload(950), "past the discard");
+    // Durable on return: a crash now loses the tombstones (not committed) but not the punches.
+    let v = reopen(&r, &disk);
+    assert_eq!((read(&v, 400), read(&v, 5)), (vec![0; B], payload(5)));
+    assert_eq!(read(&v, 10), payload(10), "the frozen copy, committed");
+    u.commit().unwrap();
+    let v = reopen(&r, &disk);
+    for lba in [5, 10, 20, 400] {
+        assert_eq!(read(&v, lba), vec![0; B], "block {lba}");
+    }
+}
+
+#[test]
 fn misses_fill_clean_slots_that_the_policy_replaces() {
     let (_r, disk, u) = fresh(REGION, 1000, settings_off());
     let slots = u.superblock().slots as u64;

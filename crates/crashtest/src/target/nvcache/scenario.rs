@@ -5,7 +5,7 @@
 //! so every commit's state is exact.
 
 use super::{format_sim, open_sim, UbjDevice, UbjTrace, RANDOM_SLOTS};
-use crate::oracle::{block, Epochs, Expect, OpRecord};
+use crate::oracle::{block, Epochs, Expect, OpRecord, Punch};
 use crate::target::{check_read_blocks, Recorded, RunningViolation, Workload};
 use nvstack_core::error::Result;
 use nvstack_nvcache::format::{PolicyName, Settings, BLOCK_BYTES};
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 const B: usize = BLOCK_BYTES as usize;
 
 /// The exhaustive tier's scenarios, in the order they run (`--scenario NAME`).
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "write-1",
     "write-64",
     "overwrite-frozen",
@@ -24,6 +24,7 @@ pub const NAMES: [&str; 9] = [
     "checkpoint",
     "evict-clean",
     "discard",
+    "discard-long",
     "full",
     "autocommit",
 ];
@@ -79,6 +80,7 @@ impl<'a> Recorder<'a> {
                 epochs: Some(Epochs {
                     states: vec![initial],
                     commits: Vec::new(),
+                    punched: Vec::new(),
                 }),
                 ordered: false,
             },
@@ -133,9 +135,21 @@ impl<'a> Recorder<'a> {
         self.op("write", blocks, |d| d.write_blocks(lba, &data))
     }
 
+    /// Discard `n` blocks from `lba`. Past the unit, the blocks the cache holds no copy of are
+    /// discarded on the backing device outside every epoch: the oracle's punches.
     pub fn discard(&mut self, lba: u64, n: u64) -> Result<()> {
         let blocks = (lba..lba + n).map(|l| (l, None)).collect();
-        self.op("discard", blocks, |d| d.discard_blocks(lba, n))
+        let long = n > u64::from(self.dev.unit_blocks());
+        let unheld: Vec<u64> = (lba..lba + n)
+            .filter(|&l| long && !self.dev.holds(l))
+            .collect();
+        self.op("discard", blocks, |d| d.discard_blocks(lba, n))?;
+        let op = self.exp.ops.last().expect("the discard's record");
+        let (start, ack) = (op.start, op.ack);
+        let ep = self.exp.epochs.as_mut().expect("UBJ is judged by epochs");
+        ep.punched
+            .extend(unheld.into_iter().map(|lba| Punch { lba, start, ack }));
+        Ok(())
     }
 
     pub fn commit(&mut self) -> Result<()> {
@@ -165,7 +179,7 @@ impl<'a> Recorder<'a> {
 pub fn record(index: usize, bug: Option<Bug>) -> Result<Recorded<UbjTrace>> {
     let (slots, autocommit) = match NAMES[index] {
         "write-64" => (128, 0),
-        "evict-clean" | "full" => (16, 0),
+        "evict-clean" | "discard-long" | "full" => (16, 0),
         "autocommit" => (32, 4),
         _ => (32, 0),
     };
@@ -221,6 +235,15 @@ fn setup(r: &mut Recorder<'_>, name: &str) -> Result<()> {
             r.write(12, 1)?;
             r.commit()
         }
+        "discard-long" => {
+            r.write(18, 2)?;
+            r.commit()?;
+            r.checkpoint()?;
+            r.read(30, 14)?; // the cache is full
+            r.read(12, 6)?; // misses that evict 18 and 19: on the backing device alone
+            r.write(10, 2)?;
+            r.commit() // 10 and 11 frozen
+        }
         _ => Ok(()),
     }
 }
@@ -262,6 +285,15 @@ fn workload(r: &mut Recorder<'_>, name: &str) -> Result<()> {
             r.discard(10, 3)?; // two clean blocks and a frozen one
             r.commit()?;
             r.checkpoint() // the backing holes are punched
+        }
+        "discard-long" => {
+            r.write(11, 1)?; // dirty beside its frozen copy
+                             // Past the unit (8 blocks with 16 slots): the blocks held (10 frozen, 11 dirty,
+                             // 12..18 clean) become tombstones; 18 and 19 are discarded on the backing device,
+                             // which is flushed before the call returns.
+            r.discard(10, 10)?;
+            r.read(16, 4)?;
+            r.commit()
         }
         "full" => {
             r.write(0, 8)?;
