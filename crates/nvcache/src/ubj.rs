@@ -14,6 +14,8 @@
 //!   become clean (or free when a dirty copy or a discard supersedes them).
 //! - A slot freed by a checkpoint is reused only after that fence, so a new entry is never torn
 //!   against an old committed one.
+//! - Long discard (past the unit): the blocks no slot holds are discarded on the backing device
+//!   and it is flushed, under the lock; the held ones become tombstones, as writes.
 //! - Recovery: recover.rs's table.
 
 use crate::bugs::Bug;
