@@ -274,7 +274,7 @@ fn up_and_down_with_a_cache_and_the_direct_file() {
     assert!(word(&k, "user_bytes_written") >= data.len() as u64, "{k}");
     // mkfs discarded all 32,768 blocks: on the backing file, not through the 2,048 slots as a
     // tombstone a block, which autocommit would have committed every 64 (580 commits and 282
-    // checkpoints before docs/format.md 10.7's long discard; 9 and 0 with it).
+    // checkpoints before docs/format.md 10.7's long discard; 6 and 0 with it).
     assert!(word(&k, "commits") < 100, "{k}");
     // Reused: served as a cache without --cache; a killed daemon's leftovers exit 3.
     let reuse = ["--image", img_s, "--fs", "ext4"];

@@ -259,16 +259,25 @@ impl Expect {
                 lba: Some(lba),
                 what: format!("read failed: {e}"),
             })?;
-            let v = match decode_block(lba, &buf) {
-                Ok(v) => v,
-                Err(w) => self.partly_punched(lba, &buf, crash).ok_or(Finding {
-                    lba: Some(lba),
-                    what: w.to_string(),
-                })?,
-            };
+            let v = self.decode_after(lba, &buf, crash).map_err(|w| Finding {
+                lba: Some(lba),
+                what: w.to_string(),
+            })?;
             got.insert(lba, v);
         }
         self.judge(&got, crash)
+    }
+
+    /// Block `lba` as read back after a crash at event index `crash`: its version (None:
+    /// zeros), or for a block a long discard was punching, the version its old sectors
+    /// carry (`partly_punched`); Err says why it is neither.
+    pub fn decode_after(
+        &self,
+        lba: u64,
+        buf: &[u8],
+        crash: usize,
+    ) -> Result<Option<u64>, BlockError> {
+        decode_block(lba, buf).or_else(|w| self.partly_punched(lba, buf, crash).ok_or(w))
     }
 
     /// A block that a crash caught while a long discard punched it on the backing device,

@@ -15,7 +15,7 @@
 //! - A slot freed by a checkpoint is reused only after that fence, so a new entry is never torn
 //!   against an old committed one.
 //! - Long discard (past the unit): the blocks no slot holds are discarded on the backing device
-//!   and it is flushed, under the lock; the held ones become tombstones, as writes.
+//!   and it is flushed; then the held ones become tombstones in one epoch; all under the lock.
 //! - Recovery: recover.rs's table.
 
 use crate::bugs::Bug;
@@ -643,48 +643,45 @@ impl<R: Region> Ubj<R> {
 
     /// Discard blocks: they read as zeros. Up to a unit (`unit_blocks`), as a write: tombstones
     /// that land whole in one epoch (durable at the next commit), their backing holes punched
-    /// at checkpoint. Longer, not atomic: the blocks the cache holds a copy of become
-    /// tombstones one by one, as writes; the others, whose data is on the backing device
-    /// alone, are discarded there at once, and the backing device is flushed before the call
+    /// at checkpoint. Longer, not atomic: the blocks whose data is on the backing device alone
+    /// are discarded there at once, and the backing device is flushed before the call
     /// returns, so they read as zeros after any crash from then on (a crash during the call
-    /// may leave any of them old). Why: mkfs discards the whole device, and a tombstone a
-    /// block passed every block of it through the slots, their commits and checkpoints
-    /// (docs/format.md 10.7: `up` with ext4 on 32 GiB took 18.2 s, now 0.49 s).
+    /// may leave any of them old, or part old); the blocks the cache holds a copy of become
+    /// tombstones in one epoch, as a write's blocks do. All under the lock. Why: mkfs
+    /// discards the whole device, and a tombstone a block passed every block of it through
+    /// the slots, their commits and checkpoints (docs/format.md 10.7: `up` with ext4 on
+    /// 32 GiB took 19.4 s, now 0.50 s).
     pub fn discard_blocks(&self, lba: u64, count: u64) -> Result<()> {
         let bytes = usize::try_from(count).ok().and_then(|c| c.checked_mul(B));
         self.check_range(lba, bytes.ok_or_else(|| Error::bad("discard too long"))?)?;
-        if count <= u64::from(self.unit_blocks()) {
-            return self.discard_unit(lba, count);
-        }
-        let held = self.discard_unheld(lba, count)?;
-        // Tombstones one by one: there are at most as many as the cache has slots.
-        for &l in &held {
-            self.discard_unit(l, 1)?;
-        }
-        Ok(())
-    }
-
-    /// Tombstones for `lba..lba + count`, at most a unit: one epoch's, as a write.
-    fn discard_unit(&self, lba: u64, count: u64) -> Result<()> {
-        assert!(count <= u64::from(self.unit_blocks()), "a unit at most");
         let mut st = self.lock();
         self.writable(&st)?;
-        self.make_room(&mut st, lba..lba + count)?;
-        for b in lba..lba + count {
-            self.write_one(&mut st, b, None);
+        if count <= u64::from(self.unit_blocks()) {
+            return self.tombstones(&mut st, lba..lba + count);
         }
-        let done = self.after_write(&mut st);
-        self.notify(&st, false);
+        let held = self.discard_unheld(&mut st, lba, count)?;
+        // At most as many as the cache has slots: room for them all after a full checkpoint.
+        self.tombstones(&mut st, held.into_iter())
+    }
+
+    /// Tombstones for `lbas`, landing whole in one epoch as a write's blocks do (room made
+    /// first: a forced commit comes before any of them, an autocommit after all).
+    fn tombstones(&self, st: &mut State, lbas: impl Iterator<Item = u64> + Clone) -> Result<()> {
+        self.make_room(st, lbas.clone())?;
+        for b in lbas {
+            self.write_one(st, b, None);
+        }
+        let done = self.after_write(st);
+        self.notify(st, false);
         done
     }
 
     /// A long discard's blocks of which the cache holds no copy, discarded on the backing
     /// device in runs, which is then flushed; returns the blocks it holds, in order, for the
-    /// caller's tombstones. Under the lock: no write caches one of the others meanwhile.
-    fn discard_unheld(&self, lba: u64, count: u64) -> Result<Vec<u64>> {
+    /// caller's tombstones. Under the caller's lock, held on to the tombstones: no write
+    /// caches one of the others, and the whole discard is one step to every other caller.
+    fn discard_unheld(&self, st: &mut State, lba: u64, count: u64) -> Result<Vec<u64>> {
         let end = lba + count;
-        let mut st = self.lock();
-        self.writable(&st)?;
         let held = held_in(&st.blocks, lba..end);
         let mut runs = Vec::new();
         let mut at = lba;
@@ -703,7 +700,7 @@ impl<R: Region> Ubj<R> {
             }
             self.backing.flush()
         };
-        punch().map_err(|e| self.backing_failed(&mut st, "discard", e))?;
+        punch().map_err(|e| self.backing_failed(st, "discard", e))?;
         debug_assert!(
             runs.iter().map(|r| r.1).sum::<u64>() + held.len() as u64 == count,
             "every block is punched or held"
@@ -785,7 +782,7 @@ impl<R: Region> Ubj<R> {
 
     /// Make sure every block of `lbas` without a mutable copy can get a slot, without splitting
     /// the write across epochs: a commit (and a checkpoint) happens before any of it is written.
-    fn make_room(&self, st: &mut State, lbas: std::ops::Range<u64>) -> Result<()> {
+    fn make_room(&self, st: &mut State, lbas: impl Iterator<Item = u64> + Clone) -> Result<()> {
         // Counted again after every step: an eviction may take one of the write's own blocks.
         let needed = |st: &State| {
             lbas.clone()
@@ -814,10 +811,7 @@ impl<R: Region> Ubj<R> {
             }
             self.checkpoint_locked(st, usize::MAX)?;
             let room = st.free.len() + st.clean.len() as usize;
-            assert!(
-                room as u64 >= lbas.end - lbas.start,
-                "a full checkpoint frees room"
-            );
+            assert!(room >= lbas.clone().count(), "a full checkpoint frees room");
         }
         Ok(())
     }
