@@ -691,6 +691,9 @@ impl<R: Region> Ubj<R> {
             }
             at = next + 1;
         }
+        if runs.is_empty() {
+            return Ok(held); // every block held: nothing to punch or flush
+        }
         let punch = || -> Result<()> {
             for &(from, n) in &runs {
                 self.backing.discard(from, n)?;

@@ -287,10 +287,10 @@ fn workload(r: &mut Recorder<'_>, name: &str) -> Result<()> {
             r.checkpoint() // the backing holes are punched
         }
         "discard-long" => {
+            // Past the unit (8 blocks with 16 slots): the blocks held (10 frozen, 11 dirty,
+            // 12..18 clean) become tombstones; 18 and 19 are discarded on the backing device,
+            // which is flushed before the call returns.
             r.write(11, 1)?; // dirty beside its frozen copy
-                             // Past the unit (8 blocks with 16 slots): the blocks held (10 frozen, 11 dirty,
-                             // 12..18 clean) become tombstones; 18 and 19 are discarded on the backing device,
-                             // which is flushed before the call returns.
             r.discard(10, 10)?;
             r.read(16, 4)?;
             r.commit()
