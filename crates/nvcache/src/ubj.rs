@@ -65,6 +65,13 @@ struct Copies {
     frozen: Option<u32>,
 }
 
+impl Copies {
+    /// Whether a slot holds a copy of the block (dirty, clean or frozen).
+    fn held(&self) -> bool {
+        self.current.is_some() || self.frozen.is_some()
+    }
+}
+
 /// This run's counters (`status` shows them over the cache's life: `lifetime`).
 pub type Stats = crate::format::Counters;
 
@@ -723,9 +730,7 @@ impl<R: Region> Ubj<R> {
     /// makes it a tombstone rather than discarding it on the backing device.
     pub fn holds(&self, lba: u64) -> bool {
         let st = self.lock();
-        st.blocks
-            .get(&lba)
-            .is_some_and(|c| c.current.is_some() || c.frozen.is_some())
+        st.blocks.get(&lba).is_some_and(Copies::held)
     }
 
     /// Blocks one write may carry.
@@ -1019,14 +1024,15 @@ impl<R: Region> Ubj<R> {
 /// The blocks of `range` with a copy in the cache, in order: by probing each block or by
 /// walking the map, whichever is shorter (a whole-device discard, or a short one).
 fn held_in(blocks: &HashMap<u64, Copies>, range: std::ops::Range<u64>) -> Vec<u64> {
-    let held = |c: &Copies| c.current.is_some() || c.frozen.is_some();
     let n = range.end - range.start;
     if n <= blocks.len() as u64 {
-        return range.filter(|l| blocks.get(l).is_some_and(held)).collect();
+        return range
+            .filter(|l| blocks.get(l).is_some_and(Copies::held))
+            .collect();
     }
     let mut v: Vec<u64> = blocks
         .iter()
-        .filter(|(l, c)| range.contains(l) && held(c))
+        .filter(|(l, c)| range.contains(l) && c.held())
         .map(|(&l, _)| l)
         .collect();
     v.sort_unstable();
