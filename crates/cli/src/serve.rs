@@ -8,7 +8,8 @@
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_export::file::BlockFile;
-use nvstack_export::fuse::{self, DiskFs, FuseOptions, MountOptions, DISK_NAME};
+use nvstack_export::fuse::{self, DiskFs, FuseOptions, MountOptions, Negotiated, DISK_NAME};
+use nvstack_export::loopdev::{self, FuseLimits};
 use nvstack_export::powercut::{PowerCut, PowerCutSpec};
 use nvstack_export::raw::RawDevice;
 use nvstack_export::stats::ServeStats;
@@ -863,36 +864,94 @@ fn spawn_signal_thread(
     Ok(())
 }
 
-/// The line that says what is served, where and how.
-fn ready_message(
-    a: &ServeArgs,
-    backend: Backend,
-    served_name: &Path,
-    what: &str,
-    file: &BlockFile,
-    opts: &FuseOptions,
-) -> String {
+/// The line that says what is served, where and how, and how to attach a loop device so that
+/// every block request is one FUSE write (crates/export/src/loopdev.rs says why).
+fn ready_message(r: &Ready, limits: &FuseLimits) -> String {
+    let block_bytes = r.file.block_bytes();
+    let attach = match loopdev::max_sectors_kb(block_bytes, *limits) {
+        Ok(kb) => format!(
+            "loop device: losetup --sector-size {block_bytes} and max_sectors_kb {kb} (echo {kb} \
+             > /sys/block/loopN/queue/max_sectors_kb), so that no block request is split"
+        ),
+        Err(e) => format!("loop device: none can be attached safely ({e})"),
+    };
     format!(
-        "serving {} ({}, {} bytes, {what}; durable {}) at {}/{DISK_NAME}: pid {}, {} threads, \
-         max write {} bytes{}",
-        served_name.display(),
-        backend.name(),
-        file.size_bytes(),
-        if file.is_durable_on_return() {
+        "serving {} ({}, {} bytes, {}; durable {}) at {}/{DISK_NAME}: pid {}, {} threads, \
+         max write {} bytes, max pages {}{}; {attach}",
+        r.served_name.display(),
+        r.backend.name(),
+        r.file.size_bytes(),
+        r.what,
+        if r.file.is_durable_on_return() {
             "when a write returns"
         } else {
             "at the next fsync"
         },
-        a.mountpoint.display(),
+        r.mountpoint.display(),
         std::process::id(),
-        a.threads,
-        opts.max_write_bytes,
-        if opts.parallel_direct_writes {
+        r.threads,
+        limits.max_write_bytes,
+        limits.max_pages,
+        if r.parallel_direct_writes {
             ", parallel direct writes"
         } else {
             ""
         }
     )
+}
+
+/// What the ready line tells, gathered before the session runs.
+struct Ready {
+    backend: Backend,
+    served_name: PathBuf,
+    what: String,
+    file: Arc<BlockFile>,
+    mountpoint: PathBuf,
+    threads: usize,
+    parallel_direct_writes: bool,
+    notify: bool,
+}
+
+/// The kernel's INIT must arrive within this (it is sent at mount and answered as soon as
+/// the session runs).
+const INIT_WAIT: Duration = Duration::from_secs(30);
+
+/// Reports ready once INIT has agreed the limits (the loop device's limit depends on them),
+/// or the error; with no INIT in time, unmounts, which ends the session.
+fn report_when_agreed(
+    r: Ready,
+    negotiated: Negotiated,
+    mut unmounter: fuse::Unmounter,
+) -> Result<()> {
+    std::thread::Builder::new()
+        .name("nvstack-ready".into())
+        .spawn(move || {
+            let line = match negotiated.recv_timeout(INIT_WAIT) {
+                Ok(Ok(limits)) => {
+                    let msg = ready_message(&r, &limits);
+                    eprintln!("nvstack serve: {msg}");
+                    if !r.notify {
+                        let _ = crate::say!("{msg}");
+                        return;
+                    }
+                    format!("ready {msg}")
+                }
+                Ok(Err(e)) => format!("error 3 FUSE INIT failed: {}", one_line(&e)),
+                Err(_) => {
+                    let _ = unmounter.unmount();
+                    format!(
+                        "error 3 the kernel sent no FUSE INIT within {} s",
+                        INIT_WAIT.as_secs()
+                    )
+                }
+            };
+            eprintln!("nvstack serve: {line}");
+            if r.notify {
+                report(&line);
+            }
+        })
+        .map_err(|e| Error::env(format!("cannot start the ready thread: {e}")))?;
+    Ok(())
 }
 
 /// After the session: closes the cache, writes back a power-cut region, closes the trace,
@@ -949,7 +1008,7 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
         std::fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m));
     let gid =
         std::fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::gid(&m));
-    let fs = DiskFs::new(file.clone(), stats.clone(), opts, uid, gid);
+    let (fs, negotiated) = DiskFs::new(file.clone(), stats.clone(), opts, uid, gid);
     let mount_opts = MountOptions {
         fs_name: format!("nvstack:{}", served_name.display()),
         threads: a.threads,
@@ -965,13 +1024,17 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
         std::fs::write(p, format!("{}\n", std::process::id()))
             .map_err(|e| Error::env(format!("{}: cannot write pid file: {e}", p.display())))?;
     }
-    let msg = ready_message(a, backend, &served_name, &served.what, &file, &opts);
-    if notify {
-        report(&format!("ready {msg}"));
-    } else {
-        crate::say!("{msg}")?;
-    }
-    eprintln!("nvstack serve: {msg}");
+    let ready = Ready {
+        backend,
+        served_name,
+        what: served.what.clone(),
+        file: file.clone(),
+        mountpoint: a.mountpoint.clone(),
+        threads: a.threads,
+        parallel_direct_writes: opts.parallel_direct_writes,
+        notify,
+    };
+    report_when_agreed(ready, negotiated, session.unmounter())?;
     let ran = session.run();
     shut_down(a, &served, trace.as_deref(), &stats)?;
     ran.map_err(|e| Error::env(format!("FUSE session ended with an error: {e}")))?;

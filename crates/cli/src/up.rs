@@ -556,8 +556,12 @@ fn start_daemon(
     Ok(())
 }
 
-/// Attaches a loop device to the daemon's DIR/disk and records it.
+/// Attaches a loop device to the daemon's DIR/disk, with sectors of the device's block size
+/// and requests capped so that each is one FUSE write (crates/export/src/loopdev.rs: a longer
+/// request is cut into several, and a daemon dying between two pieces leaves a completed
+/// block write torn), and records it.
 fn attach_loop(a: &UpArgs, dir: &Path, st: &mut UpState, block_bytes: u32) -> Result<String> {
+    let kb = loop_limit_of(&st.stats, block_bytes)?;
     let disk = st.fuse_dir.join("disk");
     let mut losetup = Command::new("losetup");
     losetup
@@ -571,11 +575,31 @@ fn attach_loop(a: &UpArgs, dir: &Path, st: &mut UpState, block_bytes: u32) -> Re
     let dev = run(losetup.arg(&disk), "losetup")?;
     st.loop_dev = Some(dev.clone());
     save(dir, st)?;
+    // Before any request: nothing reaches the device until the file system is made.
+    nvstack_export::loopdev::set_max_sectors_kb(&dev, kb)?;
     crate::say!(
-        "loop: {dev} attached to {} (sector size {block_bytes})",
+        "loop: {dev} attached to {} (sector size {block_bytes}, max_sectors_kb {kb}: every \
+         request one FUSE write)",
         disk.display()
     )?;
     Ok(dev)
+}
+
+/// The loop device's request limit for `block_bytes` sectors, from what the daemon's FUSE
+/// INIT agreed (its stats file; the daemon reports ready only after INIT).
+fn loop_limit_of(stats: &Path, block_bytes: u32) -> Result<u64> {
+    let s = nvstack_export::stats::read_stats_file(stats)?;
+    let limits = nvstack_export::loopdev::FuseLimits {
+        max_write_bytes: s.fuse.max_write_bytes,
+        max_pages: s.fuse.max_pages,
+    };
+    if limits.max_pages == 0 {
+        return Err(Error::env(format!(
+            "{}: the daemon reported ready before FUSE INIT agreed its limits",
+            stats.display()
+        )));
+    }
+    nvstack_export::loopdev::max_sectors_kb(u64::from(block_bytes), limits)
 }
 
 /// Makes the file system on `dev` unless it already holds one; then `st.fs` names the one

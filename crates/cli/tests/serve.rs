@@ -13,6 +13,7 @@ mod stack;
 use stack::*;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 /// Kill cycles of an nvramdisk stack: the daemon is SIGKILLed (or its power cut) while the
 /// workload writes, at the first instant (within 300 ms of a random moment) at which it has
@@ -385,6 +386,22 @@ fn unclean_leftovers_are_refused() {
     ))
     .unwrap();
     let v: serde_json::Value = serde_json::from_str(&state).unwrap();
+    // up caps the loop device's requests at the limit the daemon's FUSE INIT gives (every
+    // request one FUSE write; tests/serve_torn.rs proves the limit against the kernel).
+    let dev = v["loop_dev"].as_str().unwrap();
+    let stats = Path::new(v["stats"].as_str().unwrap());
+    let agreed = nvstack_export::stats::read_stats_file(stats).unwrap().fuse;
+    let kb = std::fs::read_to_string(nvstack_export::loopdev::max_sectors_kb_path(dev).unwrap());
+    assert_eq!(kb.unwrap().trim(), agreed.loop_max_sectors_kb.to_string());
+    assert_eq!(
+        (
+            agreed.max_write_bytes,
+            agreed.max_pages,
+            agreed.loop_max_sectors_kb
+        ),
+        (63 * 4096, 63, 124),
+        "nvramdisk's 4 KiB blocks: 63 a FUSE write, 31 a loop request"
+    );
     let dpid = v["daemon_pid"].as_u64().unwrap();
     ok(10, &["kill", "-KILL", &dpid.to_string()]);
     wait_gone(dpid as u32);

@@ -28,17 +28,28 @@
 //! [`Unmounter`] to end it from another thread, so no other crate speaks FUSE.
 
 use super::file::BlockFile;
+use super::loopdev::{FuseLimits, PAGE_BYTES};
 use super::stats::ServeStats;
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use nvstack_core::error::{Error, Result};
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+/// The kernel's cap on a FUSE server's `max_pages` (fs.fuse.max_pages_limit; 256, the
+/// kernel's FUSE_MAX_MAX_PAGES, where the sysctl is absent or unreadable).
+fn max_pages_limit() -> u64 {
+    std::fs::read_to_string("/proc/sys/fs/fuse/max_pages_limit")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(256)
+}
 
 /// The name of the one file.
 pub const DISK_NAME: &str = "disk";
@@ -63,28 +74,76 @@ pub struct DiskFs {
     file: Arc<BlockFile>,
     stats: Arc<ServeStats>,
     opts: FuseOptions,
+    /// Where INIT's outcome goes, once (the daemon reports ready only after it).
+    negotiated: std::sync::Mutex<Option<SyncSender<std::result::Result<FuseLimits, String>>>>,
     started: SystemTime,
     uid: u32,
     gid: u32,
 }
 
+/// INIT's outcome: the limits the kernel took, or why INIT failed.
+pub type Negotiated = Receiver<std::result::Result<FuseLimits, String>>;
+
 impl DiskFs {
+    /// The file system, and where the limits agreed at the kernel's INIT arrive.
     pub fn new(
         file: Arc<BlockFile>,
         stats: Arc<ServeStats>,
         opts: FuseOptions,
         uid: u32,
         gid: u32,
-    ) -> DiskFs {
+    ) -> (DiskFs, Negotiated) {
         assert!(opts.max_write_bytes as u64 <= file.write_bytes_max());
-        DiskFs {
+        let (tx, rx) = sync_channel(1);
+        let fs = DiskFs {
             file,
             stats,
             opts,
+            negotiated: std::sync::Mutex::new(Some(tx)),
             started: SystemTime::now(),
             uid,
             gid,
-        }
+        };
+        (fs, rx)
+    }
+
+    /// The limits INIT leaves in force. fuser tells the kernel `max_pages` = the pages of
+    /// max(max_write, max_readahead) (fuser 0.18, `KernelConfig::max_pages`) when the kernel
+    /// offers FUSE_MAX_PAGES, and the kernel takes at most its `max_pages_limit` (sysctl
+    /// fs.fuse.max_pages_limit, 256 by default); without FUSE_MAX_PAGES (before Linux 4.20)
+    /// it uses 32. The serve tests check the result against the kernel's own splitting.
+    fn agree(&self, config: &mut KernelConfig) -> std::result::Result<FuseLimits, String> {
+        config
+            .set_max_write(self.opts.max_write_bytes)
+            .map_err(|nearest| {
+                format!(
+                    "max_write {} refused by fuser (nearest {nearest})",
+                    self.opts.max_write_bytes
+                )
+            })?;
+        // The kernel's readahead is fuser's ceiling: asking for more tells it, and taking it
+        // makes it known (more readahead, more page slots a request may carry).
+        let readahead_bytes = match config.set_max_readahead(u32::MAX) {
+            Ok(_) => u32::MAX,
+            Err(ceiling) => ceiling,
+        };
+        config
+            .set_max_readahead(readahead_bytes)
+            .map_err(|e| format!("max_readahead {readahead_bytes} refused (nearest {e})"))?;
+        let max_write_bytes = u64::from(self.opts.max_write_bytes);
+        let max_pages = if config.capabilities().contains(InitFlags::FUSE_MAX_PAGES) {
+            let asked = max_write_bytes
+                .max(u64::from(readahead_bytes))
+                .div_ceil(PAGE_BYTES);
+            asked.min(max_pages_limit())
+        } else {
+            32
+        };
+        assert!(max_pages >= 1 && max_write_bytes >= PAGE_BYTES);
+        Ok(FuseLimits {
+            max_write_bytes,
+            max_pages,
+        })
     }
 
     fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
@@ -126,16 +185,16 @@ fn errno_of(e: &Error) -> Errno {
 
 impl Filesystem for DiskFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Exactly this value or nothing: a larger one would not be atomic at every offset.
-        config
-            .set_max_write(self.opts.max_write_bytes)
-            .map(|_| ())
-            .map_err(|nearest| {
-                std::io::Error::other(format!(
-                    "max_write {} refused by fuser (nearest {nearest})",
-                    self.opts.max_write_bytes
-                ))
-            })
+        // Exactly this max_write or nothing: a larger one would not be atomic at every offset.
+        let agreed = self.agree(config);
+        if let Ok(limits) = &agreed {
+            self.stats.fuse_agreed(limits, self.file.block_bytes());
+        }
+        let tx = self.negotiated.lock().ok().and_then(|mut g| g.take());
+        if let Some(tx) = tx {
+            let _ = tx.send(agreed.clone());
+        }
+        agreed.map(|_| ()).map_err(std::io::Error::other)
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {

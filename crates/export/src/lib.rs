@@ -4,6 +4,8 @@
 //!   one device write, atomic and durable as the device's capabilities say): the data path of
 //!   `nvstack serve`.
 //! - [`fuse`]: that file served through FUSE as `DIR/disk`, for a loop device to attach.
+//! - [`loopdev`]: the loop device's request limit that keeps each block request one FUSE
+//!   write (a completed block write never torn by a daemon's death between two pieces).
 //! - [`raw`]: the region as plain blocks with no transactions (the `--backend raw` baseline).
 //! - [`stats`]: the daemon's counters, mirrored to tmpfs so they outlive a SIGKILL.
 //! - [`powercut`]: run a device on the simulated region and cut power at a random instant,
@@ -12,6 +14,7 @@
 
 pub mod file;
 pub mod fuse;
+pub mod loopdev;
 pub mod powercut;
 pub mod raw;
 pub mod stats;

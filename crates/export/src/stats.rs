@@ -2,7 +2,7 @@
 //! they survive the daemon's death: after a SIGKILL the kill tests read how many writes had
 //! been acknowledged and how many of those an fsync had covered.
 //!
-//! File format (4096 bytes, little-endian u64 words): 0 magic `NVSTATS1`, 1 version (3),
+//! File format (4096 bytes, little-endian u64 words): 0 magic `NVSTATS1`, 1 version (4),
 //! 2 daemon pid, 3 writes made durable (on a device durable only on flush, such as a UBJ
 //! cache: written, durable at the next fsync), 4 writes acknowledged, 5 fsyncs completed,
 //! 6 writes covered by a completed fsync, 7 discards; then a cache's live state (zero without
@@ -13,8 +13,11 @@
 //! first backing write until after its last slot is unfrozen); then the write cache's (zero
 //! otherwise): 14-18 blocks destaged this run for room, by watermark, by max-age, by the
 //! cleaner, by writeback, 19 blocks that bypassed the cache, 20 flushes from above, 21 1 in the
-//! error state. Version 1 had words 0-7 only; version 2 words 0-13, word 8 being 1 for a UBJ
-//! cache. Words are updated under one mutex (the cache's words under the cache's lock as
+//! error state; then what FUSE INIT agreed (zero until it ran): 22 `max_write` bytes, 23
+//! `max_pages`, 24 the device's block size, 25 the loop device's `max_sectors_kb` for loop
+//! blocks of that size (`crate::loopdev`: every request one FUSE write; 0 if none fits).
+//! Version 1 had words 0-7 only; version 2 words 0-13, word 8 being 1 for a UBJ cache;
+//! version 3 words 0-21. Words are updated under one mutex (the cache's words under the cache's lock as
 //! well, at every change), so the file always shows one consistent moment. Bounds: `writes_acked` counts a write only
 //! after its acknowledgement was sent (a lower bound), and an fsync covers every write counted
 //! durable when it began (an upper bound); so `writes_acked - fsync_covered`, when positive,
@@ -28,7 +31,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 pub const STATS_MAGIC: u64 = u64::from_le_bytes(*b"NVSTATS1");
-pub const STATS_VERSION: u64 = 3;
+pub const STATS_VERSION: u64 = 4;
 pub const STATS_FILE_BYTES: u64 = 4096;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -43,6 +46,17 @@ pub struct StatsSnapshot {
     pub cache: CacheWords,
     /// A write cache's live state (all zero without one).
     pub wcache: WcWords,
+    /// What FUSE INIT agreed (all zero until it ran).
+    pub fuse: FuseWords,
+}
+
+/// Words 22-25: the limits FUSE INIT agreed, and the loop device's request limit they give.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FuseWords {
+    pub max_write_bytes: u64,
+    pub max_pages: u64,
+    pub block_bytes: u64,
+    pub loop_max_sectors_kb: u64,
 }
 
 /// Words 14-21: a write cache's live state (its cached and used slots are words 9 and 10).
@@ -62,7 +76,7 @@ pub struct WcWords {
 pub const CACHE_KIND_UBJ: u64 = 1;
 pub const CACHE_KIND_WRITE: u64 = 2;
 /// Words the file holds (the rest of its 4096 bytes are zero).
-const WORDS: usize = 22;
+const WORDS: usize = 26;
 
 /// Words 8-13: a cache's live state (UBJ's; a write cache fills words 8-10).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -107,6 +121,10 @@ impl StatsSnapshot {
             w.bypassed,
             w.flushes,
             u64::from(w.error),
+            self.fuse.max_write_bytes,
+            self.fuse.max_pages,
+            self.fuse.block_bytes,
+            self.fuse.loop_max_sectors_kb,
         ]
     }
 }
@@ -246,6 +264,18 @@ impl ServeStats {
             };
         })
     }
+    /// FUSE INIT agreed `limits` for a device of `block_bytes` blocks.
+    pub fn fuse_agreed(&self, limits: &crate::loopdev::FuseLimits, block_bytes: u64) {
+        let kb = crate::loopdev::max_sectors_kb(block_bytes, *limits).unwrap_or(0);
+        self.update(|s| {
+            s.fuse = FuseWords {
+                max_write_bytes: limits.max_write_bytes,
+                max_pages: limits.max_pages,
+                block_bytes,
+                loop_max_sectors_kb: kb,
+            }
+        })
+    }
     pub fn fsync_done(&self, covered: u64) {
         self.update(|s| {
             s.fsyncs += 1;
@@ -268,7 +298,7 @@ pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
     let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
     if w(0) != STATS_MAGIC || w(1) != STATS_VERSION {
         return Err(Error::bad(format!(
-            "{}: not a version-3 stats file",
+            "{}: not a version-{STATS_VERSION} stats file",
             path.display()
         )));
     }
@@ -296,6 +326,12 @@ pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
             bypassed: w(19),
             flushes: w(20),
             error: w(21) != 0,
+        },
+        fuse: FuseWords {
+            max_write_bytes: w(22),
+            max_pages: w(23),
+            block_bytes: w(24),
+            loop_max_sectors_kb: w(25),
         },
     })
 }

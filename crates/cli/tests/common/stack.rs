@@ -263,20 +263,49 @@ impl Stack {
             .filter(|p| Path::new(&format!("/proc/{p}")).exists())
     }
 
+    /// A loop device of 4 KiB sectors over DIR/disk, its requests capped as `nvstack up`
+    /// caps them (each one FUSE write: crates/export/src/loopdev.rs).
     pub fn attach(&mut self) -> String {
-        let dev = ok(
-            30,
-            &[
-                "losetup",
-                "--find",
-                "--show",
-                "--sector-size",
-                "4096",
-                self.fuse.join("disk").to_str().unwrap(),
-            ],
-        );
+        self.attach_sectors(4096, true)
+    }
+
+    /// A loop device of `sector_bytes` sectors; `limit`: cap its requests as `up` does.
+    pub fn attach_sectors(&mut self, sector_bytes: u64, limit: bool) -> String {
+        self.attach_with(sector_bytes, limit, false)
+    }
+
+    /// The same, in the loop device's direct-I/O mode when `direct_io`.
+    pub fn attach_with(&mut self, sector_bytes: u64, limit: bool, direct_io: bool) -> String {
+        let disk = self.fuse.join("disk");
+        let sectors = sector_bytes.to_string();
+        let mut args = vec!["losetup", "--find", "--show", "--sector-size", &sectors];
+        if direct_io {
+            args.push("--direct-io=on");
+        }
+        args.push(disk.to_str().unwrap());
+        let dev = ok(30, &args);
         self.loop_dev = Some(dev.clone());
+        // Set either way: a loop device keeps the limit of its last attachment.
+        let kb = if limit {
+            nvstack_export::loopdev::max_sectors_kb(sector_bytes, self.fuse_limits())
+                .expect("a loop limit")
+        } else {
+            let p = nvstack_export::loopdev::max_sectors_kb_path(&dev).unwrap();
+            let hw = p.with_file_name("max_hw_sectors_kb");
+            std::fs::read_to_string(hw).unwrap().trim().parse().unwrap()
+        };
+        nvstack_export::loopdev::set_max_sectors_kb(&dev, kb).expect("max_sectors_kb set");
         dev
+    }
+
+    /// What the daemon's FUSE INIT agreed (its stats file, words 22 and 23).
+    pub fn fuse_limits(&self) -> nvstack_export::loopdev::FuseLimits {
+        let s = nvstack_export::stats::read_stats_file(&self.stats).expect("the stats file");
+        assert!(s.fuse.max_pages > 0, "INIT agreed no limits: {s:?}");
+        nvstack_export::loopdev::FuseLimits {
+            max_write_bytes: s.fuse.max_write_bytes,
+            max_pages: s.fuse.max_pages,
+        }
     }
 
     pub fn dev(&self) -> &str {
@@ -587,8 +616,8 @@ impl Rng {
     }
 }
 
-/// Words of the daemon's stats file (crates/export/src/stats.rs, version 3): 0 magic .. 21.
-pub const STATS_WORDS: usize = 22;
+/// Words of the daemon's stats file (crates/export/src/stats.rs, version 4): 0 magic .. 25.
+pub const STATS_WORDS: usize = 26;
 pub const W_ACKED: usize = 4;
 pub const W_FSYNCS: usize = 5;
 pub const W_COVERED: usize = 6;
@@ -612,7 +641,7 @@ pub fn stats_words(p: &Path) -> Vec<u64> {
     let w: Vec<u64> = (0..STATS_WORDS)
         .map(|i| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
         .collect();
-    assert_eq!(w[1], 3, "stats file version");
+    assert_eq!(w[1], 4, "stats file version");
     w
 }
 
