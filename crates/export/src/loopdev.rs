@@ -150,12 +150,18 @@ mod tests {
 
     #[test]
     fn a_limit_below_a_page_is_refused_naming_both_limits() {
+        // A page of 4 KiB blocks takes two slots at the worst alignment.
         let tiny = FuseLimits {
             max_write_bytes: 4096,
-            max_pages: 4,
+            max_pages: 1,
         };
         let e = request_bytes_max(4096, tiny).unwrap_err().to_string();
-        assert!(e.contains("max_pages 4"), "{e}");
+        assert!(e.contains("max_pages 1"), "{e}");
+        let two = FuseLimits {
+            max_pages: 2,
+            ..tiny
+        };
+        assert_eq!(request_bytes_max(4096, two).unwrap(), 4096);
         assert!(request_bytes_max(8192, NVRAMDISK).is_err());
         assert!(request_bytes_max(3000, NVRAMDISK).is_err());
     }
