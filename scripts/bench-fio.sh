@@ -61,8 +61,10 @@ serve_up() { # backend
   rm -f "$work/img"
   if [ "$1" = nvramdisk ]; then $B format "$work/img" --size "$size" >/dev/null
   else fallocate -l "$bytes" "$work/img"; fi
-  $B serve "$work/img" --mountpoint "$mnt" --backend "$1" --threads "$threads" --pid-file "$work/pid" "${extra[@]}" >/dev/null
+  msg=$($B serve "$work/img" --mountpoint "$mnt" --backend "$1" --threads "$threads" --pid-file "$work/pid" "${extra[@]}")
   loop=$(losetup --find --show --sector-size 4096 "${loopopts[@]}" "$mnt/disk")
+  # As nvstack up does: every request one FUSE write (serve prints the limit; docs/serve.md).
+  sed -n 's/.*max_sectors_kb \([0-9][0-9]*\).*/\1/p' <<<"$msg" >"/sys/block/${loop#/dev/}/queue/max_sectors_kb"
 }
 serve_down() {
   losetup -d "$loop"; loop=""
@@ -80,7 +82,9 @@ for r in $(seq "$rounds"); do
     case $sys in
       nvstack) serve_up nvramdisk ;;
       raw) serve_up raw ;;
-      shm-loop) fallocate -l "$bytes" "$work/img"; loop=$(losetup --find --show --sector-size 4096 "${loopopts[@]}" "$work/img") ;;
+      shm-loop) fallocate -l "$bytes" "$work/img"; loop=$(losetup --find --show --sector-size 4096 "${loopopts[@]}" "$work/img")
+        # A loop device keeps the limit of its last attachment: the peer gets the kernel's.
+        q="/sys/block/${loop#/dev/}/queue"; cat "$q/max_hw_sectors_kb" >"$q/max_sectors_kb" ;;
     esac
     # Pre-fault: write the whole test area once before timing.
     fio --name=fill --filename="$loop" --rw=write --bs=1m --direct=1 --size=$((bytes / 2)) >/dev/null 2>&1

@@ -166,8 +166,10 @@ up_cache() { # system commit [autocommit_ms] -> a fresh cache, mkfs's blocks wri
 
 up_extjnl() { # commit -> ext4 on the plain file, its journal on an nvramdisk
   "$B" format "$shm/jnl.img" --size "$nvram" >/dev/null
-  "$B" serve "$shm/jnl.img" --mountpoint "$jfuse" --pid-file "$shm/jnl.pid" >/dev/null
+  msg=$("$B" serve "$shm/jnl.img" --mountpoint "$jfuse" --pid-file "$shm/jnl.pid")
   jdev=$(losetup --find --show --sector-size 4096 "$jfuse/disk")
+  # As nvstack up does: every request one FUSE write (serve prints the limit; docs/serve.md).
+  sed -n 's/.*max_sectors_kb \([0-9][0-9]*\).*/\1/p' <<<"$msg" >"/sys/block/${jdev#/dev/}/queue/max_sectors_kb"
   mke2fs -q -O journal_dev -b 4096 "$jdev" >/dev/null
   truncate -s "$backing" "$disk/backing"
   mkfs.ext4 -q -F -b 4096 -J device="$jdev" "$disk/backing" >/dev/null
