@@ -945,7 +945,9 @@ fn report_when_agreed(
                     )
                 }
             };
-            eprintln!("nvstack serve: {line}");
+            if line.starts_with("error ") {
+                eprintln!("nvstack serve: {line}");
+            }
             if r.notify {
                 report(&line);
             }
