@@ -156,6 +156,8 @@ fn state<R: Region + ?Sized>(
         fat_cross_checks: 0,
         destage_log: None,
         block_buf: Vec::new(),
+        destaging: None,
+        background: false,
     };
     // The destage order starts as the write order (oldest first).
     let mut kept: Vec<(u32, WcEntry, u32)> = copies
