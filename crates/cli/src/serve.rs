@@ -93,7 +93,7 @@ pub struct ServeArgs {
     /// made without watermarks destages by the seed's trigger alone (the one-block destage
     /// of NVFAT, what `nvstack sim nvfat` replays: one 512 B block per new block once full).
     /// Default: what the image leaves off is dm-writecache's (watermarks 50 % and 45 %, a
-    /// destage thread ahead of the writes, 16 MiB between backing flushes).
+    /// destage thread ahead of the writes, 2 MiB between backing flushes).
     #[arg(long)]
     pub seed_destage: bool,
     /// Largest write FUSE may send, bytes (default and maximum: 63 blocks, the longest write

@@ -25,7 +25,7 @@ pub struct WriteArgs {
     #[arg(long)]
     max_age: Option<u32>,
     /// Most blocks written back between two backing flushes (default 0: unlimited; served by
-    /// `serve`/`up`, 16 MiB of blocks, and without --high-watermark dm-writecache's 50 %/45 %
+    /// `serve`/`up`, 2 MiB of blocks, and without --high-watermark dm-writecache's 50 %/45 %
     /// watermarks: `serve --seed-destage` keeps the seed's one-block destage).
     #[arg(long)]
     writeback_jobs: Option<u32>,

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 const B: usize = BLOCK_BYTES as usize;
 
 /// `len` zeroed bytes at an address aligned as O_DIRECT requires (4 KiB), in a vector that
-/// owns them: (the vector, the offset of the aligned bytes in it). A destage builds its runs in
-/// one, so that the backing file takes each run in one pwrite without a copy.
+/// owns them: (the vector, the offset of the aligned bytes in it), so that the backing file
+/// takes them in one pwrite without a copy (a destage aligns its run buffers the same way).
 pub fn aligned_buffer(len: usize) -> (Vec<u8>, usize) {
     let v = vec![0u8; len + B];
     let at = v.as_ptr().align_offset(B);

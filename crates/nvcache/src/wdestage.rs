@@ -18,6 +18,10 @@ use crate::writecache::{Guard, WState, WriteCache};
 use nvstack_core::error::Result;
 use nvstack_pmem::Region;
 use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
+
+/// Blocks taken by a destage (the index's hasher: block numbers are not chosen to collide).
+type Seen = HashSet<u64, BuildHasherDefault<crate::writecache::LbaHasher>>;
 use std::time::{Duration, Instant};
 
 /// Why blocks were destaged (`status` counts each).
@@ -41,6 +45,14 @@ const NEIGHBOURS_MAX: u64 = 64;
 /// Most bytes of one backing write of a destage: a run of contiguous cached blocks (and the
 /// rest of its edge backing blocks) goes out in one write of at most this.
 pub const RUN_BYTES_MAX: usize = 1 << 20;
+
+/// Bytes of a run's buffer: the longest run, one more backing block where it starts and ends
+/// inside one, and the slack that aligns it.
+const RUN_BUF_BYTES: usize = RUN_BYTES_MAX + 3 * crate::writecache::BACKING_BLOCK_BYTES as usize;
+
+/// Run buffers kept for the next destage (at most this many: the runs of two groups, one
+/// written while the next is copied out, with room for groups longer than the served 2 MiB).
+const RUN_BUFS_KEPT: usize = 32;
 
 /// Contiguous cached blocks, copied out under the lock, written without it.
 struct Run {
@@ -98,7 +110,7 @@ impl<R: Region> WriteCache<R> {
     /// neighbours, sorted.
     fn pick_victims(&self, st: &mut WState, n: usize) -> Vec<u64> {
         let mut lbas = Vec::new();
-        let mut seen: HashSet<u64> = HashSet::new();
+        let mut seen = Seen::default();
         let mut picked = Vec::new();
         for _ in 0..n {
             let Some(slot) = st.order.victim() else { break };
@@ -151,6 +163,9 @@ impl<R: Region> WriteCache<R> {
             0 => lbas.len(),
             j => j as usize,
         };
+        if g.background && during.is_none() && lbas.len() > jobs {
+            return self.destage_pipelined(g, lbas, jobs, why);
+        }
         for group in lbas.chunks(jobs) {
             let copied = self.copy_out(&mut g, group);
             let Ok(mut pass) = copied else {
@@ -163,7 +178,7 @@ impl<R: Region> WriteCache<R> {
                 Some(f) if done.is_ok() => f(),
                 _ => Ok(()),
             };
-            g = self.lock();
+            g = self.lock_for_destage();
             if let Err(e) = done {
                 let e = self.backing_failed(&mut g, e);
                 self.end_destage(&mut g);
@@ -179,6 +194,64 @@ impl<R: Region> WriteCache<R> {
         self.end_destage(&mut g);
         self.assert_invariants(&g);
         Ok(g)
+    }
+
+    /// The destage thread's `destage` of several groups: each group's backing write and
+    /// flush run on a scoped thread while this one clears the group before it and copies out
+    /// the next (the per-group order is `destage`'s: copy out, write and flush, clear; the
+    /// backing writes stay one group at a time, in order, since adjacent groups may share an
+    /// edge backing block).
+    fn destage_pipelined<'a>(
+        &'a self,
+        g: Guard<'a>,
+        lbas: &[u64],
+        jobs: usize,
+        why: Trigger,
+    ) -> Result<Guard<'a>> {
+        let (mut g, done) = std::thread::scope(|sc| {
+            let mut g = g;
+            let mut in_flight: Option<std::thread::ScopedJoinHandle<'_, _>> = None;
+            for group in lbas.chunks(jobs) {
+                let mut pass = match self.copy_out(&mut g, group) {
+                    Ok(p) => p,
+                    Err(e) => return (g, Err(e)),
+                };
+                drop(g);
+                let before = in_flight
+                    .take()
+                    .map(|h| h.join().expect("the destage's backing I/O does not panic"));
+                in_flight = Some(sc.spawn(move || {
+                    let r = self.write_pass(&mut pass);
+                    (pass, r)
+                }));
+                g = self.lock_for_destage();
+                if let Some((pass, r)) = before {
+                    if let Err(e) = self.cleared(&mut g, pass, r, why) {
+                        return (g, Err(e));
+                    }
+                }
+            }
+            drop(g);
+            let last = in_flight.map(|h| h.join().expect("the destage's backing I/O"));
+            g = self.lock_for_destage();
+            let done = match last {
+                Some((pass, r)) => self.cleared(&mut g, pass, r, why),
+                None => Ok(()),
+            };
+            (g, done)
+        });
+        self.end_destage(&mut g);
+        done.map(|()| g)
+    }
+
+    /// A group's backing I/O ended: its clears, or the cache's error state.
+    fn cleared(&self, st: &mut WState, pass: Pass, io: Result<()>, why: Trigger) -> Result<()> {
+        if let Err(e) = io {
+            return Err(self.backing_failed(st, e));
+        }
+        self.clear_pass(st, pass, why)?;
+        self.changed.notify_all();
+        Ok(())
     }
 
     fn end_destage(&self, st: &mut WState) {
@@ -223,14 +296,25 @@ impl<R: Region> WriteCache<R> {
         assert_eq!(end - lba, lbas.len() as u64, "a run is contiguous");
         let blocks = end.div_ceil(spb) - lba / spb;
         let len_bytes = blocks as usize * self.sb.backing_block_bytes as usize;
-        let (mut buf, at) = crate::backing::aligned_buffer(len_bytes);
+        // A buffer of the pool (no page to fault in or zero again): every byte of the window
+        // is written before the backing write, by a copy, a tombstone's zeros or an edge read.
+        let mut buf = st
+            .run_bufs
+            .pop()
+            .unwrap_or_else(|| vec![0u8; RUN_BUF_BYTES]);
+        let at = buf
+            .as_ptr()
+            .align_offset(crate::writecache::BACKING_BLOCK_BYTES as usize);
+        assert!(at + len_bytes <= buf.len(), "a run fits its buffer");
         let mut copies = Vec::with_capacity(lbas.len());
         let base = (lba / spb * spb) as usize;
         for &l in lbas {
             let slot = st.index[&l];
             let c = st.slots[slot as usize].expect("a cached block's slot is used");
-            if !c.tombstone {
-                let o = at + (l as usize - base) * s;
+            let o = at + (l as usize - base) * s;
+            if c.tombstone {
+                buf[o..o + s].fill(0);
+            } else {
                 self.read_slot_data(&c, slot, &mut buf[o..o + s])?;
                 pass.data_sectors += 1;
             }
@@ -314,6 +398,11 @@ impl<R: Region> WriteCache<R> {
             log.extend_from_slice(&pass.lbas);
         }
         self.count(st, why, pass.lbas.len() as u64);
+        for run in pass.runs {
+            if st.run_bufs.len() < RUN_BUFS_KEPT {
+                st.run_bufs.push(run.buf);
+            }
+        }
         Ok(())
     }
 
@@ -362,10 +451,7 @@ impl<R: Region> WriteCache<R> {
     pub(crate) fn after_write<'a>(&'a self, mut g: Guard<'a>) -> Result<()> {
         if self.above_high(&g) {
             if g.background {
-                // The thread waits only while no destage is in flight.
-                if g.destaging.is_none() {
-                    self.changed.notify_all();
-                }
+                self.wake_destager(&mut g);
             } else {
                 g = self.destage_to_low(g)?;
             }
@@ -462,7 +548,7 @@ impl<R: Region> WriteCache<R> {
 }
 
 /// Cached contiguous neighbours of `lba` not yet taken, on both sides.
-fn neighbours(st: &WState, lba: u64, seen: &mut HashSet<u64>, out: &mut Vec<u64>) {
+fn neighbours(st: &WState, lba: u64, seen: &mut Seen, out: &mut Vec<u64>) {
     let mut up = lba + 1;
     while up <= lba + NEIGHBOURS_MAX && st.index.contains_key(&up) && seen.insert(up) {
         out.push(up);

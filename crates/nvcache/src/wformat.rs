@@ -267,9 +267,10 @@ pub const SERVED_HIGH_WATERMARK_PCT: u8 = 50;
 /// ...and its low watermark (dm-writecache's).
 pub const SERVED_LOW_WATERMARK_PCT: u8 = 45;
 /// A served cache's bytes between two backing flushes when its image leaves `writeback_jobs`
-/// unlimited: a flush (fdatasync) per 16 MiB costs little beside the writes it covers, and a
-/// destage group's copy-out holds at most this much in DRAM.
-pub const SERVED_WRITEBACK_BYTES: u32 = 16 << 20;
+/// unlimited: a flush (fdatasync) per 2 MiB costs little beside the writes it covers (over
+/// blocks already allocated), and the destage thread writes one group while it copies out
+/// the next, so a batch of several groups keeps the backing device busy.
+pub const SERVED_WRITEBACK_BYTES: u32 = 2 << 20;
 
 impl WcSettings {
     /// The settings a served cache (`nvstack serve`, `nvstack up`) runs with: these, with

@@ -158,6 +158,8 @@ fn state<R: Region + ?Sized>(
         block_buf: Vec::new(),
         destaging: None,
         background: false,
+        destager_parked: None,
+        run_bufs: Vec::new(),
     };
     // The destage order starts as the write order (oldest first).
     let mut kept: Vec<(u32, WcEntry, u32)> = copies

@@ -234,6 +234,11 @@ pub(crate) struct WState {
     /// A destage thread serves the watermarks (`wserve::WcDestager`): a write past the high
     /// watermark wakes it instead of destaging itself.
     pub background: bool,
+    /// The destage thread, parked until a write past the high watermark unparks it (None:
+    /// it runs, or there is none).
+    pub destager_parked: Option<std::thread::Thread>,
+    /// Buffers of destaged runs, kept for the next destage (no page faults, no zeroing).
+    pub run_bufs: Vec<Vec<u8>>,
 }
 
 /// A write cache over `region` in front of `backing`.
@@ -243,6 +248,9 @@ pub struct WriteCache<R: Region> {
     pub(crate) layout: WcLayout,
     pub(crate) sb: WcSuperblock,
     pub(crate) state: Mutex<WState>,
+    /// The destage thread wants the lock: writes let it in first (a write takes the lock for
+    /// each unit, back to back, and an unfair mutex would hand it back to the writer).
+    pub(crate) destage_wants_lock: std::sync::atomic::AtomicBool,
     /// Notified when a destage group ends (room made, the backing device free) and when a
     /// write crosses the high watermark with a destage thread running.
     pub(crate) changed: Condvar,
@@ -337,6 +345,7 @@ impl<R: Region> WriteCache<R> {
             sb,
             state: Mutex::new(state),
             changed: Condvar::new(),
+            destage_wants_lock: std::sync::atomic::AtomicBool::new(false),
             bug,
             recovered,
         };
@@ -394,6 +403,33 @@ impl<R: Region> WriteCache<R> {
         self.state
             .lock()
             .expect("write cache state poisoned by an earlier panic")
+    }
+
+    /// The lock for a destage: writes waiting for it let it in first.
+    pub(crate) fn lock_for_destage(&self) -> Guard<'_> {
+        use std::sync::atomic::Ordering;
+        self.destage_wants_lock.store(true, Ordering::Release);
+        let g = self.lock();
+        self.destage_wants_lock.store(false, Ordering::Release);
+        g
+    }
+
+    /// The lock for a write: after the destage thread, when it waits for it.
+    fn lock_for_write(&self) -> Guard<'_> {
+        while self
+            .destage_wants_lock
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            std::thread::yield_now();
+        }
+        self.lock()
+    }
+
+    /// Unpark the destage thread if it is parked.
+    pub(crate) fn wake_destager(&self, st: &mut WState) {
+        if let Some(t) = st.destager_parked.take() {
+            t.unpark();
+        }
     }
 
     /// Wait for `changed` (the lock released meanwhile).
@@ -866,7 +902,7 @@ impl<R: Region> WriteCache<R> {
     /// `N`: the most blocks `blocks` holds (1 or UNIT_MAX), the size of its stack arrays.
     fn write_unit<const N: usize>(&self, lba: u64, blocks: &[Option<&[u8]>]) -> Result<()> {
         assert!(blocks.len() <= N.min(self.unit_blocks() as usize));
-        let mut st = self.room_for_unit(self.lock(), lba, blocks)?;
+        let mut st = self.room_for_unit(self.lock_for_write(), lba, blocks)?;
         let mut cached: [(u64, Option<&[u8]>); N] = [(0, None); N];
         let mut n = 0;
         for (i, &b) in blocks.iter().enumerate() {
@@ -935,7 +971,14 @@ impl<R: Region> WriteCache<R> {
                 break;
             }
             blocked |= full;
-            if busy || st.destaging.is_some() {
+            // With a destage thread past the high watermark, the thread makes the room (in
+            // long runs, one flush per group) while the write waits; a room destage here would
+            // flush the backing device for a handful of blocks.
+            let thread_makes_room = st.background && self.above_high(&st);
+            if busy || st.destaging.is_some() || thread_makes_room {
+                if thread_makes_room {
+                    self.wake_destager(&mut st);
+                }
                 st = self.wait_changed(st);
                 continue;
             }

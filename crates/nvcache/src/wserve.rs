@@ -232,42 +232,36 @@ impl<R: Region + 'static> WcDestager<R> {
     }
 }
 
-/// Wait for used slots past the high watermark, destage to the low one, tell the observer.
+/// Destage to the low watermark whenever used slots are past the high one, tell the observer;
+/// parked in between (a write past the high watermark unparks it; every 100 ms regardless).
 fn destage_loop<R: Region>(
     cache: &WriteCache<R>,
     stop: &AtomicBool,
     report: impl Fn() -> Option<()>,
 ) {
-    loop {
-        let mut g = cache.lock();
-        while !stop.load(Ordering::Acquire) && (g.error.is_some() || !cache.above_high(&g)) {
-            g = cache
-                .changed
-                .wait_timeout(g, DESTAGER_PERIOD)
-                .expect("write cache state poisoned by an earlier panic")
-                .0;
+    while !stop.load(Ordering::Acquire) {
+        let mut g = cache.lock_for_destage();
+        if g.error.is_none() && cache.above_high(&g) {
+            // An error is the cache's error state, which the live state and status show; the
+            // loop then parks (a cache in its error state destages nothing).
+            drop(cache.destage_to_low(g));
+            if report().is_none() {
+                return;
+            }
+            continue;
         }
-        if stop.load(Ordering::Acquire) {
-            return;
-        }
-        // An error is the cache's error state, which the live state and status show; the
-        // loop then waits (a cache in its error state destages nothing).
-        drop(cache.destage_to_low(g));
-        if report().is_none() {
-            return;
-        }
+        g.destager_parked = Some(std::thread::current());
+        drop(g);
+        std::thread::park_timeout(DESTAGER_PERIOD);
     }
 }
 
 impl<R: Region + 'static> Drop for WcDestager<R> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        {
-            let mut g = self.cache.lock();
-            g.background = false;
-            self.cache.changed.notify_all();
-        }
+        self.cache.lock().background = false;
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
