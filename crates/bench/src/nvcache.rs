@@ -65,7 +65,8 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     commit_rows(ctx)?;
     ubj_block_rows(ctx)?;
     nvramdisk_rows(ctx)?;
-    super::wcache::run(ctx)
+    super::wcache::run(ctx)?;
+    super::wsustain::run(ctx)
 }
 
 /// A directory on a disk for the backing file: the temporary directory unless it is a memory
@@ -440,6 +441,7 @@ fn nvramdisk_rows(ctx: &mut Ctx) -> Result<()> {
 /// Fences per commit, from this run's `ubj-commit` rows: constant in n, and the protocol's two.
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
     let mut out = super::wcache::targets(rows);
+    out.extend(super::wsustain::targets(rows));
     for page in super::page_sizes(rows) {
         let commits: Vec<&BenchResult> = rows
             .iter()
