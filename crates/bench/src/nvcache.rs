@@ -441,7 +441,6 @@ fn nvramdisk_rows(ctx: &mut Ctx) -> Result<()> {
 /// Fences per commit, from this run's `ubj-commit` rows: constant in n, and the protocol's two.
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
     let mut out = super::wcache::targets(rows);
-    out.extend(super::wsustain::targets(rows));
     for page in super::page_sizes(rows) {
         let commits: Vec<&BenchResult> = rows
             .iter()

@@ -370,29 +370,27 @@ fn push_rows(
 }
 
 /// Sustained sequential writes through a full write cache: at least 0.8x the backing file's
-/// own O_DIRECT writes in the same run.
-pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
-    let mut out = Vec::new();
-    for page in super::page_sizes(rows) {
-        let find = |n: &str| {
-            rows.iter()
-                .find(|r| r.suite == SUITE.name() && r.name == n && r.page_bytes == page)
-        };
-        for (row, sector) in [
-            ("wc512-sustained-seq", "512 B"),
-            ("wc4k-sustained-seq", "4 KiB"),
-        ] {
-            out.extend(Target::rate_at_least(
-                SUITE,
-                page,
-                &format!(
-                    "sustained sequential writes through a full write cache ({sector} sectors) \
+/// own O_DIRECT writes in the same run (`find`: this run's row of a name, on `page`).
+pub(super) fn page_targets<'a>(
+    page: u64,
+    find: &dyn Fn(&str) -> Option<&'a BenchResult>,
+) -> Vec<Target> {
+    [
+        ("wc512-sustained-seq", "512 B"),
+        ("wc4k-sustained-seq", "4 KiB"),
+    ]
+    .into_iter()
+    .filter_map(|(row, sector)| {
+        Target::rate_at_least(
+            SUITE,
+            page,
+            &format!(
+                "sustained sequential writes through a full write cache ({sector} sectors) \
                      over the backing file's O_DIRECT writes"
-                ),
-                (find(row), find("backing-odirect-seq")),
-                0.8,
-            ));
-        }
-    }
-    out
+            ),
+            (find(row), find("backing-odirect-seq")),
+            0.8,
+        )
+    })
+    .collect()
 }
