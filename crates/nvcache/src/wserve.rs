@@ -260,6 +260,8 @@ impl<R: Region + 'static> Drop for WcDestager<R> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         self.cache.lock().background = false;
+        // A write waiting for the thread to make room makes it itself from now on.
+        self.cache.changed.notify_all();
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
             let _ = t.join();
