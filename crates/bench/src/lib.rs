@@ -45,6 +45,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 mod wcache;
+mod wsustain;
 
 use nvstack_core::error::{Error, Result};
 use nvstack_core::report::{fmt_count, render};

@@ -65,7 +65,8 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     commit_rows(ctx)?;
     ubj_block_rows(ctx)?;
     nvramdisk_rows(ctx)?;
-    super::wcache::run(ctx)
+    super::wcache::run(ctx)?;
+    super::wsustain::run(ctx)
 }
 
 /// A directory on a disk for the backing file: the temporary directory unless it is a memory

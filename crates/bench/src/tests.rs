@@ -387,6 +387,18 @@ fn assert_commit_sweep(r: &BenchReport) {
 /// The write cache's rows: its 512 B write beside nvramdisk's, and the four destage policies
 /// on each shared trace, each against lrw, each saying what it destaged.
 fn assert_write_cache_rows(r: &BenchReport) {
+    // Sustained writes through a full write cache and UBJ, each against the backing file's
+    // own O_DIRECT writes of the same requests in the same run.
+    for pattern in ["seq", "rand"] {
+        let floor = format!("backing-odirect-{pattern}");
+        row(r, &floor, "write", 1);
+        for dev in ["wc512", "wc4k", "ubj"] {
+            let x = row(r, &format!("{dev}-sustained-{pattern}"), "write", 1);
+            assert_eq!(x.baseline.as_deref(), Some(floor.as_str()));
+            assert!(x.throughput_ratio.is_some(), "{dev} {pattern}");
+            assert!(x.note.as_deref().unwrap().contains("no FUSE"));
+        }
+    }
     let w = row(r, "wc-write-512", "write", 1);
     assert_eq!(w.baseline.as_deref(), Some("nvramdisk-fast-512"));
     assert!(w.time_ratio.is_some() && w.block_bytes == 512);
@@ -437,10 +449,14 @@ fn nvcache_suite() {
         row(&r, "nvramdisk-fast", "write", 1).fences_per_op,
         Some(2.0)
     );
-    // The targets computed from the commit rows are counts: both met. The write cache's is a
-    // time ratio, present but not asserted (tests never assert a timing).
+    // The targets computed from the commit rows are counts: both met. The write cache's are a
+    // time ratio and a throughput ratio, present but not asserted (tests never assert a
+    // timing).
     let t: Vec<&Target> = r.targets.iter().filter(|t| t.suite == "nvcache").collect();
-    assert_eq!(t.len(), 3, "{t:?}");
+    assert_eq!(t.len(), 5, "{t:?}");
+    assert!(t
+        .iter()
+        .any(|t| t.what.contains("sustained") && t.limit == 0.8));
     assert!(
         t.iter()
             .filter(|t| t.what.contains("fences"))

@@ -283,7 +283,8 @@ fn replay(
     Ok(row.timed(&t, mapped_page_bytes(image.path()).unwrap_or(0)))
 }
 
-/// The synchronous metadata write: at most 1.2x nvramdisk's single-block write.
+/// The synchronous metadata write: at most 1.2x nvramdisk's single-block write; sustained
+/// writes through a full write cache (wsustain.rs).
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
     let mut out = Vec::new();
     for page in super::page_sizes(rows) {
@@ -298,6 +299,7 @@ pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
             (find("wc-write-512"), find("nvramdisk-fast-512")),
             1.2,
         ));
+        out.extend(super::wsustain::page_targets(page, &find));
     }
     out
 }

@@ -13,7 +13,7 @@ use nvstack_export::loopdev::{self, FuseLimits};
 use nvstack_export::powercut::{PowerCut, PowerCutSpec};
 use nvstack_export::raw::RawDevice;
 use nvstack_export::stats::ServeStats;
-use nvstack_nvcache::{FileDevice, ServedWc, Timers, Ubj, WcTimer, WriteCache};
+use nvstack_nvcache::{FileDevice, ServedWc, Timers, Ubj, WcDestager, WcTimer, WriteCache};
 use nvstack_nvramdisk::disk::{NvramDisk, OpenOptions};
 use nvstack_nvramdisk::image::{open_image, peek};
 use nvstack_pmem::{Access, MmapRegion, Region};
@@ -90,6 +90,13 @@ pub struct ServeArgs {
     /// Do not ask for FOPEN_PARALLEL_DIRECT_WRITES (to measure what it brings).
     #[arg(long)]
     pub no_parallel_writes: bool,
+    /// A write cache: run with the settings stored at create as they are, so that an image
+    /// made without watermarks destages by the seed's trigger alone (the one-block destage
+    /// of NVFAT, what `nvstack sim nvfat` replays: one 512 B block per new block once full).
+    /// Default: what the image leaves off is dm-writecache's (watermarks 50 % and 45 %, a
+    /// destage thread ahead of the writes, 2 MiB between backing flushes).
+    #[arg(long)]
+    pub seed_destage: bool,
     /// Largest write FUSE may send, bytes (default and maximum: 63 blocks, the longest write
     /// that touches at most 64 blocks, one atomic device write, at any offset).
     #[arg(long, value_parser = crate::size_arg)]
@@ -484,11 +491,13 @@ fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
     })
 }
 
-/// A served write cache: its live state mirrored, its timer (max-age, cleaner) running.
+/// A served write cache: its live state mirrored, its timer (max-age, cleaner) and its
+/// destage thread (the watermarks) running.
 struct WCache<R: Region + 'static> {
     served: Arc<ServedWc<R>>,
     /// Stopped at close, so that no destage runs after the counters are stored.
     timer: std::sync::Mutex<Option<WcTimer>>,
+    destager: std::sync::Mutex<Option<WcDestager<R>>>,
 }
 
 impl<R: Region + 'static> ServedCache for WCache<R> {
@@ -497,6 +506,12 @@ impl<R: Region + 'static> ServedCache for WCache<R> {
     }
     fn close(&self) -> Result<String> {
         drop(self.timer.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(
+            self.destager
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         self.served.close()
     }
 }
@@ -504,7 +519,11 @@ impl<R: Region + 'static> ServedCache for WCache<R> {
 /// A write cache to serve: the device (the cache reporting its state) and its served half.
 fn served_wc<R: Region + 'static>(
     cache: Arc<WriteCache<R>>,
+    seed_destage: bool,
 ) -> (String, Arc<dyn BlockDevice>, Box<dyn ServedCache>) {
+    if !seed_destage {
+        cache.use_served_defaults();
+    }
     let sb = *cache.superblock();
     let admit = cache
         .admit_record()
@@ -527,17 +546,31 @@ fn served_wc<R: Region + 'static>(
             None => String::new(),
         }
     );
+    let what = format!("{what}, destage: {}", destage_what(&cache.settings()));
     let served = Arc::new(ServedWc::new(cache));
     let c = WCache {
         timer: std::sync::Mutex::new(WcTimer::start(&served)),
+        destager: std::sync::Mutex::new(WcDestager::start(&served)),
         served: served.clone(),
     };
     (what, served, Box::new(c))
 }
 
+/// How a served write cache destages (the serve line says it).
+fn destage_what(s: &nvstack_nvcache::wformat::WcSettings) -> String {
+    match s.high_watermark_pct {
+        0 => "the seed's one-block destage (a new block that finds no room destages one)".into(),
+        h => format!(
+            "watermarks {h} % / {} % by a destage thread, runs of up to 1 MiB, {} blocks per \
+             backing flush",
+            s.low_watermark_pct, s.writeback_jobs
+        ),
+    }
+}
+
 fn open_write_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
     let o = nvstack_nvcache::wimage::open_wc_image(image, a.backing.as_deref(), None)?;
-    let (what, dev, cache) = served_wc(o.cache);
+    let (what, dev, cache) = served_wc(o.cache, a.seed_destage);
     Ok(Served {
         dev,
         what: format!("{what} over {}", o.backing.display()),
@@ -551,7 +584,7 @@ fn open_write_cache_cut(a: &ServeArgs, image: &Path, spec: &str) -> Result<Serve
     let pc = PowerCut::load_write_cache(image, a.backing.as_deref(), PowerCutSpec::parse(spec)?)?;
     let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
     let wc = WriteCache::open(Arc::new(nvram), Arc::new(disk), None)?;
-    let (what, dev, cache) = served_wc(Arc::new(wc));
+    let (what, dev, cache) = served_wc(Arc::new(wc), a.seed_destage);
     Ok(Served {
         dev,
         what: format!("{what}, simulated region, power cut {spec}"),

@@ -24,7 +24,9 @@ pub struct WriteArgs {
     /// Destage blocks written longer ago than this many milliseconds (default 0: off).
     #[arg(long)]
     max_age: Option<u32>,
-    /// Most blocks written back between two backing flushes (default 0: unlimited).
+    /// Most blocks written back between two backing flushes (default 0: unlimited; served by
+    /// `serve`/`up`, 2 MiB of blocks, and without --high-watermark dm-writecache's 50 %/45 %
+    /// watermarks: `serve --seed-destage` keeps the seed's one-block destage).
     #[arg(long)]
     writeback_jobs: Option<u32>,
     /// Take no new blocks and destage everything (dm-writecache's cleaner).

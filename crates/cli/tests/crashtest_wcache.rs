@@ -71,7 +71,7 @@ fn write_cache_randomized_tier_is_clean_and_media_faults_are_detected() {
 
 /// The scenario that exercises each bug. (entry-before-data shows in write-8: a single-block
 /// write's checksum covers its data, so there the mistake is harmless.)
-const EXPOSED_BY: [(&str, &str); 12] = [
+const EXPOSED_BY: [(&str, &str); 13] = [
     ("entry-before-data", "write-8"),
     ("commit-unfenced", "write-1"),
     ("freed-before-backing-flush", "watermark"),
@@ -84,6 +84,7 @@ const EXPOSED_BY: [(&str, &str); 12] = [
     ("wc-recovery-skips-checksum", "write-1"),
     ("wc-recovery-first-copy", "overwrite"),
     ("long-discard-unflushed", "discard-long"),
+    ("destage-clears-rewritten", "destage-rewrite"),
 ];
 
 #[test]

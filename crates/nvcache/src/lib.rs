@@ -36,4 +36,4 @@ pub use ubj::{create, Census, Live, Observer, SlotState, Stats, Timers, Ubj};
 pub use wbugs::WcBug;
 pub use wdestage::Trigger;
 pub use writecache::{create_wc, WriteCache};
-pub use wserve::{ServedWc, WcLive, WcObserver, WcTimer};
+pub use wserve::{ServedWc, WcDestager, WcLive, WcObserver, WcTimer};

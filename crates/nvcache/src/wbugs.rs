@@ -31,10 +31,12 @@ pub enum WcBug {
     RecoveryFirstCopy,
     /// A discard past the unit returns before the backing device is flushed.
     LongDiscardUnflushed,
+    /// A destage clears a block rewritten during its backing I/O: the newer copy is dropped.
+    DestageClearsRewritten,
 }
 
 impl WcBug {
-    pub const ALL: [WcBug; 12] = [
+    pub const ALL: [WcBug; 13] = [
         WcBug::EntryBeforeData,
         WcBug::CommitUnfenced,
         WcBug::FreedBeforeBackingFlush,
@@ -47,6 +49,7 @@ impl WcBug {
         WcBug::RecoverySkipsChecksum,
         WcBug::RecoveryFirstCopy,
         WcBug::LongDiscardUnflushed,
+        WcBug::DestageClearsRewritten,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +66,7 @@ impl WcBug {
             WcBug::RecoverySkipsChecksum => "wc-recovery-skips-checksum",
             WcBug::RecoveryFirstCopy => "wc-recovery-first-copy",
             WcBug::LongDiscardUnflushed => "long-discard-unflushed",
+            WcBug::DestageClearsRewritten => "destage-clears-rewritten",
         }
     }
 
@@ -98,6 +102,9 @@ impl WcBug {
             }
             WcBug::LongDiscardUnflushed => {
                 "a discard past the unit returns before the backing device is flushed"
+            }
+            WcBug::DestageClearsRewritten => {
+                "a destage clears a block rewritten during its backing I/O (the newer copy dropped)"
             }
         }
     }

@@ -3,11 +3,25 @@
 //! dm-writecache's (watermarks, max-age, cleaner) are options, and with any of them on a
 //! destaged block takes its cached contiguous neighbours along. `writeback_jobs` bounds the
 //! blocks written between two backing flushes.
+//!
+//! A destage runs in groups of `writeback_jobs` blocks, each in three steps (docs/format.md
+//! 12.4): under the cache's lock, the group's contiguous blocks are copied out into runs (one
+//! aligned buffer of whole backing blocks per run, at most `RUN_BYTES_MAX`); without the lock,
+//! each run goes to the backing device in one write and the device is flushed; under the lock
+//! again, the outstanding clears of replaced copies are fenced and only the slots that still
+//! hold the copy that was written are cleared (a block rewritten meanwhile keeps its new copy).
+//! Writes go on while the backing device works; one destage runs at a time, and a write that
+//! would reach the backing blocks it writes (bypassed, or a long discard) waits for it.
 
 use crate::wbugs::WcBug;
-use crate::writecache::{WState, WriteCache};
+use crate::writecache::{Guard, WState, WriteCache};
 use nvstack_core::error::Result;
 use nvstack_pmem::Region;
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
+
+/// Blocks taken by a destage (the index's hasher: block numbers are not chosen to collide).
+type Seen = HashSet<u64, BuildHasherDefault<crate::writecache::LbaHasher>>;
 use std::time::{Duration, Instant};
 
 /// Why blocks were destaged (`status` counts each).
@@ -28,11 +42,75 @@ pub enum Trigger {
 /// Most neighbours one destaged block takes along (each side).
 const NEIGHBOURS_MAX: u64 = 64;
 
+/// Most bytes of one backing write of a destage: a run of contiguous cached blocks (and the
+/// rest of its edge backing blocks) goes out in one write of at most this.
+pub const RUN_BYTES_MAX: usize = 1 << 20;
+
+/// Bytes of a run's buffer: the longest run, one more backing block where it starts and ends
+/// inside one, and the slack that aligns it.
+const RUN_BUF_BYTES: usize = RUN_BYTES_MAX + 3 * crate::writecache::BACKING_BLOCK_BYTES as usize;
+
+/// Run buffers kept for the next destage (at most this many: the runs of two groups, one
+/// written while the next is copied out, with room for groups longer than the served 2 MiB).
+const RUN_BUFS_KEPT: usize = 32;
+
+/// Contiguous cached blocks, copied out under the lock, written without it.
+struct Run {
+    /// The run's first block.
+    lba: u64,
+    /// Each block's slot and the sequence number of the copy written: cleared after the flush
+    /// only if the slot still holds that copy.
+    copies: Vec<(u64, u32, u64)>,
+    /// Whole backing blocks from the one holding `lba`, at `at` (4 KiB aligned: one pwrite,
+    /// no copy); the sectors of the edge blocks outside the run are read at the write.
+    buf: Vec<u8>,
+    at: usize,
+    len_bytes: usize,
+}
+
+/// One group of a destage: its runs, and the bypassed writes counted when it was copied out.
+struct Pass {
+    runs: Vec<Run>,
+    bypassed_at_copy: u64,
+    lbas: Vec<u64>,
+    data_sectors: u64,
+}
+
 impl<R: Region> WriteCache<R> {
+    /// Wait until no destage is between its copy-out and its clears.
+    pub(crate) fn wait_destage<'a>(&'a self, mut g: Guard<'a>) -> Guard<'a> {
+        while g.destaging.is_some() {
+            g = self.wait_changed(g);
+        }
+        g
+    }
+
+    /// Whether blocks `from..to` share a backing block with the destage in flight (a backing
+    /// write there now could be overwritten by its read-modify-write).
+    pub(crate) fn backing_busy(&self, st: &WState, from: u64, to: u64) -> bool {
+        let spb = self.sectors_per_backing_block();
+        st.destaging
+            .is_some_and(|(lo, hi)| from / spb < hi && lo < to.div_ceil(spb))
+    }
+
     /// Destage `n` victims of the policy (with their neighbours when dm-writecache's triggers
-    /// are on).
-    pub(crate) fn destage_victims(&self, st: &mut WState, n: usize, why: Trigger) -> Result<()> {
+    /// are on), once no other destage is in flight.
+    pub(crate) fn destage_victims<'a>(
+        &'a self,
+        g: Guard<'a>,
+        n: usize,
+        why: Trigger,
+    ) -> Result<Guard<'a>> {
+        let mut g = self.wait_destage(g);
+        let lbas = self.pick_victims(&mut g, n);
+        self.destage(g, &lbas, why)
+    }
+
+    /// `n` victims of the policy and (dm-writecache's triggers on) their cached contiguous
+    /// neighbours, sorted.
+    fn pick_victims(&self, st: &mut WState, n: usize) -> Vec<u64> {
         let mut lbas = Vec::new();
+        let mut seen = Seen::default();
         let mut picked = Vec::new();
         for _ in 0..n {
             let Some(slot) = st.order.victim() else { break };
@@ -40,11 +118,11 @@ impl<R: Region> WriteCache<R> {
             st.order.remove(slot);
             picked.push(slot);
             let lba = st.slots[slot as usize].expect("a victim is used").lba;
-            if !lbas.contains(&lba) {
+            if seen.insert(lba) {
                 lbas.push(lba);
             }
             if st.settings.dm_triggers() {
-                self.neighbours(st, lba, &mut lbas);
+                neighbours(st, lba, &mut seen, &mut lbas);
             }
         }
         // Back in, so that clearing each slot removes it once.
@@ -52,78 +130,279 @@ impl<R: Region> WriteCache<R> {
             st.order.inserted(slot);
         }
         lbas.sort_unstable();
-        self.destage(st, &lbas, why)
+        lbas
     }
 
-    /// Cached contiguous neighbours of `lba`, on both sides.
-    fn neighbours(&self, st: &mut WState, lba: u64, out: &mut Vec<u64>) {
-        let mut up = lba + 1;
-        while up <= lba + NEIGHBOURS_MAX && st.index.contains_key(&up) && !out.contains(&up) {
-            out.push(up);
-            up += 1;
+    /// Write `lbas` (cached, sorted) back in groups of `writeback_jobs`: each group copied out,
+    /// written in runs and the backing device flushed without the lock, then the slots still
+    /// holding the copies written cleared. Returns the lock (held again).
+    pub(crate) fn destage<'a>(
+        &'a self,
+        g: Guard<'a>,
+        lbas: &[u64],
+        why: Trigger,
+    ) -> Result<Guard<'a>> {
+        self.destage_with(g, lbas, why, None)
+    }
+
+    /// `destage`, running `during` (once) after the first group's backing I/O, lock free.
+    fn destage_with<'a>(
+        &'a self,
+        g: Guard<'a>,
+        lbas: &[u64],
+        why: Trigger,
+        mut during: Option<&mut dyn FnMut() -> Result<()>>,
+    ) -> Result<Guard<'a>> {
+        let mut g = self.wait_destage(g);
+        let (Some(&first), Some(&last)) = (lbas.first(), lbas.last()) else {
+            return Ok(g);
+        };
+        let spb = self.sectors_per_backing_block();
+        g.destaging = Some((first / spb, last / spb + 1));
+        let jobs = match g.settings.writeback_jobs {
+            0 => lbas.len(),
+            j => j as usize,
+        };
+        if g.background && during.is_none() && lbas.len() > jobs {
+            return self.destage_pipelined(g, lbas, jobs, why);
         }
-        let mut down = lba;
-        while down > 0 && lba - down < NEIGHBOURS_MAX {
-            down -= 1;
-            if !st.index.contains_key(&down) || out.contains(&down) {
-                break;
+        for group in lbas.chunks(jobs) {
+            let copied = self.copy_out(&mut g, group);
+            let Ok(mut pass) = copied else {
+                self.end_destage(&mut g);
+                return copied.map(|_| g);
+            };
+            drop(g);
+            let done = self.write_pass(&mut pass);
+            let hook = match during.take() {
+                Some(f) if done.is_ok() => f(),
+                _ => Ok(()),
+            };
+            g = self.lock_for_destage();
+            if let Err(e) = done {
+                let e = self.backing_failed(&mut g, e);
+                self.end_destage(&mut g);
+                return Err(e);
             }
-            out.push(down);
+            let cleared = self.clear_pass(&mut g, pass, why).and(hook);
+            if cleared.is_err() {
+                self.end_destage(&mut g);
+                return cleared.map(|_| g);
+            }
+            self.changed.notify_all();
         }
+        self.end_destage(&mut g);
+        self.assert_invariants(&g);
+        Ok(g)
     }
 
-    /// Write `lbas` (cached, sorted) back in groups of `writeback_jobs`: each group written,
-    /// the backing device flushed, then the group's slots cleared.
-    pub(crate) fn destage(&self, st: &mut WState, lbas: &[u64], why: Trigger) -> Result<()> {
-        if lbas.is_empty() {
-            return Ok(());
+    /// The destage thread's `destage` of several groups: each group's backing write and
+    /// flush run on a scoped thread while this one clears the group before it and copies out
+    /// the next (the per-group order is `destage`'s: copy out, write and flush, clear; the
+    /// backing writes stay one group at a time, in order, since adjacent groups may share an
+    /// edge backing block).
+    fn destage_pipelined<'a>(
+        &'a self,
+        g: Guard<'a>,
+        lbas: &[u64],
+        jobs: usize,
+        why: Trigger,
+    ) -> Result<Guard<'a>> {
+        let (mut g, done) = std::thread::scope(|sc| {
+            let mut g = g;
+            let mut in_flight: Option<std::thread::ScopedJoinHandle<'_, _>> = None;
+            for group in lbas.chunks(jobs) {
+                let mut pass = match self.copy_out(&mut g, group) {
+                    Ok(p) => p,
+                    Err(e) => return (g, Err(e)),
+                };
+                drop(g);
+                let before = in_flight
+                    .take()
+                    .map(|h| h.join().expect("the destage's backing I/O does not panic"));
+                in_flight = Some(sc.spawn(move || {
+                    let r = self.write_pass(&mut pass);
+                    (pass, r)
+                }));
+                g = self.lock_for_destage();
+                if let Some((pass, r)) = before {
+                    if let Err(e) = self.cleared(&mut g, pass, r, why) {
+                        return (g, Err(e));
+                    }
+                }
+            }
+            drop(g);
+            let last = in_flight.map(|h| h.join().expect("the destage's backing I/O"));
+            g = self.lock_for_destage();
+            let done = match last {
+                Some((pass, r)) => self.cleared(&mut g, pass, r, why),
+                None => Ok(()),
+            };
+            (g, done)
+        });
+        self.end_destage(&mut g);
+        done.map(|()| g)
+    }
+
+    /// A group's backing I/O ended: its clears, or the cache's error state.
+    fn cleared(&self, st: &mut WState, pass: Pass, io: Result<()>, why: Trigger) -> Result<()> {
+        if let Err(e) = io {
+            return Err(self.backing_failed(st, e));
         }
-        // An older copy's clear must be durable before its newer copy's clear is: the clears
-        // the last write left pending are stored and fenced first.
+        self.clear_pass(st, pass, why)?;
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    fn end_destage(&self, st: &mut WState) {
+        st.destaging = None;
+        self.changed.notify_all();
+    }
+
+    /// The group's blocks still cached, copied into runs (checked against their entries' CRC:
+    /// damaged data is never written back); a tombstone stays zeros.
+    fn copy_out(&self, st: &mut WState, group: &[u64]) -> Result<Pass> {
+        let s = self.sb.sector_bytes as usize;
+        let run_max = (RUN_BYTES_MAX / s) as u64;
+        let mut pass = Pass {
+            runs: Vec::new(),
+            bypassed_at_copy: st.stats.write_bypass,
+            lbas: Vec::with_capacity(group.len()),
+            data_sectors: 0,
+        };
+        let cached: Vec<u64> = group
+            .iter()
+            .copied()
+            .filter(|l| st.index.contains_key(l))
+            .collect();
+        let mut i = 0;
+        while i < cached.len() {
+            let mut j = i + 1;
+            while j < cached.len() && cached[j] == cached[j - 1] + 1 && j - i < run_max as usize {
+                j += 1;
+            }
+            let run = self.copy_run(st, &cached[i..j], &mut pass)?;
+            pass.runs.push(run);
+            i = j;
+        }
+        Ok(pass)
+    }
+
+    /// One run of contiguous blocks into an aligned buffer of whole backing blocks.
+    fn copy_run(&self, st: &mut WState, lbas: &[u64], pass: &mut Pass) -> Result<Run> {
+        let s = self.sb.sector_bytes as usize;
+        let spb = self.sectors_per_backing_block();
+        let (lba, end) = (lbas[0], lbas[lbas.len() - 1] + 1);
+        assert_eq!(end - lba, lbas.len() as u64, "a run is contiguous");
+        let blocks = end.div_ceil(spb) - lba / spb;
+        let len_bytes = blocks as usize * self.sb.backing_block_bytes as usize;
+        // A buffer of the pool (no page to fault in or zero again): every byte of the window
+        // is written before the backing write, by a copy, a tombstone's zeros or an edge read.
+        let mut buf = st
+            .run_bufs
+            .pop()
+            .unwrap_or_else(|| vec![0u8; RUN_BUF_BYTES]);
+        let at = buf
+            .as_ptr()
+            .align_offset(crate::writecache::BACKING_BLOCK_BYTES as usize);
+        assert!(at + len_bytes <= buf.len(), "a run fits its buffer");
+        let mut copies = Vec::with_capacity(lbas.len());
+        let base = (lba / spb * spb) as usize;
+        for &l in lbas {
+            let slot = st.index[&l];
+            let c = st.slots[slot as usize].expect("a cached block's slot is used");
+            let o = at + (l as usize - base) * s;
+            if c.tombstone {
+                buf[o..o + s].fill(0);
+            } else {
+                self.read_slot_data(&c, slot, &mut buf[o..o + s])?;
+                pass.data_sectors += 1;
+            }
+            copies.push((l, slot, c.seq));
+            pass.lbas.push(l);
+        }
+        Ok(Run {
+            lba,
+            copies,
+            buf,
+            at,
+            len_bytes,
+        })
+    }
+
+    /// Without the cache's lock: each run's edge backing blocks completed from the device (the
+    /// sectors outside the run rewritten with the bytes they hold), the run written in one
+    /// write, then the device flushed.
+    fn write_pass(&self, pass: &mut Pass) -> Result<()> {
+        let s = self.sb.sector_bytes as usize;
+        let spb = self.sectors_per_backing_block();
+        let bb = self.sb.backing_block_bytes as usize;
+        for run in &mut pass.runs {
+            let first_blk = run.lba / spb;
+            let end = run.lba + run.copies.len() as u64;
+            let last_blk = (end - 1) / spb;
+            let head = (run.lba % spb) as usize * s;
+            let tail = (end - last_blk * spb) as usize * s;
+            let window = &mut run.buf[run.at..run.at + run.len_bytes];
+            let mut edge = [0u8; crate::writecache::BACKING_BLOCK_BYTES as usize];
+            if head > 0 {
+                self.backing.read(first_blk, &mut edge[..bb])?;
+                window[..head].copy_from_slice(&edge[..head]);
+            }
+            if tail < bb {
+                if last_blk != first_blk || head == 0 {
+                    self.backing.read(last_blk, &mut edge[..bb])?;
+                }
+                let o = (last_blk - first_blk) as usize * bb;
+                window[o + tail..o + bb].copy_from_slice(&edge[tail..bb]);
+            }
+            self.backing.write(first_blk, window)?;
+        }
+        // Seeded bug freed-before-backing-flush: the flush comes after the clears.
+        if self.bug != Some(WcBug::FreedBeforeBackingFlush) {
+            self.backing.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Under the lock again: the clears of replaced copies fenced first (an older copy's clear
+    /// is durable before a newer copy's), then each slot cleared that still holds the copy
+    /// written. A block rewritten during the write keeps its new copy (its slot is not that
+    /// one, or holds a later sequence number).
+    fn clear_pass(&self, st: &mut WState, pass: Pass, why: Trigger) -> Result<()> {
         if !st.pending_clears.is_empty() && self.bug != Some(WcBug::StaleClearUnfenced) {
             self.store_pending_clears(st);
             self.fence(st);
         }
-        let jobs = match st.settings.writeback_jobs {
-            0 => lbas.len(),
-            j => j as usize,
-        };
-        let mut block = [0u8; crate::writecache::BACKING_BLOCK_BYTES as usize];
-        let buf = &mut block[..self.sb.sector_bytes as usize];
-        for group in lbas.chunks(jobs) {
-            for &lba in group {
-                let slot = st.index[&lba];
-                let c = st.slots[slot as usize].expect("a cached block's slot is used");
-                if c.tombstone {
-                    self.backing_write_sector(st, lba, None)?;
-                } else {
-                    self.read_slot_data(&c, slot, buf)?;
-                    self.backing_write_sector(st, lba, Some(buf))?;
-                }
+        for &(lba, slot, seq) in pass.runs.iter().flat_map(|r| &r.copies) {
+            let same = st.slots[slot as usize].is_some_and(|c| c.seq == seq && c.lba == lba);
+            if same {
+                self.clear_slot(st, slot);
+            } else if self.bug == Some(WcBug::DestageClearsRewritten) {
+                let now = st.index[&lba];
+                self.clear_slot(st, now); // Seeded bug: the newer copy cleared
             }
-            if self.bug == Some(WcBug::FreedBeforeBackingFlush) {
-                for &lba in group {
-                    let slot = st.index[&lba];
-                    self.clear_slot(st, slot); // Seeded bug: freed before the flush
-                }
-                self.fence(st);
-            }
+        }
+        if self.bug == Some(WcBug::FreedBeforeBackingFlush) {
+            self.fence(st); // Seeded bug: freed, then flushed
             self.backing
                 .flush()
                 .map_err(|e| self.backing_failed(st, e))?;
-            st.bypass_unflushed = false;
-            if self.bug != Some(WcBug::FreedBeforeBackingFlush) {
-                for &lba in group {
-                    let slot = st.index[&lba];
-                    self.clear_slot(st, slot);
-                }
-            }
-            if let Some(log) = st.destage_log.as_mut() {
-                log.extend_from_slice(group);
-            }
-            self.count(st, why, group.len() as u64);
         }
-        self.assert_invariants(st);
+        // A bypassed write made during the backing I/O may not be covered by its flush.
+        if st.stats.write_bypass == pass.bypassed_at_copy {
+            st.bypass_unflushed = false;
+        }
+        st.stats.backing_bytes_written += pass.data_sectors * u64::from(self.sb.sector_bytes);
+        if let Some(log) = st.destage_log.as_mut() {
+            log.extend_from_slice(&pass.lbas);
+        }
+        self.count(st, why, pass.lbas.len() as u64);
+        for run in pass.runs {
+            if st.run_bufs.len() < RUN_BUFS_KEPT {
+                st.run_bufs.push(run.buf);
+            }
+        }
         Ok(())
     }
 
@@ -139,45 +418,63 @@ impl<R: Region> WriteCache<R> {
     }
 
     /// Destage every cached block.
-    pub(crate) fn destage_all(&self, st: &mut WState, why: Trigger) -> Result<()> {
-        let mut lbas: Vec<u64> = st.index.keys().copied().collect();
+    pub(crate) fn destage_all<'a>(&'a self, g: Guard<'a>, why: Trigger) -> Result<Guard<'a>> {
+        let g = self.wait_destage(g);
+        let mut lbas: Vec<u64> = g.index.keys().copied().collect();
         lbas.sort_unstable();
-        self.destage(st, &lbas, why)
+        self.destage(g, &lbas, why)
     }
 
-    /// After a write: the watermarks, max-age and the cleaner.
-    pub(crate) fn after_write(&self, st: &mut WState) -> Result<()> {
-        let s = st.settings;
-        if s.high_watermark_pct > 0 {
-            let slots = self.layout.slots as usize;
-            let used = st.index.len();
-            if used * 100 > slots * usize::from(s.high_watermark_pct) {
-                let low = slots * usize::from(s.low_watermark_pct) / 100;
-                while st.index.len() > low {
-                    let before = st.index.len();
-                    self.destage_victims(st, st.index.len() - low, Trigger::Watermark)?;
-                    assert!(st.index.len() < before, "a destage frees a block");
-                }
+    /// Whether used slots are above the high watermark (false when it is off).
+    pub(crate) fn above_high(&self, st: &WState) -> bool {
+        let h = usize::from(st.settings.high_watermark_pct);
+        h > 0 && st.index.len() * 100 > self.layout.slots as usize * h
+    }
+
+    /// Destage victims until used slots are at most the low watermark.
+    pub(crate) fn destage_to_low<'a>(&'a self, mut g: Guard<'a>) -> Result<Guard<'a>> {
+        let low = self.layout.slots as usize * usize::from(g.settings.low_watermark_pct) / 100;
+        while g.index.len() > low && g.error.is_none() {
+            let before = g.index.len();
+            g = self.destage_victims(g, before - low, Trigger::Watermark)?;
+            // Writes go on during the backing I/O: when they kept pace with the pass, the
+            // next write past the high watermark starts another.
+            if g.index.len() >= before {
+                break;
+            }
+        }
+        Ok(g)
+    }
+
+    /// After a write: the watermarks (a destage thread, when one runs, is woken instead),
+    /// max-age and the cleaner.
+    pub(crate) fn after_write<'a>(&'a self, mut g: Guard<'a>) -> Result<()> {
+        if self.above_high(&g) {
+            if g.background {
+                self.wake_destager(&mut g);
+            } else {
+                g = self.destage_to_low(g)?;
             }
         }
         // The clock is read only when a timed trigger is on (a write reads none otherwise).
+        let s = g.settings;
         if s.cleaner || s.max_age_ms > 0 {
-            return self.timed(st, Instant::now());
+            drop(self.timed(g, Instant::now())?);
         }
         Ok(())
     }
 
     /// The timed triggers due at `now`: max-age and the cleaner.
-    fn timed(&self, st: &mut WState, now: Instant) -> Result<()> {
-        if st.settings.cleaner && !st.index.is_empty() {
-            return self.destage_all(st, Trigger::Cleaner);
+    fn timed<'a>(&'a self, g: Guard<'a>, now: Instant) -> Result<Guard<'a>> {
+        if g.settings.cleaner && !g.index.is_empty() {
+            return self.destage_all(g, Trigger::Cleaner);
         }
-        let age = st.settings.max_age_ms;
+        let age = g.settings.max_age_ms;
         if age == 0 {
-            return Ok(());
+            return Ok(g);
         }
         let limit = Duration::from_millis(u64::from(age));
-        let mut old: Vec<u64> = st
+        let mut old: Vec<u64> = g
             .slots
             .iter()
             .flatten()
@@ -185,17 +482,17 @@ impl<R: Region> WriteCache<R> {
             .map(|c| c.lba)
             .collect();
         old.sort_unstable();
-        self.destage(st, &old, Trigger::MaxAge)
+        self.destage(g, &old, Trigger::MaxAge)
     }
 
     /// Act on the timed triggers (a timer thread calls this); a cache in its error state does
     /// nothing.
     pub fn tick(&self, now: Instant) -> Result<()> {
-        let mut st = self.lock();
-        if st.error.is_some() {
+        let g = self.lock();
+        if g.error.is_some() {
             return Ok(());
         }
-        self.timed(&mut st, now)
+        self.timed(g, now).map(drop)
     }
 
     /// How often a timer thread should call `tick` (None: no timed trigger is on).
@@ -210,11 +507,27 @@ impl<R: Region> WriteCache<R> {
 
     /// dm-writecache's `flush` message: write every cached block back (the cache empties).
     pub fn writeback(&self) -> Result<u64> {
-        let mut st = self.lock();
-        self.writable(&st)?;
-        let n = st.index.len() as u64;
-        self.destage_all(&mut st, Trigger::Writeback)?;
-        self.fence(&mut st);
+        let g = self.lock();
+        self.writable(&g)?;
+        let g = self.wait_destage(g);
+        let n = g.index.len() as u64;
+        let mut g = self.destage_all(g, Trigger::Writeback)?;
+        self.fence(&mut g);
+        Ok(n)
+    }
+
+    /// `writeback`, running `during` once while the first group's backing I/O is done and the
+    /// cache's lock is free (before its clears): the crash checker rewrites a block being
+    /// destaged there.
+    pub fn writeback_during(&self, during: &mut dyn FnMut() -> Result<()>) -> Result<u64> {
+        let g = self.lock();
+        self.writable(&g)?;
+        let g = self.wait_destage(g);
+        let n = g.index.len() as u64;
+        let mut lbas: Vec<u64> = g.index.keys().copied().collect();
+        lbas.sort_unstable();
+        let mut g = self.destage_with(g, &lbas, Trigger::Writeback, Some(during))?;
+        self.fence(&mut g);
         Ok(n)
     }
 
@@ -231,5 +544,22 @@ impl<R: Region> WriteCache<R> {
             .write(self.sb.backing_blocks, &label.encode())?;
         self.backing.flush()?;
         Ok(n)
+    }
+}
+
+/// Cached contiguous neighbours of `lba` not yet taken, on both sides.
+fn neighbours(st: &WState, lba: u64, seen: &mut Seen, out: &mut Vec<u64>) {
+    let mut up = lba + 1;
+    while up <= lba + NEIGHBOURS_MAX && st.index.contains_key(&up) && seen.insert(up) {
+        out.push(up);
+        up += 1;
+    }
+    let mut down = lba;
+    while down > 0 && lba - down < NEIGHBOURS_MAX {
+        down -= 1;
+        if !st.index.contains_key(&down) || !seen.insert(down) {
+            break;
+        }
+        out.push(down);
     }
 }

@@ -262,7 +262,36 @@ impl Default for WcSettings {
     }
 }
 
+/// A served cache's high watermark when its image leaves it off: dm-writecache's default.
+pub const SERVED_HIGH_WATERMARK_PCT: u8 = 50;
+/// ...and its low watermark (dm-writecache's).
+pub const SERVED_LOW_WATERMARK_PCT: u8 = 45;
+/// A served cache's bytes between two backing flushes when its image leaves `writeback_jobs`
+/// unlimited: a flush (fdatasync) per 2 MiB costs little beside the writes it covers (over
+/// blocks already allocated), and the destage thread writes one group while it copies out
+/// the next, so a batch of several groups keeps the backing device busy.
+pub const SERVED_WRITEBACK_BYTES: u32 = 2 << 20;
+
 impl WcSettings {
+    /// The settings a served cache (`nvstack serve`, `nvstack up`) runs with: these, with
+    /// dm-writecache's watermarks (50 %, 45 %) when the high watermark is off and
+    /// `SERVED_WRITEBACK_BYTES` of blocks per backing flush when `writeback_jobs` is 0. Why:
+    /// the seed's trigger alone destages one block per new block once the cache is full
+    /// (about 3.6 MB/s with 512 B sectors); the watermarks destage runs of blocks, ahead of
+    /// the writes, at the backing device's speed. `serve --seed-destage` keeps the stored ones.
+    pub fn served(self, sector_bytes: u32) -> WcSettings {
+        let mut s = self;
+        if s.high_watermark_pct == 0 {
+            s.high_watermark_pct = SERVED_HIGH_WATERMARK_PCT;
+            s.low_watermark_pct = SERVED_LOW_WATERMARK_PCT;
+        }
+        if s.writeback_jobs == 0 {
+            s.writeback_jobs = SERVED_WRITEBACK_BYTES / sector_bytes;
+        }
+        debug_assert!(s.validate().is_ok());
+        s
+    }
+
     /// Whether any of dm-writecache's triggers is on (then neighbours destage together).
     pub fn dm_triggers(&self) -> bool {
         self.high_watermark_pct > 0 || self.max_age_ms > 0 || self.cleaner

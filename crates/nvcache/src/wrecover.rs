@@ -156,6 +156,10 @@ fn state<R: Region + ?Sized>(
         fat_cross_checks: 0,
         destage_log: None,
         block_buf: Vec::new(),
+        destaging: None,
+        background: false,
+        destager_parked: None,
+        run_bufs: Vec::new(),
     };
     // The destage order starts as the write order (oldest first).
     let mut kept: Vec<(u32, WcEntry, u32)> = copies

@@ -34,7 +34,7 @@ use nvstack_pmem::Region;
 use nvstack_policy::{Policy, PolicyKind, Touch, NEVER};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// The backing device's block size the label needs (one block at its end).
@@ -195,6 +195,9 @@ impl Order {
     }
 }
 
+/// The cache's state, locked.
+pub(crate) type Guard<'a> = MutexGuard<'a, WState>;
+
 pub(crate) struct WState {
     /// The last write's sequence number.
     pub seq: u64,
@@ -224,6 +227,18 @@ pub(crate) struct WState {
     pub destage_log: Option<Vec<u64>>,
     /// A backing block's bytes for a sector's read-modify-write (kept between them).
     pub block_buf: Vec<u8>,
+    /// A destage is between its copy-out and its clears (its backing I/O runs without the
+    /// lock): the backing blocks `lo..hi` it may write. Another destage, and a backing write
+    /// into them (a bypassed write, a long discard), waits for `WriteCache::changed`.
+    pub destaging: Option<(u64, u64)>,
+    /// A destage thread serves the watermarks (`wserve::WcDestager`): a write past the high
+    /// watermark wakes it instead of destaging itself.
+    pub background: bool,
+    /// The destage thread, parked until a write past the high watermark unparks it (None:
+    /// it runs, or there is none).
+    pub destager_parked: Option<std::thread::Thread>,
+    /// Buffers of destaged runs, kept for the next destage (no page faults, no zeroing).
+    pub run_bufs: Vec<Vec<u8>>,
 }
 
 /// A write cache over `region` in front of `backing`.
@@ -233,6 +248,12 @@ pub struct WriteCache<R: Region> {
     pub(crate) layout: WcLayout,
     pub(crate) sb: WcSuperblock,
     pub(crate) state: Mutex<WState>,
+    /// The destage thread wants the lock: writes let it in first (a write takes the lock for
+    /// each unit, back to back, and an unfair mutex would hand it back to the writer).
+    pub(crate) destage_wants_lock: std::sync::atomic::AtomicBool,
+    /// Notified when a destage group ends (room made, the backing device free) and when a
+    /// write crosses the high watermark with a destage thread running.
+    pub(crate) changed: Condvar,
     pub(crate) bug: Option<WcBug>,
     recovered: usize,
 }
@@ -323,6 +344,8 @@ impl<R: Region> WriteCache<R> {
             layout,
             sb,
             state: Mutex::new(state),
+            changed: Condvar::new(),
+            destage_wants_lock: std::sync::atomic::AtomicBool::new(false),
             bug,
             recovered,
         };
@@ -359,6 +382,13 @@ impl<R: Region> WriteCache<R> {
         self.lock().settings
     }
 
+    /// Run with the settings a served cache runs with (`WcSettings::served`: dm-writecache's
+    /// watermarks and a bounded writeback where the image leaves them off), for this open.
+    pub fn use_served_defaults(&self) {
+        let mut st = self.lock();
+        st.settings = st.settings.served(self.sb.sector_bytes);
+    }
+
     /// dm-writecache's `cleaner` message: take no new blocks, and destage everything at the
     /// next write or timer tick.
     pub fn set_cleaner(&self, on: bool) -> Result<()> {
@@ -375,6 +405,44 @@ impl<R: Region> WriteCache<R> {
             .expect("write cache state poisoned by an earlier panic")
     }
 
+    /// The lock for a destage: writes waiting for it let it in first.
+    pub(crate) fn lock_for_destage(&self) -> Guard<'_> {
+        use std::sync::atomic::Ordering;
+        self.destage_wants_lock.store(true, Ordering::Release);
+        let g = self.lock();
+        self.destage_wants_lock.store(false, Ordering::Release);
+        g
+    }
+
+    /// The lock for a write: after the destage thread, when it waits for it.
+    fn lock_for_write(&self) -> Guard<'_> {
+        while self
+            .destage_wants_lock
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            std::thread::yield_now();
+        }
+        self.lock()
+    }
+
+    /// Unpark the destage thread if it is parked.
+    pub(crate) fn wake_destager(&self, st: &mut WState) {
+        if let Some(t) = st.destager_parked.take() {
+            t.unpark();
+        }
+    }
+
+    /// Wait for `changed` (the lock released meanwhile).
+    pub(crate) fn wait_changed<'a>(&'a self, g: Guard<'a>) -> Guard<'a> {
+        self.changed
+            .wait(g)
+            .expect("write cache state poisoned by an earlier panic")
+    }
+
+    pub(crate) fn sectors_per_backing_block(&self) -> u64 {
+        u64::from(self.sb.backing_block_bytes / self.sb.sector_bytes)
+    }
+
     pub fn stats(&self) -> WcCounters {
         self.lock().stats
     }
@@ -389,11 +457,14 @@ impl<R: Region> WriteCache<R> {
         )
     }
 
-    /// Store the lifetime counters (a clean close): one record and one fence.
+    /// A clean close: the clears of replaced copies still pending stored (so that recovery
+    /// at the next open finds nothing to clear) and the lifetime counters stored; one fence.
     pub fn save_counters(&self) {
-        let (life, _) = self.lifetime();
+        let mut st = self.wait_destage(self.lock());
+        self.store_pending_clears(&mut st);
+        let life = st.stored.unwrap_or_default().plus(&st.stats);
         self.region.write_nt(WC_COUNTERS_OFF, &life.encode());
-        self.region.fence();
+        self.fence(&mut st);
     }
 
     /// dm-writecache's `clear_stats` message: the lifetime counters restart from zero.
@@ -765,6 +836,9 @@ impl<R: Region> WriteCache<R> {
     fn discard_uncached(&self, lba: u64, count: u64) -> Result<Vec<u64>> {
         let end = lba + count;
         let mut st = self.lock();
+        while self.backing_busy(&st, lba, end) {
+            st = self.wait_changed(st);
+        }
         self.writable(&st)?;
         // The cached blocks of the range: by probing each block or by walking the index,
         // whichever is shorter (a whole-device discard over a full cache, or a short one).
@@ -828,27 +902,15 @@ impl<R: Region> WriteCache<R> {
     /// `N`: the most blocks `blocks` holds (1 or UNIT_MAX), the size of its stack arrays.
     fn write_unit<const N: usize>(&self, lba: u64, blocks: &[Option<&[u8]>]) -> Result<()> {
         assert!(blocks.len() <= N.min(self.unit_blocks() as usize));
-        let mut st = self.lock();
-        self.writable(&st)?;
+        let mut st = self.room_for_unit(self.lock_for_write(), lba, blocks)?;
         let mut cached: [(u64, Option<&[u8]>); N] = [(0, None); N];
-        let (mut n, mut new) = (0, 0);
-        // With room for every block of the unit, make_room needs no count of the new ones, and
-        // an admitted block goes to the cache whether or not it is cached: the index is probed
-        // only after the fence (install), where its cache misses overlap the stores' drain
-        // instead of delaying them.
-        let room_for_all = st.index.len() + blocks.len() < self.layout.slots as usize;
+        let mut n = 0;
         for (i, &b) in blocks.iter().enumerate() {
             let l = lba + i as u64;
             st.stats.write_blocks += 1;
-            // Seeded bug bypass-keeps-cached-copy: a cached block the filter would pass by
-            // goes to the backing device, its cached copy left in place.
-            let passed_by = st.settings.cleaner || !st.admit.admits(l);
-            let buggy = self.bug == Some(WcBug::BypassKeepsCachedCopy) && passed_by;
-            let is_cached = (passed_by || !room_for_all) && st.index.contains_key(&l);
-            if (is_cached || !passed_by) && !buggy {
+            if self.goes_to_cache(&st, l) {
                 cached[n] = (l, b);
                 n += 1;
-                new += usize::from(!is_cached);
             } else {
                 st.stats.write_bypass += 1;
                 self.backing_write_sector(&mut st, l, b)?;
@@ -856,12 +918,78 @@ impl<R: Region> WriteCache<R> {
             }
         }
         if n > 0 {
-            self.make_room(&mut st, new, n)?;
             self.commit_write::<N>(&mut st, &cached[..n]);
         }
         // The FAT or a directory may have changed: a new directory is admitted from now on.
         self.refresh_fat(&mut st, lba, blocks)?;
-        self.after_write(&mut st)
+        self.after_write(st)
+    }
+
+    /// Whether a write to `lba` goes into the cache (admitted, or cached: written through,
+    /// never left stale) or past it to the backing device.
+    fn goes_to_cache(&self, st: &WState, l: u64) -> bool {
+        let passed_by = st.settings.cleaner || !st.admit.admits(l);
+        // Seeded bug bypass-keeps-cached-copy: a cached block the filter would pass by goes
+        // to the backing device, its cached copy left in place.
+        let buggy = self.bug == Some(WcBug::BypassKeepsCachedCopy) && passed_by;
+        !buggy && (!passed_by || st.index.contains_key(&l))
+    }
+
+    /// The lock, once the unit finds room and its bypassed blocks' backing blocks are not
+    /// being destaged. Blocks are held in at most `slots - 1` slots: the spare one lets an
+    /// overwrite land (copy-on-write) without a destage. A new block that finds no room
+    /// destages one block (the seed's trigger; with dm-writecache's triggers on, with its
+    /// neighbours), or waits for the destage in flight to free some.
+    fn room_for_unit<'a>(
+        &'a self,
+        mut st: Guard<'a>,
+        lba: u64,
+        blocks: &[Option<&[u8]>],
+    ) -> Result<Guard<'a>> {
+        let slots = self.layout.slots as usize;
+        assert!(blocks.len() <= slots / 2, "a unit fits the cache");
+        let mut blocked = false;
+        loop {
+            self.writable(&st)?;
+            // With room for every block of the unit, and none bypassing, the index is not
+            // probed here: its cache misses overlap the stores' drain after the fence instead.
+            let room_for_all = st.index.len() + blocks.len() < slots;
+            let (mut total, mut new, mut busy) = (0, 0, false);
+            for l in lba..lba + blocks.len() as u64 {
+                if room_for_all && !st.settings.cleaner && st.admit.admits(l) {
+                    continue;
+                }
+                if self.goes_to_cache(&st, l) {
+                    total += 1;
+                    new += usize::from(!st.index.contains_key(&l));
+                } else {
+                    busy |= self.backing_busy(&st, l, l + 1);
+                }
+            }
+            let full = st.index.len() + new > slots - 1 || st.free.len() < total;
+            if !full && !busy {
+                break;
+            }
+            blocked |= full;
+            // With a destage thread past the high watermark, the thread makes the room (in
+            // long runs, one flush per group) while the write waits; a room destage here would
+            // flush the backing device for a handful of blocks.
+            let thread_makes_room = st.background && self.above_high(&st);
+            if busy || st.destaging.is_some() || thread_makes_room {
+                if thread_makes_room {
+                    self.wake_destager(&mut st);
+                }
+                st = self.wait_changed(st);
+                continue;
+            }
+            // Writes go on during the destage's backing I/O (and a victim rewritten meanwhile
+            // stays cached): the loop looks at the room again after each.
+            st = self.destage_victims(st, 1, crate::wdestage::Trigger::Room)?;
+        }
+        if blocked {
+            st.stats.writes_blocked_on_freelist += 1;
+        }
+        Ok(st)
     }
 
     /// Store `blocks` in new slots with the previous write's clears; fence (a multi-block
@@ -974,29 +1102,6 @@ impl<R: Region> WriteCache<R> {
             st.order.inserted(slot);
         }
         self.assert_invariants(st);
-    }
-
-    /// Make room for a unit of `total` blocks of which `new` are not cached. Blocks are held
-    /// in at most `slots - 1` slots: the spare one lets an overwrite land (copy-on-write)
-    /// without a destage. A new block that finds no room destages one block (the seed's
-    /// trigger; with dm-writecache's triggers on, with its neighbours).
-    fn make_room(&self, st: &mut WState, new: usize, total: usize) -> Result<()> {
-        assert!(
-            total <= self.layout.slots as usize / 2,
-            "a unit fits the cache"
-        );
-        let capacity = self.layout.slots as usize - 1;
-        let mut blocked = false;
-        while st.index.len() + new > capacity || st.free.len() < total {
-            blocked = true;
-            let before = st.index.len();
-            self.destage_victims(st, 1, crate::wdestage::Trigger::Room)?;
-            assert!(st.index.len() < before, "a destage frees a block");
-        }
-        if blocked {
-            st.stats.writes_blocked_on_freelist += 1;
-        }
-        Ok(())
     }
 
     /// Write one sector to the backing device (a read-modify-write of its backing block when

@@ -192,6 +192,83 @@ impl Drop for WcTimer {
     }
 }
 
+/// The thread that destages a served cache by its watermarks, as dm-writecache's writeback
+/// does: woken when a write takes used slots past the high watermark (and every 100 ms), it
+/// destages victims with their neighbours, in runs, until the low watermark, while writes go
+/// on (a write waits only when the cache is full: room is being made). Started only when the
+/// high watermark is on; stopped and joined when dropped (writes then destage themselves).
+pub struct WcDestager<R: Region + 'static> {
+    cache: Arc<WriteCache<R>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How long the destage thread sleeps when nothing wakes it.
+const DESTAGER_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl<R: Region + 'static> WcDestager<R> {
+    /// Start the thread, or None when the high watermark is off.
+    pub fn start(served: &Arc<ServedWc<R>>) -> Option<WcDestager<R>> {
+        let cache = served.cache.clone();
+        if cache.settings().high_watermark_pct == 0 {
+            return None;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (weak, flag, c) = (Arc::downgrade(served), stop.clone(), cache.clone());
+        cache.lock().background = true;
+        let thread = std::thread::Builder::new()
+            .name("wcache-destage".into())
+            .spawn(move || destage_loop(&c, &flag, || weak.upgrade().map(|s| s.report())))
+            .ok();
+        if thread.is_none() {
+            cache.lock().background = false;
+            return None;
+        }
+        Some(WcDestager {
+            cache,
+            stop,
+            thread,
+        })
+    }
+}
+
+/// Destage to the low watermark whenever used slots are past the high one, tell the observer;
+/// parked in between (a write past the high watermark unparks it; every 100 ms regardless).
+fn destage_loop<R: Region>(
+    cache: &WriteCache<R>,
+    stop: &AtomicBool,
+    report: impl Fn() -> Option<()>,
+) {
+    while !stop.load(Ordering::Acquire) {
+        let mut g = cache.lock_for_destage();
+        if g.error.is_none() && cache.above_high(&g) {
+            // An error is the cache's error state, which the live state and status show; the
+            // loop then parks (a cache in its error state destages nothing).
+            drop(cache.destage_to_low(g));
+            if report().is_none() {
+                return;
+            }
+            continue;
+        }
+        g.destager_parked = Some(std::thread::current());
+        drop(g);
+        std::thread::park_timeout(DESTAGER_PERIOD);
+    }
+}
+
+impl<R: Region + 'static> Drop for WcDestager<R> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.cache.lock().background = false;
+        // A write waiting for the thread to make room makes it itself from now on.
+        self.cache.changed.notify_all();
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
 /// The backing file a write cache image names (`over` when given), after validating the image
 /// with plain reads under a shared lock (`wimage::peek_wc`): for a process that loads both
 /// files itself (the serve daemon's power-cut runs).
@@ -293,6 +370,47 @@ mod tests {
             std::fs::canonicalize(dir.path().join("back")).unwrap()
         );
         assert!(FileDevice::open(&named).is_ok());
+    }
+
+    #[test]
+    fn a_served_cache_destages_in_the_background_and_a_clean_close_leaves_nothing_to_clear() {
+        let dir = Scratch::new("close");
+        let s = made(dir.path(), WcSettings::default());
+        s.cache().use_served_defaults();
+        assert_eq!(s.cache().settings().high_watermark_pct, 50);
+        let destager = WcDestager::start(&s).expect("the served defaults have watermarks");
+        // Past the high watermark the writes only wake the thread, which destages to the low
+        // one (nothing else destages: the cache never fills).
+        let slots = u64::from(s.cache().superblock().slots);
+        let mut lba = 1500;
+        while s.cache().cached_blocks() * 100 <= slots * 50 {
+            s.write(lba, &[1u8; 512]).unwrap();
+            lba += 1;
+        }
+        let t = Instant::now();
+        while s.cache().cached_blocks() * 100 > slots * 45 {
+            assert!(t.elapsed().as_secs() < 30, "the destage thread never ran");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let k = s.cache().stats();
+        assert!(k.destaged_watermark > 0 && k.destaged_room == 0, "{k:?}");
+        // Overwrites leave replaced copies' clears pending; 700 blocks pairs overflow the
+        // cache's slots, so the destage thread (and, when it lags, the writes) make room.
+        let last = |k: u64| if k < 600 { k + 1400 } else { k + 700 };
+        for i in 0..2000u64 {
+            s.write(i % 700 * 2, &[i as u8; 1024]).unwrap();
+        }
+        drop(destager);
+        let done = s.close().unwrap();
+        assert!(done.contains("counters stored"), "{done}");
+        drop(s);
+        let o = open_wc_image(&dir.path().join("wc.img"), None, None).unwrap();
+        assert_eq!(o.cache.recovered_entries(), 0, "a clean close leaves none");
+        let mut back = vec![0u8; 1024];
+        for k in [0, 1, 599, 600, 699] {
+            o.cache.read_blocks(k * 2, &mut back).unwrap();
+            assert_eq!(back, vec![last(k) as u8; 1024], "block pair {k}");
+        }
     }
 
     #[test]

@@ -283,3 +283,99 @@ fn a_discard_punches_uncached_blocks_on_the_backing_device_and_tombstones_cached
     assert_eq!(on_disk(&disk, 70), vec![0u8; S]);
     assert_eq!(on_disk(&disk, 0), sector(0));
 }
+
+/// The backing writes and flushes the disk saw since `clock_by`.
+fn backing_ops(disk: &MemDisk) -> (Vec<(u64, usize)>, usize) {
+    let log = disk.log.lock().unwrap();
+    let writes = log
+        .iter()
+        .filter_map(|op| match op {
+            common::BackingOp::Write { lba, data, .. } => Some((*lba, data.len())),
+            _ => None,
+        })
+        .collect();
+    let flushes = log
+        .iter()
+        .filter(|op| matches!(op, common::BackingOp::Flush { .. }))
+        .count();
+    (writes, flushes)
+}
+
+#[test]
+fn a_destage_writes_each_run_of_contiguous_blocks_in_one_backing_write() {
+    let (region, disk, wc) = fresh(64, WcSettings::default(), Admit::All);
+    // Sectors around the runs, on the backing device only: the runs' edge blocks keep them.
+    disk.write(0, &sector(0xA0).repeat(8)).unwrap();
+    disk.write(1, &sector(0xA1).repeat(8)).unwrap();
+    wc.write_blocks(
+        3,
+        &(3..13)
+            .map(|t| sector(t as u8))
+            .collect::<Vec<_>>()
+            .concat(),
+    )
+    .unwrap();
+    wc.write_blocks(30, &[sector(30), sector(31), sector(32)].concat())
+        .unwrap();
+    disk.clock_by(&region);
+    assert_eq!(wc.writeback().unwrap(), 13);
+    let (writes, flushes) = backing_ops(&disk);
+    // Blocks 3..13 span backing blocks 0 and 1; 30..33 span blocks 3 and 4: two runs,
+    // two writes.
+    assert_eq!(writes, vec![(0, 8192), (3, 8192)], "one write per run");
+    assert_eq!(flushes, 1, "one flush for the group");
+    for l in 3..13 {
+        assert_eq!(on_disk(&disk, l), sector(l as u8), "sector {l}");
+    }
+    assert_eq!(
+        on_disk(&disk, 2),
+        sector(0xA0),
+        "the edge's other sectors kept"
+    );
+    assert_eq!(
+        on_disk(&disk, 13),
+        sector(0xA1),
+        "the edge's other sectors kept"
+    );
+    assert_eq!(on_disk(&disk, 32), sector(32));
+    assert_eq!(wc.cached_blocks(), 0);
+    assert_eq!(wc.stats().backing_bytes_written, 13 * S as u64);
+}
+
+#[test]
+fn a_block_rewritten_during_its_destage_keeps_its_new_copy() {
+    let (region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    wc.write_blocks(3, &[sector(1), sector(2), sector(3)].concat())
+        .unwrap();
+    let n = wc
+        .writeback_during(&mut || wc.write_blocks(4, &sector(9)))
+        .unwrap();
+    assert_eq!(n, 3);
+    assert_eq!(on_disk(&disk, 4), sector(2), "the copy written back");
+    assert!(wc.is_cached(4) && !wc.is_cached(3) && !wc.is_cached(5));
+    assert_eq!(read(&wc, 4), sector(9), "the newer copy stays cached");
+    drop(wc);
+    let wc = WriteCache::open(region, disk, None).unwrap();
+    assert_eq!(
+        wc.recovered_entries(),
+        0,
+        "the replaced copy's clear was fenced"
+    );
+    assert_eq!(read(&wc, 4), sector(9));
+    assert_eq!(read(&wc, 3), sector(1));
+}
+
+#[test]
+fn a_clean_close_leaves_nothing_for_recovery_to_clear() {
+    let (region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    for t in 0..4 {
+        // Each overwrite leaves the replaced copies' clears pending.
+        wc.write_blocks(5, &[sector(t), sector(t + 10)].concat())
+            .unwrap();
+    }
+    wc.save_counters();
+    drop(wc);
+    let wc = WriteCache::open(region, disk, None).unwrap();
+    assert_eq!(wc.recovered_entries(), 0);
+    assert_eq!((read(&wc, 5), read(&wc, 6)), (sector(3), sector(13)));
+}

@@ -15,12 +15,14 @@ use std::collections::BTreeMap;
 const S: usize = SECTOR as usize;
 
 /// The exhaustive tier's scenarios, in the order they run (`--scenario NAME`).
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 12] = [
     "write-1",
     "write-8",
     "overwrite",
     "destage-room",
     "watermark",
+    "destage-runs",
+    "destage-rewrite",
     "bypass",
     "cleaner",
     "discard",
@@ -141,6 +143,36 @@ impl<'a> Recorder<'a> {
         self.op("writeback", Vec::new(), |d| d.writeback().map(|_| ()))
     }
 
+    /// A write-back during whose backing I/O (the cache's lock free, before its clears)
+    /// block `lba`, being destaged, is written again: its new copy must stay cached.
+    pub fn writeback_rewriting(&mut self, lba: u64) -> Result<()> {
+        let start = self.region.event_count();
+        self.marks.push((start, "writeback"));
+        self.version += 1;
+        let v = self.version;
+        let data = block(lba, v, S);
+        let (dev, region) = (self.dev, self.region);
+        assert!(dev.takes(lba), "the block rewritten is cached");
+        let mut write = (0, 0);
+        dev.writeback_during(&mut || {
+            let at = region.event_count();
+            dev.write_blocks(lba, &data)?;
+            write = (at, region.event_count());
+            Ok(())
+        })?;
+        assert!(write.1 > write.0, "the write ran during the destage");
+        self.marks.push((write.0, "write during the destage"));
+        self.marks.push((write.1, "writeback: clears"));
+        self.cur.insert(lba, Some(v));
+        self.exp.ops.push(OpRecord {
+            blocks: vec![(lba, Some(v))],
+            atomic: true,
+            start: write.0,
+            ack: write.1,
+        });
+        Ok(())
+    }
+
     pub fn cleaner(&mut self) -> Result<()> {
         self.op("cleaner", Vec::new(), |d| d.set_cleaner(true))
     }
@@ -169,8 +201,13 @@ fn shape(name: &str) -> (u32, WcSettings, Admit) {
         writeback_jobs: 2,
         ..WcSettings::default()
     };
+    let runs = WcSettings {
+        writeback_jobs: 8,
+        ..WcSettings::default()
+    };
     match name {
         "destage-room" => (16, WcSettings::default(), Admit::All),
+        "destage-runs" => (32, runs, Admit::All),
         "watermark" => (16, dm, Admit::All),
         "bypass" | "cleaner" => (16, WcSettings::default(), Admit::one_range(0..64)),
         _ => (32, WcSettings::default(), Admit::All),
@@ -207,6 +244,15 @@ fn setup(r: &mut Recorder<'_>, name: &str) -> Result<()> {
         "overwrite" => r.write(5, 1),
         "destage-room" => (0..2).try_for_each(|i| r.write(i * 8, 8)),
         "watermark" => r.write(20, 4),
+        "destage-runs" => {
+            r.write(3, 10)?; // two backing blocks, both partly covered
+            r.write(20, 4)?; // inside one backing block
+            r.write(30, 3) // across two
+        }
+        "destage-rewrite" => {
+            r.write(8, 4)?;
+            r.write(9, 1) // a replaced copy's clear pending
+        }
         "bypass" => r.write(70, 1),
         "cleaner" => r.write(3, 2),
         "discard" => r.write(10, 2),
@@ -238,6 +284,16 @@ fn workload(r: &mut Recorder<'_>, name: &str) -> Result<()> {
         "watermark" => {
             r.write(24, 6)?; // above 50 %: destaged to 25 %, neighbours together, 2 a flush
             r.read(20, 10)
+        }
+        "destage-runs" => {
+            // Groups of 8 blocks, each in runs of contiguous blocks (one backing write each,
+            // the edge blocks' other sectors rewritten as they are), flushed, then cleared.
+            r.writeback()?;
+            r.read(0, 40)
+        }
+        "destage-rewrite" => {
+            r.writeback_rewriting(10)?; // written again during its destage: stays cached
+            r.read(8, 4)
         }
         "bypass" => {
             r.write(71, 1)?; // bypassed: durable at the flush
