@@ -41,7 +41,7 @@ const WRITE_BYTES_MAX: u64 = 1 << 20;
 /// A writer flushes (UBJ's commit) after this many of its writes.
 const FLUSH_EVERY: usize = 4;
 
-/// A page-aligned buffer of `len` bytes (safe code: a slice of a longer vector).
+/// A page-aligned buffer of `len` bytes (the backing file's own O_DIRECT buffer).
 struct Aligned {
     v: Vec<u8>,
     at: usize,
@@ -50,8 +50,7 @@ struct Aligned {
 
 impl Aligned {
     fn new(len: usize) -> Aligned {
-        let v = vec![0u8; len + PAGE_BYTES];
-        let at = (PAGE_BYTES - v.as_ptr() as usize % PAGE_BYTES) % PAGE_BYTES;
+        let (v, at) = nvstack_nvcache::backing::aligned_buffer(len);
         Aligned { v, at, len }
     }
     fn get(&self) -> &[u8] {
