@@ -4,24 +4,23 @@
 //! destaged block takes its cached contiguous neighbours along. `writeback_jobs` bounds the
 //! blocks written between two backing flushes.
 //!
-//! A destage runs in groups of `writeback_jobs` blocks, each in three steps (docs/format.md
-//! 12.4): under the cache's lock, the group's contiguous blocks are copied out into runs (one
-//! aligned buffer of whole backing blocks per run, at most `RUN_BYTES_MAX`); without the lock,
-//! each run goes to the backing device in one write and the device is flushed; under the lock
-//! again, the outstanding clears of replaced copies are fenced and only the slots that still
-//! hold the copy that was written are cleared (a block rewritten meanwhile keeps its new copy).
-//! Writes go on while the backing device works; one destage runs at a time, and a write that
-//! would reach the backing blocks it writes (bypassed, or a long discard) waits for it.
+//! A destage runs in groups of about `writeback_jobs` blocks (cut where a backing block
+//! starts), each in three steps (docs/format.md 12.4): under the cache's lock, the group's
+//! blocks are chosen into runs of contiguous blocks (one aligned buffer of whole backing
+//! blocks per run, at most `RUN_BYTES_MAX`) and their slots pinned; without the lock, each
+//! copy is read from its slot and checked against its CRC, each run goes to the backing
+//! device in one write and the device is flushed; under the lock again, the slots are
+//! unpinned, the outstanding clears of replaced copies are fenced and only the slots that
+//! still hold the copy that was written are cleared (a block rewritten meanwhile keeps its new
+//! copy). A pinned slot whose copy is replaced is held, not freed, until its pass unpins it:
+//! no write lands in a slot a destage is reading. Writes go on while the backing device
+//! works; one destage runs at a time, and a write that would reach the backing blocks it
+//! writes (bypassed, or a long discard) waits for it.
 
 use crate::wbugs::WcBug;
-use crate::writecache::{Guard, WState, WriteCache};
-use nvstack_core::error::Result;
+use crate::writecache::{Cached, Guard, WState, WriteCache};
+use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
-use std::collections::HashSet;
-use std::hash::BuildHasherDefault;
-
-/// Blocks taken by a destage (the index's hasher: block numbers are not chosen to collide).
-type Seen = HashSet<u64, BuildHasherDefault<crate::writecache::LbaHasher>>;
 use std::time::{Duration, Instant};
 
 /// Why blocks were destaged (`status` counts each).
@@ -54,13 +53,14 @@ const RUN_BUF_BYTES: usize = RUN_BYTES_MAX + 3 * crate::writecache::BACKING_BLOC
 /// written while the next is copied out, with room for groups longer than the served 2 MiB).
 const RUN_BUFS_KEPT: usize = 32;
 
-/// Contiguous cached blocks, copied out under the lock, written without it.
+/// Contiguous cached blocks, chosen under the lock (their slots pinned: not reused while the
+/// run is out), copied out and written without it.
 struct Run {
     /// The run's first block.
     lba: u64,
-    /// Each block's slot and the sequence number of the copy written: cleared after the flush
-    /// only if the slot still holds that copy.
-    copies: Vec<(u64, u32, u64)>,
+    /// Each block's slot and its copy as chosen: the data read from the slot is checked
+    /// against it, and the slot cleared after the flush only if it still holds it.
+    copies: Vec<(u32, Cached)>,
     /// Whole backing blocks from the one holding `lba`, at `at` (4 KiB aligned: one pwrite,
     /// no copy); the sectors of the edge blocks outside the run are read at the write.
     buf: Vec<u8>,
@@ -68,10 +68,17 @@ struct Run {
     len_bytes: usize,
 }
 
-/// One group of a destage: its runs, and the bypassed writes counted when it was copied out.
+/// Why a pass's work without the lock failed: a copy's data fails its CRC (damaged at rest,
+/// never written back), or the backing device failed (the cache's error state).
+enum Failed {
+    Damaged(Error),
+    Backing(Error),
+}
+
+/// One group of a destage: its runs, and the bypassed writes counted when it was chosen.
 struct Pass {
     runs: Vec<Run>,
-    bypassed_at_copy: u64,
+    bypassed_at_choice: u64,
     lbas: Vec<u64>,
     data_sectors: u64,
 }
@@ -107,29 +114,30 @@ impl<R: Region> WriteCache<R> {
     }
 
     /// `n` victims of the policy and (dm-writecache's triggers on) their cached contiguous
-    /// neighbours, sorted.
+    /// neighbours, sorted. Victims are distinct blocks (a block's one current copy is in the
+    /// order once), so runs of them are extended at their edges only: a sequential workload
+    /// probes the index twice per run, not once per block and side.
     fn pick_victims(&self, st: &mut WState, n: usize) -> Vec<u64> {
-        let mut lbas = Vec::new();
-        let mut seen = Seen::default();
-        let mut picked = Vec::new();
+        let mut lbas = Vec::with_capacity(n);
+        let mut picked = Vec::with_capacity(n);
         for _ in 0..n {
             let Some(slot) = st.order.victim() else { break };
             // Out of the order while picking, so that the next pick is another block.
             st.order.remove(slot);
             picked.push(slot);
-            let lba = st.slots[slot as usize].expect("a victim is used").lba;
-            if seen.insert(lba) {
-                lbas.push(lba);
-            }
-            if st.settings.dm_triggers() {
-                neighbours(st, lba, &mut seen, &mut lbas);
-            }
+            lbas.push(st.slots[slot as usize].expect("a victim is used").lba);
         }
         // Back in, so that clearing each slot removes it once.
         for slot in picked {
             st.order.inserted(slot);
         }
         lbas.sort_unstable();
+        debug_assert!(lbas.windows(2).all(|w| w[0] < w[1]), "victims are distinct");
+        if st.settings.dm_triggers() {
+            let extra = neighbours(st, &lbas);
+            lbas.extend_from_slice(&extra);
+            lbas.sort_unstable();
+        }
         lbas
     }
 
@@ -145,7 +153,8 @@ impl<R: Region> WriteCache<R> {
         self.destage_with(g, lbas, why, None)
     }
 
-    /// `destage`, running `during` (once) after the first group's backing I/O, lock free.
+    /// `destage`, running `during` (once) once the first group is chosen, lock free: before
+    /// its copies are read, written back and cleared.
     fn destage_with<'a>(
         &'a self,
         g: Guard<'a>,
@@ -166,30 +175,19 @@ impl<R: Region> WriteCache<R> {
         if g.background && during.is_none() && lbas.len() > jobs {
             return self.destage_pipelined(g, lbas, jobs, why);
         }
-        for group in lbas.chunks(jobs) {
-            let copied = self.copy_out(&mut g, group);
-            let Ok(mut pass) = copied else {
-                self.end_destage(&mut g);
-                return copied.map(|_| g);
-            };
+        for group in groups(lbas, jobs, spb) {
+            let mut pass = self.choose(&mut g, group);
             drop(g);
-            let done = self.write_pass(&mut pass);
-            let hook = match during.take() {
-                Some(f) if done.is_ok() => f(),
-                _ => Ok(()),
-            };
+            // The hook runs in the window where the chosen copies are out of the lock: before
+            // they are read from their slots, written back and cleared.
+            let hook = during.take().map_or(Ok(()), |f| f());
+            let done = self.unlocked(&mut pass);
             g = self.lock_for_destage();
-            if let Err(e) = done {
-                let e = self.backing_failed(&mut g, e);
-                self.end_destage(&mut g);
-                return Err(e);
-            }
-            let cleared = self.clear_pass(&mut g, pass, why).and(hook);
+            let cleared = self.cleared(&mut g, pass, done, why).and(hook);
             if cleared.is_err() {
                 self.end_destage(&mut g);
                 return cleared.map(|_| g);
             }
-            self.changed.notify_all();
         }
         self.end_destage(&mut g);
         self.assert_invariants(&g);
@@ -211,17 +209,17 @@ impl<R: Region> WriteCache<R> {
         let (mut g, done) = std::thread::scope(|sc| {
             let mut g = g;
             let mut in_flight: Option<std::thread::ScopedJoinHandle<'_, _>> = None;
-            for group in lbas.chunks(jobs) {
-                let mut pass = match self.copy_out(&mut g, group) {
-                    Ok(p) => p,
-                    Err(e) => return (g, Err(e)),
-                };
+            for group in groups(lbas, jobs, self.sectors_per_backing_block()) {
+                let mut pass = self.choose(&mut g, group);
                 drop(g);
+                // Copied out here, while the group before is written.
+                let copied = self.copy_pass(&mut pass);
                 let before = in_flight
                     .take()
                     .map(|h| h.join().expect("the destage's backing I/O does not panic"));
                 in_flight = Some(sc.spawn(move || {
-                    let r = self.write_pass(&mut pass);
+                    let r =
+                        copied.and_then(|()| self.write_pass(&mut pass).map_err(Failed::Backing));
                     (pass, r)
                 }));
                 g = self.lock_for_destage();
@@ -244,10 +242,20 @@ impl<R: Region> WriteCache<R> {
         done.map(|()| g)
     }
 
-    /// A group's backing I/O ended: its clears, or the cache's error state.
-    fn cleared(&self, st: &mut WState, pass: Pass, io: Result<()>, why: Trigger) -> Result<()> {
-        if let Err(e) = io {
-            return Err(self.backing_failed(st, e));
+    /// A group's work without the lock ended: its slots unpinned, then its clears (or the
+    /// error: a backing device's puts the cache in its error state).
+    fn cleared(
+        &self,
+        st: &mut WState,
+        pass: Pass,
+        done: std::result::Result<(), Failed>,
+        why: Trigger,
+    ) -> Result<()> {
+        self.unpin(st, &pass);
+        match done {
+            Err(Failed::Backing(e)) => return Err(self.backing_failed(st, e)),
+            Err(Failed::Damaged(e)) => return Err(e),
+            Ok(()) => {}
         }
         self.clear_pass(st, pass, why)?;
         self.changed.notify_all();
@@ -259,46 +267,54 @@ impl<R: Region> WriteCache<R> {
         self.changed.notify_all();
     }
 
-    /// The group's blocks still cached, copied into runs (checked against their entries' CRC:
-    /// damaged data is never written back); a tombstone stays zeros.
-    fn copy_out(&self, st: &mut WState, group: &[u64]) -> Result<Pass> {
-        let s = self.sb.sector_bytes as usize;
-        let run_max = (RUN_BYTES_MAX / s) as u64;
+    /// Under the lock: the group's blocks still cached, chosen into runs of contiguous
+    /// blocks, each with a buffer; their slots pinned (a copy replaced meanwhile frees its slot
+    /// only when the pass is done, so the slot's data stays the copy chosen).
+    fn choose(&self, st: &mut WState, group: &[u64]) -> Pass {
+        let run_max = RUN_BYTES_MAX / self.sb.sector_bytes as usize;
+        let spb = self.sectors_per_backing_block();
         let mut pass = Pass {
             runs: Vec::new(),
-            bypassed_at_copy: st.stats.write_bypass,
+            bypassed_at_choice: st.stats.write_bypass,
             lbas: Vec::with_capacity(group.len()),
             data_sectors: 0,
         };
-        let cached: Vec<u64> = group
+        // Each block's slot, found once (the index is probed for nothing else here).
+        let cached: Vec<(u64, u32)> = group
             .iter()
-            .copied()
-            .filter(|l| st.index.contains_key(l))
+            .filter_map(|&l| st.index.get(&l).map(|&slot| (l, slot)))
             .collect();
         let mut i = 0;
         while i < cached.len() {
             let mut j = i + 1;
-            while j < cached.len() && cached[j] == cached[j - 1] + 1 && j - i < run_max as usize {
+            while j < cached.len() && cached[j].0 == cached[j - 1].0 + 1 && j - i < run_max {
                 j += 1;
             }
-            let run = self.copy_run(st, &cached[i..j], &mut pass)?;
+            // A long run is cut where a backing block starts, so that the next one needs no
+            // edge read (a synchronous read of the backing device, for sectors it holds).
+            if j - i == run_max && j < cached.len() && cached[j].0 == cached[j - 1].0 + 1 {
+                let over = (cached[j].0 % spb) as usize;
+                if over < j - i {
+                    j -= over;
+                }
+            }
+            let run = self.choose_run(st, &cached[i..j], &mut pass);
             pass.runs.push(run);
             i = j;
         }
-        Ok(pass)
+        pass
     }
 
-    /// One run of contiguous blocks into an aligned buffer of whole backing blocks.
-    fn copy_run(&self, st: &mut WState, lbas: &[u64], pass: &mut Pass) -> Result<Run> {
-        let s = self.sb.sector_bytes as usize;
+    /// One run of contiguous blocks: its copies pinned, a buffer of whole backing blocks.
+    fn choose_run(&self, st: &mut WState, lbas: &[(u64, u32)], pass: &mut Pass) -> Run {
         let spb = self.sectors_per_backing_block();
-        let (lba, end) = (lbas[0], lbas[lbas.len() - 1] + 1);
+        let (lba, end) = (lbas[0].0, lbas[lbas.len() - 1].0 + 1);
         assert_eq!(end - lba, lbas.len() as u64, "a run is contiguous");
         let blocks = end.div_ceil(spb) - lba / spb;
         let len_bytes = blocks as usize * self.sb.backing_block_bytes as usize;
         // A buffer of the pool (no page to fault in or zero again): every byte of the window
         // is written before the backing write, by a copy, a tombstone's zeros or an edge read.
-        let mut buf = st
+        let buf = st
             .run_bufs
             .pop()
             .unwrap_or_else(|| vec![0u8; RUN_BUF_BYTES]);
@@ -307,27 +323,69 @@ impl<R: Region> WriteCache<R> {
             .align_offset(crate::writecache::BACKING_BLOCK_BYTES as usize);
         assert!(at + len_bytes <= buf.len(), "a run fits its buffer");
         let mut copies = Vec::with_capacity(lbas.len());
-        let base = (lba / spb * spb) as usize;
-        for &l in lbas {
-            let slot = st.index[&l];
+        for &(l, slot) in lbas {
             let c = st.slots[slot as usize].expect("a cached block's slot is used");
-            let o = at + (l as usize - base) * s;
-            if c.tombstone {
-                buf[o..o + s].fill(0);
-            } else {
-                self.read_slot_data(&c, slot, &mut buf[o..o + s])?;
-                pass.data_sectors += 1;
-            }
-            copies.push((l, slot, c.seq));
+            debug_assert_eq!(c.lba, l, "the index names the block's slot");
+            debug_assert!(!st.pinned[slot as usize], "one pass pins a slot");
+            st.pinned[slot as usize] = true;
+            copies.push((slot, c));
             pass.lbas.push(l);
+            pass.data_sectors += u64::from(!c.tombstone);
         }
-        Ok(Run {
+        Run {
             lba,
             copies,
             buf,
             at,
             len_bytes,
-        })
+        }
+    }
+
+    /// Under the lock again: the pass's slots unpinned, and the slots freed while pinned
+    /// (their copies replaced meanwhile) free from now on.
+    fn unpin(&self, st: &mut WState, pass: &Pass) {
+        for &(slot, _) in pass.runs.iter().flat_map(|r| &r.copies) {
+            debug_assert!(st.pinned[slot as usize]);
+            st.pinned[slot as usize] = false;
+        }
+        let WState {
+            held, free, pinned, ..
+        } = st;
+        held.retain(|&slot| {
+            let still = pinned[slot as usize];
+            if !still {
+                free.push(slot);
+            }
+            still
+        });
+    }
+
+    /// Without the lock: the pass copied out (`copy_pass`), then written.
+    fn unlocked(&self, pass: &mut Pass) -> std::result::Result<(), Failed> {
+        self.copy_pass(pass)?;
+        self.write_pass(pass).map_err(Failed::Backing)
+    }
+
+    /// Without the lock: the pass's copies read from their pinned slots into the runs'
+    /// buffers, each checked against its entry's CRC (damaged data is never written back); a
+    /// tombstone is zeros.
+    fn copy_pass(&self, pass: &mut Pass) -> std::result::Result<(), Failed> {
+        let s = self.sb.sector_bytes as usize;
+        let spb = self.sectors_per_backing_block();
+        for run in &mut pass.runs {
+            let base = run.lba / spb * spb;
+            for (slot, c) in &run.copies {
+                let o = run.at + (c.lba - base) as usize * s;
+                let into = &mut run.buf[o..o + s];
+                if c.tombstone {
+                    into.fill(0);
+                } else {
+                    self.read_slot_data(c, *slot, into)
+                        .map_err(Failed::Damaged)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Without the cache's lock: each run's edge backing blocks completed from the device (the
@@ -374,7 +432,8 @@ impl<R: Region> WriteCache<R> {
             self.store_pending_clears(st);
             self.fence(st);
         }
-        for &(lba, slot, seq) in pass.runs.iter().flat_map(|r| &r.copies) {
+        for &(slot, copy) in pass.runs.iter().flat_map(|r| &r.copies) {
+            let (lba, seq) = (copy.lba, copy.seq);
             let same = st.slots[slot as usize].is_some_and(|c| c.seq == seq && c.lba == lba);
             if same {
                 self.clear_slot(st, slot);
@@ -390,7 +449,7 @@ impl<R: Region> WriteCache<R> {
                 .map_err(|e| self.backing_failed(st, e))?;
         }
         // A bypassed write made during the backing I/O may not be covered by its flush.
-        if st.stats.write_bypass == pass.bypassed_at_copy {
+        if st.stats.write_bypass == pass.bypassed_at_choice {
             st.bypass_unflushed = false;
         }
         st.stats.backing_bytes_written += pass.data_sectors * u64::from(self.sb.sector_bytes);
@@ -516,9 +575,9 @@ impl<R: Region> WriteCache<R> {
         Ok(n)
     }
 
-    /// `writeback`, running `during` once while the first group's backing I/O is done and the
-    /// cache's lock is free (before its clears): the crash checker rewrites a block being
-    /// destaged there.
+    /// `writeback`, running `during` once the first group is chosen, with the cache's lock
+    /// free (before its copies are read from their slots, written back and cleared): the crash
+    /// checker rewrites a block being destaged there, and a test reuses the slot it frees.
     pub fn writeback_during(&self, during: &mut dyn FnMut() -> Result<()>) -> Result<u64> {
         let g = self.lock();
         self.writable(&g)?;
@@ -547,19 +606,76 @@ impl<R: Region> WriteCache<R> {
     }
 }
 
-/// Cached contiguous neighbours of `lba` not yet taken, on both sides.
-fn neighbours(st: &WState, lba: u64, seen: &mut Seen, out: &mut Vec<u64>) {
-    let mut up = lba + 1;
-    while up <= lba + NEIGHBOURS_MAX && st.index.contains_key(&up) && seen.insert(up) {
-        out.push(up);
-        up += 1;
-    }
-    let mut down = lba;
-    while down > 0 && lba - down < NEIGHBOURS_MAX {
-        down -= 1;
-        if !st.index.contains_key(&down) || !seen.insert(down) {
-            break;
+/// `lbas` (sorted) in groups of about `jobs` blocks, each cut where a backing block starts
+/// (or where the blocks are not contiguous): adjacent groups then share no backing block
+/// unless it is only partly cached, and no run needs an edge read for blocks of the group
+/// before it (at most `spb - 1` blocks more per group).
+fn groups(lbas: &[u64], jobs: usize, spb: u64) -> impl Iterator<Item = &[u64]> {
+    assert!(jobs > 0 && spb > 0);
+    let mut rest = lbas;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
         }
-        out.push(down);
+        let mut end = jobs.min(rest.len());
+        while end < rest.len() && !rest[end].is_multiple_of(spb) && rest[end] == rest[end - 1] + 1 {
+            end += 1;
+        }
+        let (group, after) = rest.split_at(end);
+        rest = after;
+        Some(group)
+    })
+}
+
+/// The cached blocks contiguous with the runs of `lbas` (sorted, distinct), at most
+/// `NEIGHBOURS_MAX` on each side of a run and never into the next run.
+fn neighbours(st: &WState, lbas: &[u64]) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lbas.len() {
+        let mut j = i + 1;
+        while j < lbas.len() && lbas[j] == lbas[j - 1] + 1 {
+            j += 1;
+        }
+        let (first, last) = (lbas[i], lbas[j - 1]);
+        let floor = if i == 0 { 0 } else { lbas[i - 1] + 1 };
+        let ceiling = lbas.get(j).copied().unwrap_or(u64::MAX);
+        let mut down = first;
+        while down > floor && first - down < NEIGHBOURS_MAX && st.index.contains_key(&(down - 1)) {
+            down -= 1;
+            out.push(down);
+        }
+        let mut up = last + 1;
+        while up < ceiling && up - last <= NEIGHBOURS_MAX && st.index.contains_key(&up) {
+            out.push(up);
+            up += 1;
+        }
+        i = j;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::groups;
+
+    #[test]
+    fn groups_are_cut_where_a_backing_block_starts_or_the_blocks_part() {
+        let lbas: Vec<u64> = (3..30).chain(40..43).chain([50]).collect();
+        let cut: Vec<&[u64]> = groups(&lbas, 4, 8).collect();
+        // 3..7 would end inside backing block 0: the group runs on to block 8; likewise a
+        // group of 4 from 8 runs on to 16.
+        let upto = |a: u64, b: u64| (a..b).collect::<Vec<_>>();
+        assert_eq!(cut[0], &upto(3, 8)[..]);
+        assert_eq!(cut[1], &upto(8, 16)[..]);
+        assert_eq!(cut[2], &upto(16, 24)[..]);
+        assert_eq!(cut[3], &upto(24, 30)[..], "cut where the blocks part");
+        assert_eq!(cut[4], &[40, 41, 42, 50][..], "apart blocks need no cut");
+        assert_eq!(cut.concat(), lbas, "every block once, in order");
+        // Sectors the size of a backing block: plain chunks.
+        let plain: Vec<&[u64]> = groups(&lbas, 4, 1).collect();
+        assert!(plain
+            .iter()
+            .all(|g| g.len() == 4 || g.len() == lbas.len() % 4));
     }
 }

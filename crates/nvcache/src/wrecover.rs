@@ -140,7 +140,8 @@ fn state<R: Region + ?Sized>(
     let now = Instant::now();
     let mut st = WState {
         seq,
-        index: Index::default(),
+        // Sized for a full cache: a write never waits for the table to grow.
+        index: Index::with_capacity_and_hasher(layout.slots as usize, Default::default()),
         slots: vec![None; layout.slots as usize],
         free: Vec::new(),
         pending_clears: Vec::new(),
@@ -160,6 +161,8 @@ fn state<R: Region + ?Sized>(
         background: false,
         destager_parked: None,
         run_bufs: Vec::new(),
+        pinned: vec![false; layout.slots as usize],
+        held: Vec::new(),
     };
     // The destage order starts as the write order (oldest first).
     let mut kept: Vec<(u32, WcEntry, u32)> = copies

@@ -75,6 +75,9 @@ impl Cached {
 #[derive(Clone, Copy, Default)]
 pub(crate) struct LbaHasher(u64);
 
+/// Contiguous blocks whose index entries sit together (a power of two).
+const LBA_RUN: u64 = 16;
+
 impl Hasher for LbaHasher {
     fn finish(&self) -> u64 {
         self.0
@@ -84,9 +87,15 @@ impl Hasher for LbaHasher {
             self.write_u64(u64::from(b));
         }
     }
+    /// Runs of `LBA_RUN` contiguous blocks hash to adjacent buckets (their entries share
+    /// cache lines: a sequential write or destage misses once per run, not once per block),
+    /// runs are scattered by the multiply, and each block of a run gets its own tag bits (the
+    /// top seven, which the table compares first).
     fn write_u64(&mut self, n: u64) {
-        let x = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = x ^ (x >> 29);
+        let run = (self.0 ^ (n / LBA_RUN)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let run = run ^ (run >> 29);
+        let within = n % LBA_RUN;
+        self.0 = ((run & !(LBA_RUN - 1)) | within) ^ (within << 57);
     }
 }
 
@@ -239,6 +248,11 @@ pub(crate) struct WState {
     pub destager_parked: Option<std::thread::Thread>,
     /// Buffers of destaged runs, kept for the next destage (no page faults, no zeroing).
     pub run_bufs: Vec<Vec<u8>>,
+    /// Slots a destage pass has chosen and reads without the lock: such a slot is not
+    /// reused while pinned (its data stays the copy chosen).
+    pub pinned: Vec<bool>,
+    /// Slots freed while pinned (their copies replaced): free once the pass unpins them.
+    pub held: Vec<u32>,
 }
 
 /// A write cache over `region` in front of `backing`.
@@ -630,9 +644,9 @@ impl<R: Region> WriteCache<R> {
             let used = st.slots.iter().filter(|s| s.is_some()).count();
             assert_eq!(used, st.index.len(), "every used slot is indexed");
             assert_eq!(
-                used + st.free.len(),
+                used + st.free.len() + st.held.len(),
                 st.slots.len(),
-                "a slot is used or free"
+                "a slot is used, free, or held for a destage"
             );
             for &p in &st.pending_clears {
                 assert!(
@@ -729,7 +743,11 @@ impl<R: Region> WriteCache<R> {
         debug_assert_eq!(st.slots[old as usize].map(|c| c.lba), Some(lba));
         st.slots[old as usize] = None;
         st.order.remove(old);
-        st.free.push(old);
+        if st.pinned[old as usize] {
+            st.held.push(old); // A destage reads it: free when it is done.
+        } else {
+            st.free.push(old);
+        }
         st.pending_clears.push(old);
     }
 
@@ -951,9 +969,10 @@ impl<R: Region> WriteCache<R> {
         let mut blocked = false;
         loop {
             self.writable(&st)?;
-            // With room for every block of the unit, and none bypassing, the index is not
-            // probed here: its cache misses overlap the stores' drain after the fence instead.
-            let room_for_all = st.index.len() + blocks.len() < slots;
+            // With room for every block of the unit (free slots, not counting those held for
+            // a destage, and the spare), and none bypassing, the index is not probed here: its
+            // cache misses overlap the stores' drain after the fence instead.
+            let room_for_all = blocks.len() < st.free.len();
             let (mut total, mut new, mut busy) = (0, 0, false);
             for l in lba..lba + blocks.len() as u64 {
                 if room_for_all && !st.settings.cleaner && st.admit.admits(l) {

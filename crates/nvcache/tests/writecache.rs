@@ -365,6 +365,45 @@ fn a_block_rewritten_during_its_destage_keeps_its_new_copy() {
     assert_eq!(read(&wc, 3), sector(1));
 }
 
+/// The slot of a copy replaced while its destage reads it without the lock is held, not
+/// reused: a write landing there would make the destage read another block's data (its CRC
+/// check then refuses the destage). Here the rewrite frees block 4's slot and the next new
+/// block would take it (the most recently freed slot comes first).
+#[test]
+fn a_slot_being_destaged_is_not_reused_by_a_write_meanwhile() {
+    let (region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    wc.write_blocks(3, &[sector(1), sector(2), sector(3)].concat())
+        .unwrap();
+    let n = wc
+        .writeback_during(&mut || {
+            wc.write_blocks(4, &sector(9))?;
+            wc.write_blocks(11, &sector(0x11))
+        })
+        .unwrap();
+    assert_eq!(n, 3);
+    for (lba, v) in [(3, 1), (4, 2), (5, 3)] {
+        assert_eq!(on_disk(&disk, lba), sector(v), "block {lba} written back");
+    }
+    assert!(wc.is_cached(4) && wc.is_cached(11) && !wc.is_cached(3));
+    assert_eq!(read(&wc, 4), sector(9));
+    assert_eq!(read(&wc, 11), sector(0x11));
+    // Every slot free again or used: a held slot was freed when its pass ended.
+    for b in 20..33 {
+        wc.write_blocks(b, &sector(b as u8)).unwrap();
+    }
+    assert_eq!(wc.cached_blocks(), 15);
+    assert_eq!(
+        wc.stats().destaged_room,
+        0,
+        "15 blocks fit 16 slots: none leaked"
+    );
+    drop(wc);
+    let wc = WriteCache::open(region, disk, None).unwrap();
+    assert_eq!(read(&wc, 4), sector(9));
+    assert_eq!(read(&wc, 11), sector(0x11));
+    assert_eq!(read(&wc, 32), sector(32));
+}
+
 #[test]
 fn a_clean_close_leaves_nothing_for_recovery_to_clear() {
     let (region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
@@ -378,4 +417,40 @@ fn a_clean_close_leaves_nothing_for_recovery_to_clear() {
     let wc = WriteCache::open(region, disk, None).unwrap();
     assert_eq!(wc.recovered_entries(), 0);
     assert_eq!((read(&wc, 5), read(&wc, 6)), (sector(3), sector(13)));
+}
+
+/// A served cache's destage thread and a writer racing it: rewrites of blocks being destaged
+/// (their slots held while the thread reads them) and new blocks while few slots are free.
+/// No write may take a held slot (it would overwrite a copy being written back), none may
+/// find no free slot after room was made, and every block reads as last written.
+#[test]
+fn a_writer_racing_the_destage_thread_loses_nothing_and_takes_no_held_slot() {
+    use nvstack_nvcache::{ServedWc, WcDestager};
+    let settings = WcSettings::default().served(S as u32);
+    let (_region, _disk, wc) = fresh(48, settings, Admit::All);
+    let served = Arc::new(ServedWc::new(Arc::new(wc)));
+    let destager = WcDestager::start(&served).expect("the served settings' watermarks");
+    let mut model = vec![None; 120];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for i in 0..20_000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Runs of 1 to 4 blocks over 120: most writes replace a cached copy.
+        let (lba, n) = ((x % 117) as usize, 1 + (x >> 32) as usize % 4);
+        let tag = (i % 251) as u8;
+        let data: Vec<u8> = (0..n).flat_map(|k| sector(tag ^ k as u8)).collect();
+        served.write(lba as u64, &data).unwrap();
+        for k in 0..n {
+            model[lba + k] = Some(tag ^ k as u8);
+        }
+    }
+    drop(destager);
+    let wc = served.cache();
+    let destaged = wc.stats().destaged_watermark;
+    assert!(destaged > 1000, "the thread destaged {destaged} blocks");
+    for (lba, tag) in model.iter().enumerate() {
+        let want = tag.map_or_else(|| vec![0u8; S], sector);
+        assert_eq!(read(wc, lba as u64), want, "block {lba}");
+    }
 }

@@ -143,8 +143,9 @@ impl<'a> Recorder<'a> {
         self.op("writeback", Vec::new(), |d| d.writeback().map(|_| ()))
     }
 
-    /// A write-back during whose backing I/O (the cache's lock free, before its clears)
-    /// block `lba`, being destaged, is written again: its new copy must stay cached.
+    /// A write-back during which (its first group chosen, the cache's lock free, before its
+    /// copies are read, written back and cleared) block `lba`, being destaged, is written
+    /// again: its new copy must stay cached.
     pub fn writeback_rewriting(&mut self, lba: u64) -> Result<()> {
         let start = self.region.event_count();
         self.marks.push((start, "writeback"));
