@@ -408,7 +408,9 @@ fn check(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
                 o.cache.recovered_entries()
             ),
         ),
-        Err(Error::BadInput(m)) => (false, format!("DAMAGED: {m}")),
+        // Damage is a finding; anything else (a missing or unreadable backing file, a
+        // foreign image) is the error it is, with its own exit code.
+        Err(Error::Finding(m)) => (false, format!("DAMAGED: {m}")),
         Err(e) => return Err(e),
     };
     if json {

@@ -439,9 +439,31 @@ fn a_damaged_committed_entry_is_found_by_check_and_refused_by_open() {
         st["findings"][0].as_str().unwrap().contains("check bits"),
         "{st}"
     );
-    let out = expect(2, &["cache", "writeback", s(&a)]);
+    // An open refused for damage is a finding too (exit 1), as nvramdisk's is.
+    let out = expect(1, &["cache", "writeback", s(&a)]);
     assert!(out.contains("slot 0"), "{out}");
     assert!(bytes(&a) == before, "a refused open wrote nothing");
+}
+
+/// A backing file that cannot be opened is the error it is, naming the file, never damage:
+/// missing, exit 2; unreadable (a socket: no open(2) reads it, even root's), exit 3.
+#[test]
+fn a_missing_or_unreadable_backing_file_is_named_not_damage() {
+    let t = Scratch::new();
+    let (a, _, _) = two_caches(&t);
+    let missing = t.backing("no-such-file");
+    let sock = t.backing("sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    for (file, code, says) in [(&missing, 2, "no such backing file"), (&sock, 3, "sock")] {
+        for verb in ["check", "status", "writeback"] {
+            let out = expect(code, &["cache", verb, s(&a), "--backing", s(file)]);
+            assert!(
+                out.contains(s(file)) && out.contains(says) && !out.contains("DAMAGE"),
+                "{verb}: {out}"
+            );
+        }
+    }
+    expect(0, &["cache", "check", s(&a)]);
 }
 
 #[test]

@@ -484,3 +484,69 @@ fn fat_metadata_admission_refuses_a_partition_table() {
     assert!(!img.exists());
     assert_eq!(std::fs::read(&backing).unwrap(), b, "unchanged");
 }
+
+/// Flip bit 0 of the 8-byte word at `off` of `path`.
+fn flip(path: &Path, off: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut w = [0u8; 8];
+    f.read_exact_at(&mut w, off).unwrap();
+    w[0] ^= 1;
+    f.write_all_at(&w, off).unwrap();
+}
+
+/// The exit-code contract (1 a finding, 2 bad input, 3 the environment) for the write cache's
+/// `check` and open: damage is a finding naming the slot; a missing backing file is bad input
+/// and an unreadable one (a socket: no open(2) reads it, even root's) an environment error,
+/// each naming the file, never "DAMAGED".
+#[test]
+fn damage_is_a_finding_and_a_missing_or_unreadable_backing_file_is_named() {
+    let t = Scratch::new();
+    let (img, backing) = (t.image("c.img"), t.backing("b.img"));
+    create(&img, &backing, &["--backing-size", "1MiB"]);
+    let input = t.backing("in");
+    std::fs::write(&input, pattern(2, 3 * 512)).unwrap();
+    expect(0, &["write", s(&img), "--lba", "10", "--input", s(&input)]);
+    expect(0, &["cache", "check", s(&img)]);
+    let missing = t.backing("no-such-file");
+    for verb in ["check", "status", "writeback"] {
+        let out = expect(2, &["cache", verb, s(&img), "--backing", s(&missing)]);
+        assert!(
+            out.contains(s(&missing)) && out.contains("no such backing file"),
+            "{verb}: {out}"
+        );
+        assert!(!out.contains("DAMAGED"), "{verb}: {out}");
+    }
+    let sock = t.backing("sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    for verb in ["check", "status", "writeback"] {
+        let out = expect(3, &["cache", verb, s(&img), "--backing", s(&sock)]);
+        assert!(
+            out.contains(s(&sock)) && !out.contains("DAMAGED"),
+            "{verb}: {out}"
+        );
+    }
+    // Damage at rest: a flipped bit of the sequence word of slot 0's entry (docs/format.md
+    // 12.5: entries of 32 bytes from offset 8192).
+    let before = std::fs::read(&img).unwrap();
+    flip(&img, 8192 + 8);
+    let out = expect(1, &["cache", "check", s(&img)]);
+    assert!(out.contains("DAMAGED") && out.contains("slot 0"), "{out}");
+    for args in [
+        &["cache", "writeback", s(&img)][..],
+        &["read", s(&img), "--lba", "10", "--count", "1"],
+    ] {
+        let out = expect(1, args);
+        assert!(
+            out.contains("slot 0") && out.contains("damaged at rest"),
+            "{args:?}: {out}"
+        );
+    }
+    let mut after = std::fs::read(&img).unwrap();
+    after[8192 + 8] ^= 1;
+    assert!(after == before, "a refused open changed nothing");
+}

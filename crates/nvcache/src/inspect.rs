@@ -10,7 +10,7 @@ use crate::format::{
 use crate::image::{validate, Validated};
 use crate::recover::{self, Found};
 use nvstack_core::blockdev::BlockDevice;
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::Result;
 use nvstack_pmem::{Access, MmapRegion, Region};
 use std::collections::HashMap;
 use std::path::Path;
@@ -146,8 +146,9 @@ fn census(found: &Found, slots: u32) -> TableCensus {
     c
 }
 
-/// The backing file's size and label. A missing or foreign file is a finding; a lock held by
-/// a writer is an error (exit 3).
+/// The backing file's size and label. A foreign file (another size, another cache's label) is
+/// a finding; a file that cannot be opened is the error it is, naming it, not damage (missing:
+/// exit 2; unreadable, or locked by a writer: exit 3).
 fn inspect_backing(
     v: &Validated<Superblock>,
     over: Option<&Path>,
@@ -162,14 +163,7 @@ fn inspect_backing(
         }
     };
     r.backing = Some(bpath.display().to_string());
-    let dev = match FileDevice::open_readonly(&bpath) {
-        Ok(d) => d,
-        Err(e @ Error::Environment(_)) => return Err(e),
-        Err(e) => {
-            r.findings.push(format!("backing file: {e}"));
-            return Ok(());
-        }
-    };
+    let dev = FileDevice::open_readonly(&bpath)?;
     r.backing_direct = dev.direct();
     if dev.blocks() != v.sb.blocks + 1 {
         r.findings.push(format!(

@@ -18,6 +18,9 @@
 //! Commit words: both copies are written with the same value before one fence, so at a crash
 //! each is old or new; the newest valid one is the state (the commit it names had its data
 //! fenced before it). None valid: refuse to open.
+//!
+//! Every refusal is a finding (`Error::Finding`, exit 1), as nvramdisk's recovery's is: the
+//! image is damaged, not the argument bad.
 
 use crate::format::{decode_commit, decode_entry, Decoded, Entry, Layout, COMMIT_OFF};
 use nvstack_core::error::{Error, Result};
@@ -40,7 +43,7 @@ pub(crate) fn committed_epoch<R: Region + ?Sized>(region: &R) -> Result<u64> {
         .iter()
         .filter_map(|&off| decode_commit(region.load_u64(off)))
         .max()
-        .ok_or_else(|| Error::bad("nvcache: both commit words fail their check bits"))
+        .ok_or_else(|| Error::finding("nvcache: both commit words fail their check bits"))
 }
 
 /// Read every entry and decide its case (the table above); Err names the first damage.
@@ -70,7 +73,7 @@ pub(crate) fn scan<R: Region + ?Sized>(
             Decoded::Torn { seq } if seq == epoch + 1 => found.dropped.push(slot),
             Decoded::Entry(e) if e.seq <= epoch => {
                 if let Some(other) = seen.insert((e.lba, e.seq), slot) {
-                    return Err(Error::bad(format!(
+                    return Err(Error::finding(format!(
                         "nvcache slots {other} and {slot} both hold block {} of epoch {}",
                         e.lba, e.seq
                     )));
@@ -78,19 +81,19 @@ pub(crate) fn scan<R: Region + ?Sized>(
                 found.kept[slot as usize] = Some(e);
             }
             Decoded::Torn { seq } if seq <= epoch => {
-                return Err(Error::bad(format!(
+                return Err(Error::finding(format!(
                     "nvcache slot {slot}: the entry of a committed copy (epoch {seq}) fails \
                      its check bits"
                 )))
             }
             Decoded::Damaged => {
-                return Err(Error::bad(format!(
+                return Err(Error::finding(format!(
                     "nvcache slot {slot}: the entry's epoch word fails its check bits \
                      (damaged at rest)"
                 )))
             }
             Decoded::Entry(Entry { seq, .. }) | Decoded::Torn { seq } => {
-                return Err(Error::bad(format!(
+                return Err(Error::finding(format!(
                     "nvcache slot {slot}: an entry of epoch {seq}, but the last commit is \
                      epoch {epoch}"
                 )))

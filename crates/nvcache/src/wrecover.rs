@@ -12,6 +12,7 @@
 //! | W2 | two V4 copies of one block with one sequence number | no write stores that: refuse, naming both slots |
 //!
 //! Then one fence. The next write's sequence number is above every whole entry's and C.
+//! Every refusal (V1, W2, no valid commit word) is a finding (`Error::Finding`, exit 1).
 
 use crate::format::SEQ_MAX;
 use crate::wbugs::WcBug;
@@ -44,7 +45,7 @@ fn read_slot<R: Region + ?Sized>(
         WcDecoded::Empty => return Ok(SlotCase::Free),
         WcDecoded::Torn => return Ok(SlotCase::Cut),
         WcDecoded::Damaged(what) => {
-            return Err(Error::bad(format!(
+            return Err(Error::finding(format!(
                 "write cache slot {slot}: the entry's {what} fails its check bits (damaged at \
                  rest)"
             )))
@@ -97,7 +98,7 @@ pub(crate) fn recover<R: Region + ?Sized>(
         };
         let o = copies[other as usize].expect("kept").0;
         if o.seq == e.seq {
-            return Err(Error::bad(format!(
+            return Err(Error::finding(format!(
                 "write cache slots {other} and {slot} both hold block {} of write {}",
                 e.lba, e.seq
             )));

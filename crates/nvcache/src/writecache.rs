@@ -1212,7 +1212,7 @@ impl<R: Region> WriteCache<R> {
         self.region.read(self.layout.data_off(slot), buf);
         let covered = (self.bug != Some(WcBug::ChecksumSkipsData)).then_some(&*buf);
         if crc_of(slot, &c.entry(), covered) != c.crc {
-            return Err(Error::bad(format!(
+            return Err(Error::finding(format!(
                 "write cache slot {slot} (block {}): its data fails the entry's checksum \
                  (damaged at rest)",
                 c.lba
