@@ -56,6 +56,16 @@ for pkg in $members; do
   [ "$pkg" = nvstack-export ] || forbid "$pkg" direct "only export speaks FUSE" fuser
   [ "$pkg" = nvstack-plot ] || forbid "$pkg" direct "only plot draws figures" plotters
 done
+# Inside nvcache: the two caches' trees import what they share from common/, never each
+# other, and common/ imports neither.
+for pair in "ubj:write" "write:ubj" "common:ubj" "common:write"; do
+  from=${pair%%:*} to=${pair##*:}
+  if hits=$(grep -rn "crate::$to\b" "crates/nvcache/src/$from" 2>/dev/null); then
+    echo "layering: nvcache's $from/ imports $to/ (share through common/):" >&2
+    echo "$hits" >&2
+    fail=1
+  fi
+done
 only_nvstack nvstack-mcsim nvstack-core
 forbid nvstack-mcsim all "the committing simulator runs with no device" $devices
 forbid nvstack direct "only export speaks FUSE" fuser

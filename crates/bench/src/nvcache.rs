@@ -30,7 +30,7 @@ use super::place::{create_region, mapped_page_bytes, mount_of, ImageFile};
 use super::{BenchResult, Ctx, Row, Suite, Target, Timing, BENCH_BLOCK_BYTES};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
-use nvstack_nvcache::format::{Layout, PolicyName, Settings};
+use nvstack_nvcache::ubj::format::{Layout, PolicyName, Settings};
 use nvstack_nvcache::{create, FileDevice, Ubj};
 use nvstack_nvramdisk::Protocol;
 use nvstack_pmem::latency::LatencyInjection;

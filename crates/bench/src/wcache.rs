@@ -18,7 +18,7 @@ use super::place::{create_region, mapped_page_bytes};
 use super::{BenchResult, Ctx, Row, Suite, Target, Timing};
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
-use nvstack_nvcache::wformat::{Admit, DestagePolicy, WcLayout, WcSettings};
+use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcLayout, WcSettings};
 use nvstack_nvcache::{create_wc, WriteCache};
 use nvstack_nvramdisk::layout::LANES_DEFAULT;
 use nvstack_nvramdisk::{format_region, FormatOptions, Geometry, NvramDisk, OpenOptions};

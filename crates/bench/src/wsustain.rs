@@ -23,8 +23,8 @@ use super::place::{create_region, mapped_page_bytes, ImageFile};
 use super::{BenchResult, Ctx, Row, Suite, Target, Timing};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
-use nvstack_nvcache::format::{Layout, Settings};
-use nvstack_nvcache::wformat::{Admit, WcLayout, WcSettings};
+use nvstack_nvcache::ubj::format::{Layout, Settings};
+use nvstack_nvcache::write::format::{Admit, WcLayout, WcSettings};
 use nvstack_nvcache::{create, create_wc, FileDevice, ServedWc, Ubj, WcDestager, WriteCache};
 use nvstack_pmem::{MmapRegion, Region};
 use std::path::Path;
@@ -261,7 +261,8 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     let z = sizes(ctx);
     let dir = super::nvcache::backing_dir();
     // Aligned as O_DIRECT requires: the floor's requests go out in one pwrite each, uncopied.
-    let (mut buf, at) = nvstack_nvcache::backing::aligned_buffer(SEQ_REQUEST_BYTES as usize);
+    let (mut buf, at) =
+        nvstack_nvcache::common::backing::aligned_buffer(SEQ_REQUEST_BYTES as usize);
     let data = &mut buf[at..at + SEQ_REQUEST_BYTES as usize];
     let payload = super::devices::payload(ctx.opts.seed, SEQ_REQUEST_BYTES as usize);
     data.copy_from_slice(&payload);

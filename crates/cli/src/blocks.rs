@@ -82,17 +82,17 @@ struct Shape {
 
 fn shape(path: &Path) -> Result<Shape> {
     if kind(path)? == Kind::Cache {
-        let sb = nvstack_nvcache::image::peek(path)?;
+        let sb = nvstack_nvcache::ubj::image::peek(path)?;
         return Ok(Shape {
             blocks: sb.blocks,
-            block_bytes: nvstack_nvcache::format::BLOCK_BYTES as usize,
+            block_bytes: nvstack_nvcache::ubj::format::BLOCK_BYTES as usize,
             unit_blocks: sb.unit_blocks().into(),
             cache: true,
             wcache: false,
         });
     }
     if kind(path)? == Kind::WriteCache {
-        let sb = nvstack_nvcache::wimage::peek_wc(path)?;
+        let sb = nvstack_nvcache::write::image::peek_wc(path)?;
         return Ok(Shape {
             blocks: sb.blocks,
             block_bytes: sb.sector_bytes as usize,
@@ -115,14 +115,14 @@ fn shape(path: &Path) -> Result<Shape> {
 /// stores its counters.
 enum Opened {
     Disk(Box<image::Disk>),
-    Cache(nvstack_nvcache::image::Opened),
+    Cache(nvstack_nvcache::ubj::image::Opened),
     /// A write cache, whose close flushes (bypassed writes) and stores its counters.
-    Write(nvstack_nvcache::wimage::WcOpened),
+    Write(nvstack_nvcache::write::image::WcOpened),
 }
 
 impl Opened {
     fn open_shape(path: &Path, s: &Shape, write: bool) -> Result<Opened> {
-        use nvstack_nvcache::wimage as wc;
+        use nvstack_nvcache::write::image as wc;
         match (s.wcache, write) {
             (true, true) => Ok(Opened::Write(wc::open_wc_image(path, None, None)?)),
             (true, false) => Ok(Opened::Write(wc::open_wc_readonly(path, None)?)),
@@ -131,7 +131,7 @@ impl Opened {
     }
 
     fn open(path: &Path, cache: bool, write: bool) -> Result<Opened> {
-        use nvstack_nvcache::image as nvc;
+        use nvstack_nvcache::ubj::image as nvc;
         Ok(match (cache, write) {
             (true, true) => Opened::Cache(nvc::open_image(path, None, None)?),
             (true, false) => Opened::Cache(nvc::open_readonly(path, None)?),

@@ -5,9 +5,9 @@ use crate::{print_json, say, size_arg};
 use clap::{Args, Subcommand, ValueEnum};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::size::format_size;
-use nvstack_nvcache::format::{PolicyName, Settings};
-use nvstack_nvcache::image::{self, CreateOptions};
-use nvstack_nvcache::inspect::{inspect, Inspection};
+use nvstack_nvcache::ubj::format::{PolicyName, Settings};
+use nvstack_nvcache::ubj::image::{self, CreateOptions};
+use nvstack_nvcache::ubj::inspect::{inspect, Inspection};
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]

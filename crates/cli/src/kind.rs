@@ -29,9 +29,9 @@ pub fn kind(path: &Path) -> Result<Kind> {
     }
     Ok(if magic == nvstack_nvramdisk::layout::MAGIC {
         Kind::Nvramdisk
-    } else if u64::from_le_bytes(magic) == nvstack_nvcache::format::MAGIC {
+    } else if u64::from_le_bytes(magic) == nvstack_nvcache::ubj::format::MAGIC {
         Kind::Cache
-    } else if u64::from_le_bytes(magic) == nvstack_nvcache::wformat::WC_MAGIC {
+    } else if u64::from_le_bytes(magic) == nvstack_nvcache::write::format::WC_MAGIC {
         Kind::WriteCache
     } else {
         Kind::Other

@@ -448,7 +448,7 @@ fn settings_over(a: &ServeArgs, image: &Path) -> Result<Option<nvstack_nvcache::
     if a.settings.is_empty() {
         return Ok(None);
     }
-    let stored = nvstack_nvcache::image::peek(image)?.settings;
+    let stored = nvstack_nvcache::ubj::image::peek(image)?.settings;
     a.settings.apply(stored).map(Some)
 }
 
@@ -476,7 +476,7 @@ fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
     if crate::kind::kind(image)? == crate::kind::Kind::WriteCache {
         return open_write_cache(a, image);
     }
-    let o = nvstack_nvcache::image::open_image(image, a.backing.as_deref(), over)?;
+    let o = nvstack_nvcache::ubj::image::open_image(image, a.backing.as_deref(), over)?;
     let what = format!(
         "{} over {}",
         cache_opened_what(&o.cache),
@@ -557,7 +557,7 @@ fn served_wc<R: Region + 'static>(
 }
 
 /// How a served write cache destages (the serve line says it).
-fn destage_what(s: &nvstack_nvcache::wformat::WcSettings) -> String {
+fn destage_what(s: &nvstack_nvcache::write::format::WcSettings) -> String {
     match s.high_watermark_pct {
         0 => "the seed's one-block destage (a new block that finds no room destages one)".into(),
         h => format!(
@@ -569,7 +569,7 @@ fn destage_what(s: &nvstack_nvcache::wformat::WcSettings) -> String {
 }
 
 fn open_write_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
-    let o = nvstack_nvcache::wimage::open_wc_image(image, a.backing.as_deref(), None)?;
+    let o = nvstack_nvcache::write::image::open_wc_image(image, a.backing.as_deref(), None)?;
     let (what, dev, cache) = served_wc(o.cache, a.seed_destage);
     Ok(Served {
         dev,
@@ -600,7 +600,7 @@ fn open_direct_file(a: &ServeArgs) -> Result<Served> {
     let dev = FileDevice::open(p)?;
     let mut last = vec![0u8; 4096];
     dev.read(dev.blocks() - 1, &mut last)?;
-    if let Ok(l) = nvstack_nvcache::format::Label::decode(&last) {
+    if let Ok(l) = nvstack_nvcache::common::format::Label::decode(&last) {
         if !l.detached && !a.force {
             return Err(Error::bad(format!(
                 "{}: the backing file of a cache (identity {:032x}) that is not detached: its \
@@ -785,12 +785,12 @@ fn check_paths(a: &ServeArgs) -> Result<Backend> {
     }
     let backing = match (backend, &a.image) {
         (Backend::Cache, Some(img)) if crate::kind::kind(img)? == crate::kind::Kind::WriteCache => {
-            Some(nvstack_nvcache::wserve::wc_backing_of(
+            Some(nvstack_nvcache::write::serve::wc_backing_of(
                 img,
                 a.backing.as_deref(),
             )?)
         }
-        (Backend::Cache, Some(img)) => Some(nvstack_nvcache::image::backing_of(
+        (Backend::Cache, Some(img)) => Some(nvstack_nvcache::ubj::image::backing_of(
             img,
             a.backing.as_deref(),
         )?),

@@ -474,14 +474,14 @@ fn create_cache(a: &UpArgs, image: &Path, size: u64) -> Result<String> {
             )
         }
     }
-    let o = nvstack_nvcache::image::CreateOptions {
+    let o = nvstack_nvcache::ubj::image::CreateOptions {
         size,
         backing,
         backing_size: a.backing_size,
         settings: a.settings.apply(nvstack_nvcache::Settings::default())?,
         force: false,
     };
-    let c = nvstack_nvcache::image::create_image(image, &o)?;
+    let c = nvstack_nvcache::ubj::image::create_image(image, &o)?;
     Ok(format!(
         "created UBJ cache {} ({} slots) over {}{} ({} blocks)",
         image.display(),
@@ -499,9 +499,9 @@ fn block_bytes_of(backend: Backend, st: &UpState) -> Result<u32> {
         Backend::Nvramdisk => peek(&st.image)?.geometry.block_bytes,
         Backend::Raw => nvstack_export::raw::RAW_BLOCK_BYTES,
         Backend::Cache if crate::kind::kind(&st.image)? == crate::kind::Kind::WriteCache => {
-            nvstack_nvcache::wimage::peek_wc(&st.image)?.sector_bytes
+            nvstack_nvcache::write::image::peek_wc(&st.image)?.sector_bytes
         }
-        Backend::Cache | Backend::DirectFile => nvstack_nvcache::format::BLOCK_BYTES,
+        Backend::Cache | Backend::DirectFile => nvstack_nvcache::ubj::format::BLOCK_BYTES,
     })
 }
 

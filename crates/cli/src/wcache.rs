@@ -2,7 +2,7 @@
 //! controls). `create` makes an image over a backing file; `status` prints dm-writecache's 14
 //! status fields (named and ordered as in its documentation) and the destages by trigger;
 //! `writeback`, `detach`, `clear-stats` and `check` act on an image. The library is
-//! nvstack_nvcache (writecache.rs, wimage.rs).
+//! nvstack_nvcache (write/mod.rs, write/image.rs).
 
 use crate::cache::{CmdView, PolicyArg, SettingsArgs};
 use crate::kind::{kind, Kind};
@@ -11,8 +11,8 @@ use clap::Args;
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_core::size::format_size;
-use nvstack_nvcache::wformat::{Admit, DestagePolicy, WcCounters, WcSettings};
-use nvstack_nvcache::wimage::{self, WcCreateOptions};
+use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcCounters, WcSettings};
+use nvstack_nvcache::write::image::{self as wimage, WcCreateOptions};
 use std::path::Path;
 
 /// The write cache's own flags of `cache create` (refused with `--cache ubj`).
@@ -228,7 +228,7 @@ fn check_fat_volume(backing: &Path) -> Result<()> {
         Ok(())
     };
     let blocks = dev.blocks() - 1;
-    nvstack_nvcache::fat::FatMap::build(&mut read, bb, blocks).map(|_| ())
+    nvstack_nvcache::write::admit::fat::FatMap::build(&mut read, bb, blocks).map(|_| ())
 }
 
 fn settings_line(s: &WcSettings) -> String {
@@ -351,7 +351,7 @@ fn print_status(s: &Status) -> Result<()> {
     say!(
         "image                       {} (write cache, format v{})",
         s.image,
-        nvstack_nvcache::wformat::WC_VERSION
+        nvstack_nvcache::write::format::WC_VERSION
     )?;
     say!("backing                     {}", s.backing)?;
     say!("sector                      {} B", s.sector_bytes)?;

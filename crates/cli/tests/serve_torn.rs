@@ -50,7 +50,7 @@ struct Aligned {
 
 impl Aligned {
     fn new(len: usize) -> Aligned {
-        let (v, at) = nvstack_nvcache::backing::aligned_buffer(len);
+        let (v, at) = nvstack_nvcache::common::backing::aligned_buffer(len);
         Aligned { v, at, len }
     }
     fn get(&self) -> &[u8] {

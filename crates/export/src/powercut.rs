@@ -152,7 +152,7 @@ impl PowerCut {
         backing: Option<&Path>,
         spec: PowerCutSpec,
     ) -> Result<Arc<PowerCut>> {
-        let bpath = nvstack_nvcache::image::backing_of(image, backing)?;
+        let bpath = nvstack_nvcache::ubj::image::backing_of(image, backing)?;
         PowerCut::load_nvram_and_backing(image, &bpath, spec)
     }
 
@@ -163,7 +163,7 @@ impl PowerCut {
         backing: Option<&Path>,
         spec: PowerCutSpec,
     ) -> Result<Arc<PowerCut>> {
-        let bpath = nvstack_nvcache::wserve::wc_backing_of(image, backing)?;
+        let bpath = nvstack_nvcache::write::serve::wc_backing_of(image, backing)?;
         PowerCut::load_nvram_and_backing(image, &bpath, spec)
     }
 

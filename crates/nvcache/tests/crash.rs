@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use nvstack_nvcache::format::Layout;
+use nvstack_nvcache::ubj::format::Layout;
 use nvstack_nvcache::{Bug, Ubj};
 use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimEvent, SimRegion};
 use nvstack_pmem::Region;
@@ -381,9 +381,9 @@ fn a_seeded_commit_without_its_first_fence_is_caught() {
         |r| {
             r.write(7, 1..2);
             let began = r.region.event_count();
-            for off in nvstack_nvcache::format::COMMIT_OFF {
+            for off in nvstack_nvcache::common::format::COMMIT_OFF {
                 r.region
-                    .store_u64_nt(off, nvstack_nvcache::format::encode_commit(1));
+                    .store_u64_nt(off, nvstack_nvcache::common::format::encode_commit(1));
             }
             r.region.fence();
             r.run.model.commit();

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use nvstack_core::blockdev::{BlockDevice, Durability};
 use nvstack_core::error::Error;
-use nvstack_nvcache::format::Settings;
+use nvstack_nvcache::ubj::format::Settings;
 use nvstack_nvcache::{create, Census, Ubj};
 use nvstack_pmem::crash::SimRegion;
 use rand::{Rng, SeedableRng};
@@ -434,7 +434,7 @@ fn detach_leaves_the_whole_state_in_the_backing_file() {
             "block {lba}"
         );
     }
-    let label = nvstack_nvcache::format::Label::decode(&bytes[100 * B..]).unwrap();
+    let label = nvstack_nvcache::common::format::Label::decode(&bytes[100 * B..]).unwrap();
     assert!(label.detached && label.blocks == 100);
 }
 
@@ -532,7 +532,7 @@ fn concurrent_writes_land_whole_in_one_epoch() {
 /// Every clean-slot policy keeps serving the right data while it replaces blocks.
 #[test]
 fn every_clean_slot_policy_replaces_and_serves_the_right_blocks() {
-    use nvstack_nvcache::format::PolicyName;
+    use nvstack_nvcache::ubj::format::PolicyName;
     for policy in [PolicyName::Lru, PolicyName::Clock, PolicyName::Random] {
         let (_r, disk, u) = fresh(
             REGION,

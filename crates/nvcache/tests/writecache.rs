@@ -8,7 +8,7 @@ mod common;
 
 use common::MemDisk;
 use nvstack_core::blockdev::{BlockDevice, Durability};
-use nvstack_nvcache::wformat::{Admit, DestagePolicy, WcLayout, WcSettings};
+use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcLayout, WcSettings};
 use nvstack_nvcache::{create_wc, WriteCache};
 use nvstack_pmem::crash::SimRegion;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
-use nvstack_nvcache::format::{Settings, BLOCK_BYTES};
+use nvstack_nvcache::ubj::format::{Settings, BLOCK_BYTES};
 use nvstack_nvcache::{create, Ubj};
 use nvstack_pmem::crash::SimRegion;
 use std::collections::BTreeMap;

@@ -17,7 +17,7 @@ use nvstack_core::error::{Error, Result};
 use nvstack_flash::ftl::{FtlConfig, FtlKind};
 use nvstack_flash::geometry::{Geometry, Timing};
 use nvstack_flash::replay::Replay;
-use nvstack_nvcache::wformat::{Admit, DestagePolicy, WcLayout, WcSettings};
+use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcLayout, WcSettings};
 use nvstack_nvcache::{create_wc, WriteCache};
 use nvstack_pmem::{FlushKind, MmapRegion, Region};
 use nvstack_sim::cache::{Cache, CacheConfig, Model};

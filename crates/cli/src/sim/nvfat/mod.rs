@@ -20,7 +20,7 @@ use nvstack_core::error::{Error, Result};
 use nvstack_core::Progress;
 use nvstack_flash::ftl::FtlKind;
 use nvstack_flash::geometry::{Geometry, Timing, LOG_BLOCKS_DEFAULT, SPARE_BLOCKS_BEYOND_LOGS};
-use nvstack_nvcache::wformat::DestagePolicy;
+use nvstack_nvcache::write::format::DestagePolicy;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 

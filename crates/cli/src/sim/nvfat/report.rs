@@ -7,7 +7,7 @@ use super::input::{HostTime, Input, OpCounts};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::report::{fmt_count, render};
 use nvstack_flash::ftl::FtlKind;
-use nvstack_nvcache::wformat::DestagePolicy;
+use nvstack_nvcache::write::format::DestagePolicy;
 use nvstack_plot::{LineChart, Scale, Series};
 use std::path::{Path, PathBuf};
 

@@ -11,7 +11,8 @@ pub mod scenario;
 use super::{BugSpec, CrashTarget, Labels, OracleRules, Recorded, Shape};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
-use nvstack_nvcache::format::{Layout, Settings, BLOCK_BYTES, COMMIT_OFF};
+use nvstack_nvcache::common::format::COMMIT_OFF;
+use nvstack_nvcache::ubj::format::{Layout, Settings, BLOCK_BYTES};
 use nvstack_nvcache::{Bug, Ubj};
 use nvstack_pmem::crash::{FaultModel, SimRegion};
 use nvstack_pmem::Region;
@@ -77,7 +78,7 @@ pub fn format_sim(
 
 /// The NVRAM length of a formatted region, from its superblock.
 fn nvram_bytes_of(region: &SimRegion) -> Result<u64> {
-    let mut sb = [0u8; nvstack_nvcache::format::SB_BYTES];
+    let mut sb = [0u8; nvstack_nvcache::ubj::format::SB_BYTES];
     region.read(0, &mut sb);
     let sb = nvstack_nvcache::Superblock::decode(&sb)?;
     Ok(Layout::new(sb.slots).region_bytes)
@@ -270,7 +271,8 @@ pub(crate) fn media_fault(
     let in_use: Vec<u32> = (0..layout.slots)
         .filter(|&s| {
             let w1 = img.peek((layout.entry_off)(s) / 8 + 1);
-            let lba = img.peek((layout.entry_off)(s) / 8) & nvstack_nvcache::format::LBA_MAX;
+            let lba =
+                img.peek((layout.entry_off)(s) / 8) & nvstack_nvcache::common::format::LBA_MAX;
             w1 != 0 && touched.contains(&lba)
         })
         .collect();

@@ -8,7 +8,7 @@ use super::{format_sim, open_sim, UbjDevice, UbjTrace, RANDOM_SLOTS};
 use crate::oracle::{block, Epochs, Expect, OpRecord, Punch};
 use crate::target::{check_read_blocks, Recorded, RunningViolation, Workload};
 use nvstack_core::error::Result;
-use nvstack_nvcache::format::{PolicyName, Settings, BLOCK_BYTES};
+use nvstack_nvcache::ubj::format::{PolicyName, Settings, BLOCK_BYTES};
 use nvstack_nvcache::Bug;
 use nvstack_pmem::crash::SimRegion;
 use std::collections::BTreeMap;

@@ -13,7 +13,7 @@ pub mod scenario;
 use super::nvcache::{parts, SimNvram};
 use super::{BugSpec, CrashTarget, Labels, OracleRules, Recorded, Shape};
 use nvstack_core::error::{Error, Result};
-use nvstack_nvcache::wformat::{Admit, WcLayout, WcSettings, WcSuperblock};
+use nvstack_nvcache::write::format::{Admit, WcLayout, WcSettings, WcSuperblock};
 use nvstack_nvcache::{WcBug, WriteCache};
 use nvstack_pmem::crash::{FaultModel, SimRegion};
 use nvstack_pmem::Region;
@@ -89,7 +89,7 @@ pub fn open_sim(
     settings: Option<WcSettings>,
     bug: Option<WcBug>,
 ) -> Result<WcDevice> {
-    let mut b = [0u8; nvstack_nvcache::wformat::WC_SB_BYTES];
+    let mut b = [0u8; nvstack_nvcache::write::format::WC_SB_BYTES];
     region.read(0, &mut b);
     let sb = WcSuperblock::decode(&b)?;
     let nvram_bytes = sb.layout().region_bytes.div_ceil(BACKING_BLOCK) * BACKING_BLOCK;

@@ -7,7 +7,7 @@ use super::{format_sim, open_sim, random_setup, WcDevice, WcTrace, SECTOR};
 use crate::oracle::{block, Expect, OpRecord};
 use crate::target::{check_read_blocks, Recorded, RunningViolation, Workload};
 use nvstack_core::error::Result;
-use nvstack_nvcache::wformat::{Admit, WcSettings};
+use nvstack_nvcache::write::format::{Admit, WcSettings};
 use nvstack_nvcache::WcBug;
 use nvstack_pmem::crash::SimRegion;
 use std::collections::BTreeMap;

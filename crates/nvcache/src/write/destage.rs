@@ -17,8 +17,8 @@
 //! works; one destage runs at a time, and a write that would reach the backing blocks it
 //! writes (bypassed, or a long discard) waits for it.
 
-use crate::wbugs::WcBug;
-use crate::writecache::{Cached, Guard, WState, WriteCache};
+use crate::write::bugs::WcBug;
+use crate::write::{Cached, Guard, WState, WriteCache};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ pub const RUN_BYTES_MAX: usize = 1 << 20;
 
 /// Bytes of a run's buffer: the longest run, one more backing block where it starts and ends
 /// inside one, and the slack that aligns it.
-const RUN_BUF_BYTES: usize = RUN_BYTES_MAX + 3 * crate::writecache::BACKING_BLOCK_BYTES as usize;
+const RUN_BUF_BYTES: usize = RUN_BYTES_MAX + 3 * crate::write::BACKING_BLOCK_BYTES as usize;
 
 /// Run buffers kept for the next destage (at most this many: the runs of two groups, one
 /// written while the next is copied out, with room for groups longer than the served 2 MiB).
@@ -320,7 +320,7 @@ impl<R: Region> WriteCache<R> {
             .unwrap_or_else(|| vec![0u8; RUN_BUF_BYTES]);
         let at = buf
             .as_ptr()
-            .align_offset(crate::writecache::BACKING_BLOCK_BYTES as usize);
+            .align_offset(crate::write::BACKING_BLOCK_BYTES as usize);
         assert!(at + len_bytes <= buf.len(), "a run fits its buffer");
         let mut copies = Vec::with_capacity(lbas.len());
         for &(l, slot) in lbas {
@@ -402,7 +402,7 @@ impl<R: Region> WriteCache<R> {
             let head = (run.lba % spb) as usize * s;
             let tail = (end - last_blk * spb) as usize * s;
             let window = &mut run.buf[run.at..run.at + run.len_bytes];
-            let mut edge = [0u8; crate::writecache::BACKING_BLOCK_BYTES as usize];
+            let mut edge = [0u8; crate::write::BACKING_BLOCK_BYTES as usize];
             if head > 0 {
                 self.backing.read(first_blk, &mut edge[..bb])?;
                 window[..head].copy_from_slice(&edge[..head]);
@@ -594,7 +594,7 @@ impl<R: Region> WriteCache<R> {
     /// state from now on.
     pub fn detach(&self) -> Result<u64> {
         let n = self.writeback()?;
-        let label = crate::format::Label {
+        let label = crate::common::format::Label {
             identity: self.sb.identity,
             blocks: self.sb.backing_blocks,
             detached: true,

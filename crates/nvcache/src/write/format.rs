@@ -1,10 +1,11 @@
 //! The on-media format of a write cache (docs/format.md section 12): its superblock, settings,
 //! admission record and counters. The commit words are UBJ's encoding (format.rs,
 //! docs/format.md 10.4) at the same offsets; the slot entries are the write cache's own
-//! (wentry.rs, 12.5); the slots' data is `sector_bytes` per slot.
+//! (write/entry.rs, 12.5); the slots' data is `sector_bytes` per slot.
 
-use crate::format::{COMMIT_OFF, SLOTS_MAX, TABLE_OFF};
-use crate::wentry::WC_ENTRY_BYTES as ENTRY_BYTES;
+use crate::common::format::COMMIT_OFF;
+use crate::common::format::{SLOTS_MAX, TABLE_OFF};
+use crate::write::entry::WC_ENTRY_BYTES as ENTRY_BYTES;
 use nvstack_core::error::{Error, Result};
 use std::ops::Range;
 
@@ -407,7 +408,7 @@ impl WcSuperblock {
         let bb = self.backing_block_bytes;
         let ok = valid_sector(self.sector_bytes)
             && (WC_SLOTS_MIN..=SLOTS_MAX).contains(&self.slots)
-            && bb == crate::writecache::BACKING_BLOCK_BYTES
+            && bb == crate::write::BACKING_BLOCK_BYTES
             && bb.is_multiple_of(self.sector_bytes)
             && cleaner_byte <= 1
             && self.blocks == self.backing_blocks * u64::from(bb / self.sector_bytes);

@@ -19,12 +19,21 @@
 //! - A write to a block the filter passes by: if the block is cached, it is written into the
 //!   cache as an admitted write (written through, never left stale); else to the backing
 //!   device, durable after the next flush.
-//! - Recovery: wrecover.rs's table; then a fence.
+//! - Recovery: write/recover.rs's table; then a fence.
 
-use crate::format::{encode_commit, LBA_MAX, SEQ_MAX};
-use crate::wbugs::WcBug;
-use crate::wentry::{crc_of, WcEntry};
-use crate::wformat::{
+pub mod admit;
+pub mod bugs;
+pub(crate) mod destage;
+pub mod entry;
+pub mod format;
+pub mod image;
+pub(crate) mod recover;
+pub mod serve;
+
+use crate::common::format::{encode_commit, LBA_MAX, SEQ_MAX};
+use crate::write::bugs::WcBug;
+use crate::write::entry::{crc_of, WcEntry};
+use crate::write::format::{
     Admit, DestagePolicy, WcCounters, WcLayout, WcSettings, WcSuperblock, WC_COMMIT_OFF,
     WC_COUNTERS_BYTES, WC_COUNTERS_OFF,
 };
@@ -223,7 +232,7 @@ pub(crate) struct WState {
     pub bypass_unflushed: bool,
     pub error: Option<String>,
     pub settings: WcSettings,
-    pub admit: crate::admit::Admission,
+    pub admit: crate::write::admit::Admission,
     /// When the cache opened: every block's `written_at` while max-age is off.
     pub opened_at: Instant,
     /// Compare the FAT classification with a full walk after every metadata write (debug
@@ -289,7 +298,7 @@ pub fn create_wc<R: Region>(
             backing.blocks()
         )));
     }
-    if !crate::wformat::valid_sector(sector_bytes) {
+    if !crate::write::format::valid_sector(sector_bytes) {
         return Err(Error::bad(format!(
             "sector size {sector_bytes} B: 512 (the seed's) or 4096 (the backing device's block)"
         )));
@@ -298,7 +307,7 @@ pub fn create_wc<R: Region>(
         Error::bad(format!(
             "cache size {} bytes: too small for {} slots",
             region.len(),
-            crate::wformat::WC_SLOTS_MIN
+            crate::write::format::WC_SLOTS_MIN
         ))
     })?;
     let backing_blocks = (backing.blocks() - 1).min(LBA_MAX / u64::from(bb / sector_bytes));
@@ -308,20 +317,20 @@ pub fn create_wc<R: Region>(
         blocks: backing_blocks * u64::from(bb / sector_bytes),
         backing_block_bytes: bb,
         backing_blocks,
-        identity: crate::ubj::random_identity(),
+        identity: crate::common::label::random_identity(),
         settings,
     };
     if let Admit::Ranges(rs) = admit {
         Admit::ranges(rs.clone(), sb.blocks)?;
     }
-    crate::ubj::write_label(backing, sb.identity, backing_blocks)?;
-    let table = vec![0u8; (layout.data_off - crate::format::TABLE_OFF) as usize];
-    region.write_nt(crate::format::TABLE_OFF, &table);
+    crate::common::label::write_label(backing, sb.identity, backing_blocks)?;
+    let table = vec![0u8; (layout.data_off - crate::common::format::TABLE_OFF) as usize];
+    region.write_nt(crate::common::format::TABLE_OFF, &table);
     for off in WC_COMMIT_OFF {
         region.store_u64_nt(off, encode_commit(0));
     }
     region.write_nt(WC_COUNTERS_OFF, &WcCounters::default().encode());
-    region.write_nt(crate::wformat::WC_ADMIT_OFF, &admit.encode());
+    region.write_nt(crate::write::format::WC_ADMIT_OFF, &admit.encode());
     region.write_nt(0, &sb.encode());
     region.fence();
     Ok(sb)
@@ -346,12 +355,16 @@ impl<R: Region> WriteCache<R> {
     ) -> Result<WriteCache<R>> {
         let sb = read_superblock(&*region)?;
         let layout = sb.layout();
-        crate::ubj::check_region_holds(region.len(), layout.region_bytes, "write cache image")?;
+        crate::common::label::check_region_holds(
+            region.len(),
+            layout.region_bytes,
+            "write cache image",
+        )?;
         check_label(&sb, &*backing)?;
         let settings = over.unwrap_or(sb.settings);
         settings.validate()?;
         let admit = read_admit(&*region)?;
-        let (state, recovered) = crate::wrecover::recover(&*region, &layout, settings, bug)?;
+        let (state, recovered) = crate::write::recover::recover(&*region, &layout, settings, bug)?;
         let wc = WriteCache {
             region,
             backing,
@@ -365,9 +378,9 @@ impl<R: Region> WriteCache<R> {
         };
         {
             let mut st = wc.lock();
-            st.admit = match crate::admit::Admission::from_ranges(&admit) {
+            st.admit = match crate::write::admit::Admission::from_ranges(&admit) {
                 Some(a) => a,
-                None => crate::admit::Admission::Fat(Box::new(wc.walk_fat(&mut st)?)),
+                None => crate::write::admit::Admission::Fat(Box::new(wc.walk_fat(&mut st)?)),
             };
             wc.assert_invariants(&st);
         }
@@ -521,14 +534,18 @@ impl<R: Region> WriteCache<R> {
 
     /// The admission in force (the FAT classification is rebuilt at open and after every
     /// metadata write).
-    pub fn admission(&self) -> crate::admit::Admission {
+    pub fn admission(&self) -> crate::write::admit::Admission {
         self.lock().admit.clone()
     }
 
     /// Walk the FAT volume through the cache's own read path.
-    pub(crate) fn walk_fat(&self, st: &mut WState) -> Result<crate::fat::FatMap> {
+    pub(crate) fn walk_fat(&self, st: &mut WState) -> Result<crate::write::admit::fat::FatMap> {
         let mut read = |off: u64, buf: &mut [u8]| self.fat_read(st, off, buf);
-        crate::fat::FatMap::build(&mut read, u64::from(self.sb.sector_bytes), self.sb.blocks)
+        crate::write::admit::fat::FatMap::build(
+            &mut read,
+            u64::from(self.sb.sector_bytes),
+            self.sb.blocks,
+        )
     }
 
     /// Bytes of the volume at `off` through the cache's read path (not counted as reads).
@@ -562,7 +579,7 @@ impl<R: Region> WriteCache<R> {
     /// the boot sector changed). A volume the walk cannot read keeps the last classification
     /// and is walked again at the next write.
     fn refresh_fat(&self, st: &mut WState, lba: u64, blocks: &[Option<&[u8]>]) -> Result<()> {
-        let crate::admit::Admission::Fat(m) = &mut st.admit else {
+        let crate::write::admit::Admission::Fat(m) = &mut st.admit else {
             return Ok(());
         };
         let end = lba + blocks.len() as u64;
@@ -573,15 +590,16 @@ impl<R: Region> WriteCache<R> {
         // The cross-check follows every metadata write, also those found to change nothing.
         let check = metadata && (st.fat_cross_check || cfg!(debug_assertions));
         if m.is_stale() {
-            let mut m = match std::mem::replace(&mut st.admit, crate::admit::Admission::All) {
-                crate::admit::Admission::Fat(m) => m,
+            let mut m = match std::mem::replace(&mut st.admit, crate::write::admit::Admission::All)
+            {
+                crate::write::admit::Admission::Fat(m) => m,
                 _ => unreachable!("matched above"),
             };
             let done = {
                 let mut read = |off: u64, buf: &mut [u8]| self.fat_read(st, off, buf);
                 m.refresh(&mut read)
             };
-            st.admit = crate::admit::Admission::Fat(m);
+            st.admit = crate::write::admit::Admission::Fat(m);
             if done.is_err() {
                 return Ok(());
             }
@@ -599,7 +617,7 @@ impl<R: Region> WriteCache<R> {
             return Ok(());
         };
         st.fat_cross_checks += 1;
-        let crate::admit::Admission::Fat(m) = &st.admit else {
+        let crate::write::admit::Admission::Fat(m) = &st.admit else {
             return Ok(());
         };
         match m.differs_from(&full) {
@@ -662,18 +680,18 @@ impl<R: Region> WriteCache<R> {
 }
 
 fn read_superblock<R: Region + ?Sized>(region: &R) -> Result<WcSuperblock> {
-    let min = WcLayout::new(crate::wformat::WC_SLOTS_MIN, 512).region_bytes;
+    let min = WcLayout::new(crate::write::format::WC_SLOTS_MIN, 512).region_bytes;
     if region.len() < min {
         return Err(Error::bad("not a write cache image (too short)"));
     }
-    let mut b = [0u8; crate::wformat::WC_SB_BYTES];
+    let mut b = [0u8; crate::write::format::WC_SB_BYTES];
     region.read(0, &mut b);
     WcSuperblock::decode(&b)
 }
 
 pub(crate) fn read_admit<R: Region + ?Sized>(region: &R) -> Result<Admit> {
-    let mut b = vec![0u8; crate::wformat::WC_ADMIT_BYTES];
-    region.read(crate::wformat::WC_ADMIT_OFF, &mut b);
+    let mut b = vec![0u8; crate::write::format::WC_ADMIT_BYTES];
+    region.read(crate::write::format::WC_ADMIT_OFF, &mut b);
     Admit::decode(&b)
 }
 
@@ -696,7 +714,7 @@ fn check_label(sb: &WcSuperblock, backing: &dyn BlockDevice) -> Result<()> {
             sb.backing_block_bytes
         )));
     }
-    crate::ubj::check_label_names(
+    crate::common::label::check_label_names(
         backing,
         sb.backing_block_bytes as usize,
         sb.identity,
@@ -711,7 +729,7 @@ impl<R: Region> WriteCache<R> {
     pub(crate) fn store_entry(&self, slot: u32, e: &WcEntry, crc: u32) {
         let off = self.layout.entry_off(slot);
         self.region
-            .write_nt(off, &crate::wentry::encode(slot, e, crc));
+            .write_nt(off, &crate::write::entry::encode(slot, e, crc));
         if cfg!(debug_assertions) && !e.tombstone && self.bug.is_none() {
             let mut d = vec![0u8; self.sb.sector_bytes as usize];
             self.region.read(self.layout.data_off(slot), &mut d);
@@ -886,12 +904,12 @@ impl<R: Region> WriteCache<R> {
                 .flush()
                 .map_err(|e| self.backing_failed(&mut st, e))?;
         }
-        if matches!(st.admit, crate::admit::Admission::Fat(_))
+        if matches!(st.admit, crate::write::admit::Admission::Fat(_))
             && (lba..end).any(|l| st.admit.admits(l))
         {
             // FAT metadata became zeros: classify again, as after a write.
             if let Ok(m) = self.walk_fat(&mut st) {
-                st.admit = crate::admit::Admission::Fat(Box::new(m));
+                st.admit = crate::write::admit::Admission::Fat(Box::new(m));
             }
         }
         Ok(cached)
@@ -1003,7 +1021,7 @@ impl<R: Region> WriteCache<R> {
             }
             // Writes go on during the destage's backing I/O (and a victim rewritten meanwhile
             // stays cached): the loop looks at the room again after each.
-            st = self.destage_victims(st, 1, crate::wdestage::Trigger::Room)?;
+            st = self.destage_victims(st, 1, crate::write::destage::Trigger::Room)?;
         }
         if blocked {
             st.stats.writes_blocked_on_freelist += 1;

@@ -5,7 +5,7 @@
 //! crash cut (some words or data lines new, others old) is told apart from a whole one without
 //! any commit record: that is what lets a single-block write commit with one fence.
 
-use crate::format::{LBA_MAX, SEQ_MAX};
+use crate::common::format::{LBA_MAX, SEQ_MAX};
 
 /// Bytes of one entry (two to a 64-byte line).
 pub const WC_ENTRY_BYTES: u64 = 32;

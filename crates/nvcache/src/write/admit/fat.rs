@@ -253,7 +253,7 @@ impl FatMap {
     }
 
     pub fn admits(&self, lba: u64) -> bool {
-        crate::admit::in_ranges(&self.ranges, lba)
+        crate::write::admit::in_ranges(&self.ranges, lba)
     }
 
     pub fn ranges(&self) -> Vec<Range<u64>> {

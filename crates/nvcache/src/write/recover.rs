@@ -14,11 +14,11 @@
 //! Then one fence. The next write's sequence number is above every whole entry's and C.
 //! Every refusal (V1, W2, no valid commit word) is a finding (`Error::Finding`, exit 1).
 
-use crate::format::SEQ_MAX;
-use crate::wbugs::WcBug;
-use crate::wentry::{crc_of, decode, WcDecoded, WcEntry};
-use crate::wformat::{WcLayout, WcSettings};
-use crate::writecache::{read_wc_counters, Cached, Index, Order, WState};
+use crate::common::format::SEQ_MAX;
+use crate::write::bugs::WcBug;
+use crate::write::entry::{crc_of, decode, WcDecoded, WcEntry};
+use crate::write::format::{WcLayout, WcSettings};
+use crate::write::{read_wc_counters, Cached, Index, Order, WState};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
 use std::time::Instant;
@@ -75,7 +75,7 @@ pub(crate) fn recover<R: Region + ?Sized>(
     settings: WcSettings,
     bug: Option<WcBug>,
 ) -> Result<(WState, usize)> {
-    let commit = crate::recover::committed_epoch(region)?;
+    let commit = crate::common::format::committed_epoch(region)?;
     let mut clears = Vec::new();
     let mut best = Index::default();
     let mut copies: Vec<Option<(WcEntry, u32)>> = vec![None; layout.slots as usize];
@@ -152,7 +152,7 @@ fn state<R: Region + ?Sized>(
         bypass_unflushed: false,
         error: None,
         settings,
-        admit: crate::admit::Admission::All,
+        admit: crate::write::admit::Admission::All,
         opened_at: now,
         fat_cross_check: false,
         fat_cross_checks: 0,

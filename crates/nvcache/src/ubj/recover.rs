@@ -22,7 +22,8 @@
 //! Every refusal is a finding (`Error::Finding`, exit 1), as nvramdisk's recovery's is: the
 //! image is damaged, not the argument bad.
 
-use crate::format::{decode_commit, decode_entry, Decoded, Entry, Layout, COMMIT_OFF};
+use crate::common::format::committed_epoch;
+use crate::ubj::format::{decode_entry, Decoded, Entry, Layout};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
 use std::collections::HashMap;
@@ -35,15 +36,6 @@ pub(crate) struct Found {
     pub kept: Vec<Option<Entry>>,
     /// Slots whose word 1 recovery zeroes (case E1).
     pub dropped: Vec<u32>,
-}
-
-/// The committed epoch: the newest valid commit word.
-pub(crate) fn committed_epoch<R: Region + ?Sized>(region: &R) -> Result<u64> {
-    COMMIT_OFF
-        .iter()
-        .filter_map(|&off| decode_commit(region.load_u64(off)))
-        .max()
-        .ok_or_else(|| Error::finding("nvcache: both commit words fail their check bits"))
 }
 
 /// Read every entry and decide its case (the table above); Err names the first damage.

@@ -2,15 +2,15 @@
 //! its live state told to an observer after every request and every timer tick, and the
 //! timer that runs dm-writecache's timed triggers (max-age and the cleaner).
 //!
-//! Built on the write cache's public API only (writecache.rs, wdestage.rs): every request goes
+//! Built on the write cache's public API only (write/mod.rs, write/destage.rs): every request goes
 //! through [`ServedWc`], which forwards it to the cache and then reads the live state under
 //! the cache's own lock and tells the observer while still holding it, so that observers see
 //! the states in the order the cache went through them. A process killed between a request's
 //! return from the cache and that report leaves the observer one request behind (the state
 //! before it); the cache itself is durable either way.
 
-use crate::wformat::WC_PATH_OFF;
-use crate::writecache::WriteCache;
+use crate::write::format::WC_PATH_OFF;
+use crate::write::WriteCache;
 use nvstack_core::blockdev::{BlockDevice, Caps};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
@@ -273,7 +273,7 @@ impl<R: Region + 'static> Drop for WcDestager<R> {
 /// with plain reads under a shared lock (`wimage::peek_wc`): for a process that loads both
 /// files itself (the serve daemon's power-cut runs).
 pub fn wc_backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
-    crate::wimage::peek_wc(path)?;
+    crate::write::image::peek_wc(path)?;
     if let Some(p) = over {
         return Ok(p.to_path_buf());
     }
@@ -282,7 +282,7 @@ pub fn wc_backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
     let mut block = vec![0u8; 4096];
     f.read_exact_at(&mut block, 0)
         .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
-    crate::format::decode_path(&block[WC_PATH_OFF as usize..])
+    crate::common::format::decode_path(&block[WC_PATH_OFF as usize..])
         .map(PathBuf::from)
         .map_err(|e| {
             Error::bad(format!(
@@ -295,9 +295,9 @@ pub fn wc_backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backing::FileDevice;
-    use crate::wformat::{Admit, WcSettings};
-    use crate::wimage::{create_wc_image, open_wc_image, WcCreateOptions};
+    use crate::common::backing::FileDevice;
+    use crate::write::format::{Admit, WcSettings};
+    use crate::write::image::{create_wc_image, open_wc_image, WcCreateOptions};
     use std::sync::Mutex;
 
     /// A scratch directory under /dev/shm, removed when dropped.

@@ -2,7 +2,7 @@
 //! the cache and the disk, so a checkpoint's writes go to the device) and made durable with
 //! fdatasync. A file system without O_DIRECT (tmpfs) gets buffered I/O, which `direct()` says.
 
-use crate::format::BLOCK_BYTES;
+use crate::common::format::BACKING_BLOCK_BYTES as BLOCK_BYTES;
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
 use std::fs::{File, OpenOptions};
@@ -174,7 +174,7 @@ impl BlockDevice for FileDevice {
         self.check_writable()?;
         let bytes = usize::try_from(count).ok().and_then(|c| c.checked_mul(B));
         self.check(lba, bytes.ok_or_else(|| Error::bad("discard too long"))?)?;
-        crate::sys::punch_hole(&self.file, lba * B as u64, count * B as u64)
+        crate::common::sys::punch_hole(&self.file, lba * B as u64, count * B as u64)
             .map_err(|e| self.err("punch hole", e))
     }
     fn flush(&self) -> Result<()> {

@@ -2,9 +2,11 @@
 //! the metadata of a FAT volume (fat.rs: reserved sectors, every FAT copy, the FAT12/16 root
 //! directory and the clusters of every directory, rebuilt at open and kept current as the FAT
 //! and the directories change). A wrong classification costs speed, never correctness: a
-//! write to a cached block always goes to the cache (writecache.rs).
+//! write to a cached block always goes to the cache (write/mod.rs).
 
-use crate::wformat::Admit;
+pub mod fat;
+
+use crate::write::format::Admit;
 use std::ops::Range;
 
 /// The admission in force.
@@ -15,7 +17,7 @@ pub enum Admission {
     Ranges(Vec<Range<u64>>),
     /// A FAT volume's metadata blocks as last classified (boxed: the map keeps the walk's
     /// bytes).
-    Fat(Box<crate::fat::FatMap>),
+    Fat(Box<crate::write::admit::fat::FatMap>),
 }
 
 impl Admission {

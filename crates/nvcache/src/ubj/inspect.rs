@@ -3,12 +3,12 @@
 //! the region is mapped as a private copy, and recovery's table (recover.rs) is applied to it
 //! without storing its decisions, so the report says what the next open would do.
 
-use crate::backing::FileDevice;
-use crate::format::{
-    decode_commit, Counters, Label, Layout, Settings, Superblock, BLOCK_BYTES, COMMIT_OFF,
-};
-use crate::image::{validate, Validated};
-use crate::recover::{self, Found};
+use crate::common::backing::FileDevice;
+use crate::common::format::{decode_commit, Label, COMMIT_OFF};
+use crate::common::image::Validated;
+use crate::ubj::format::{Counters, Layout, Settings, Superblock, BLOCK_BYTES};
+use crate::ubj::image::validate;
+use crate::ubj::recover::{self, Found};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
 use nvstack_pmem::{Access, MmapRegion, Region};
@@ -45,7 +45,7 @@ pub struct Inspection {
     pub backing: Option<String>,
     pub backing_direct: bool,
     /// The last backing-device error the cache met (its writes were refused until reopened).
-    pub last_backing_error: Option<crate::format::BackingError>,
+    pub last_backing_error: Option<crate::ubj::format::BackingError>,
     /// The backing label says the cache was detached: the backing file alone is the state.
     pub detached: bool,
     /// Damage: `check` exits 1 when there is any.
@@ -67,7 +67,7 @@ pub fn inspect(path: &Path, backing: Option<&Path>) -> Result<Inspection> {
     let layout = Layout::new(sb.slots);
     let mut r = Inspection {
         image: path.display().to_string(),
-        format_version: crate::format::VERSION,
+        format_version: crate::ubj::format::VERSION,
         slots: sb.slots,
         cache_bytes: layout.region_bytes,
         blocks: sb.blocks,

@@ -3,15 +3,15 @@
 //! is validated before anything is mapped; a refused open or create changes nothing. Every
 //! open locks the image and the backing file (exclusive for writers, shared for readers).
 
-use crate::backing::FileDevice;
-use crate::format::{decode_path, encode_path, Settings};
-use crate::image::{
-    claim_existing, open_cache, prepare_backing, read_first_block, CreateOptions, Validated,
+use crate::common::backing::FileDevice;
+use crate::common::format::{decode_path, encode_path};
+use crate::common::image::{
+    claim_existing, open_cache, prepare_backing, read_first_block, Validated,
 };
-use crate::wformat::{
+use crate::write::format::{
     Admit, WcLayout, WcSettings, WcSuperblock, WC_PATH_BYTES, WC_PATH_OFF, WC_SLOTS_MIN,
 };
-use crate::writecache::{create_wc, WriteCache};
+use crate::write::{create_wc, WriteCache};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::{MmapRegion, Region};
 use std::path::{Path, PathBuf};
@@ -42,7 +42,7 @@ pub struct WcOpened {
 /// Create a write cache image and label its backing file (created when absent).
 pub fn create_wc_image(path: &Path, o: &WcCreateOptions) -> Result<(WcSuperblock, PathBuf, bool)> {
     o.settings.validate()?;
-    if !crate::wformat::valid_sector(o.sector_bytes) {
+    if !crate::write::format::valid_sector(o.sector_bytes) {
         return Err(Error::bad(format!(
             "--sector {}: 512 (the seed's) or 4096 (the backing device's block)",
             o.sector_bytes
@@ -61,14 +61,7 @@ pub fn create_wc_image(path: &Path, o: &WcCreateOptions) -> Result<(WcSuperblock
         )));
     }
     let _old = claim_existing(path, o.force)?;
-    let ubj_view = CreateOptions {
-        size: o.size,
-        backing: o.backing,
-        backing_size: o.backing_size,
-        settings: Settings::default(),
-        force: o.force,
-    };
-    let (backing, created) = prepare_backing(&ubj_view)?;
+    let (backing, created) = prepare_backing(o.backing, o.backing_size, o.force)?;
     let abs = std::fs::canonicalize(o.backing)
         .map_err(|e| Error::env(format!("{}: {e}", o.backing.display())))?;
     let made = build(path, o, &backing, &abs);
@@ -93,7 +86,7 @@ fn build(
             WC_PATH_BYTES - 8
         )));
     }
-    crate::image::build_in_place(path, o.size, |region| {
+    crate::common::image::build_in_place(path, o.size, |region| {
         region.write_nt(WC_PATH_OFF, &record);
         create_wc(region, backing, o.sector_bytes, o.settings, &o.admit)
     })

@@ -1,5 +1,6 @@
 //! The on-media format of a UBJ cache (docs/format.md, "nvcache"): the region's layout, the
-//! superblock, the commit word, the slot entries, and the label at the end of the backing device.
+//! superblock, the slot entries and the records in the superblock's block (the commit word,
+//! the path record and the label are common::format's).
 //!
 //! Media assumptions (the same as nvramdisk's): an aligned 8-byte non-temporal store reaches
 //! media whole (old or new, never a mix); stores before a fence are durable when it returns, in
@@ -7,32 +8,24 @@
 //! its decoder beside it, and each encode checks in debug builds that its output decodes to its
 //! input (the pair assertion at the write; the decoders' checks are the one at the read).
 
+use crate::common::format::{check16, LBA_MAX, SEQ_MAX};
 use nvstack_core::error::{Error, Result};
 
 /// The superblock's magic: "NVSCACHE".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NVSCACHE");
-/// The backing label's magic: "NVSLABEL".
-pub const LABEL_MAGIC: u64 = u64::from_le_bytes(*b"NVSLABEL");
 /// The format version this code writes and reads.
 pub const VERSION: u32 = 1;
 /// The one block size (bytes) of the cache, the backing device and the device it exports.
 pub const BLOCK_BYTES: u32 = 4096;
+// UBJ's blocks are the backing device's: a checkpoint writes a slot to one backing block.
+const _: () = assert!(BLOCK_BYTES == crate::common::format::BACKING_BLOCK_BYTES);
 /// Offset of the superblock (one 4 KiB block, written at create and when settings change).
 pub const SUPERBLOCK_OFF: u64 = 0;
-/// Offsets of the two commit words, each on a line of its own (section "commit" below).
-pub const COMMIT_OFF: [u64; 2] = [4096, 4096 + 64];
-/// Offset of the slot table: one 16-byte entry per slot.
-pub const TABLE_OFF: u64 = 8192;
+pub use crate::common::format::{SLOTS_MAX, TABLE_OFF};
 /// Bytes of one slot entry: two 8-byte words.
 pub const ENTRY_BYTES: u64 = 16;
-/// Largest block number an entry can name (48 bits).
-pub const LBA_MAX: u64 = (1 << 48) - 1;
-/// Largest epoch (commit sequence number) an entry or commit word can hold (48 bits): at a
-/// million commits a second, nine years.
-pub const SEQ_MAX: u64 = (1 << 48) - 1;
 /// Fewest and most slots a cache may have.
 pub const SLOTS_MIN: u32 = 16;
-pub const SLOTS_MAX: u32 = 1 << 26;
 /// An entry's word 0 has this bit set for a discard (a tombstone: the block reads as zeros and
 /// its backing hole is punched at checkpoint). Its slot's data is unused.
 const TOMBSTONE_BIT: u64 = 1 << 62;
@@ -80,30 +73,6 @@ impl Layout {
         debug_assert!(slot < self.slots);
         self.data_off + u64::from(slot) * u64::from(BLOCK_BYTES)
     }
-}
-
-/// A crc32c folded to 16 bits: the check bits of entries and commit words.
-fn check16(words: &[u64]) -> u64 {
-    let mut crc = 0u32;
-    for w in words {
-        crc = crc32c::crc32c_append(crc, &w.to_le_bytes());
-    }
-    u64::from((crc ^ (crc >> 16)) & 0xffff)
-}
-
-/// Encode a commit word: the epoch of the last commit (48 bits) and 16 check bits. Zero is
-/// never a valid word (epoch 0 encodes with nonzero check bits), so a zeroed region has none.
-pub fn encode_commit(epoch: u64) -> u64 {
-    assert!(epoch <= SEQ_MAX, "epoch {epoch} beyond 48 bits");
-    let raw = epoch | check16(&[0xC0, epoch]) << 48;
-    debug_assert_eq!(decode_commit(raw), Some(epoch));
-    raw
-}
-
-/// The epoch a commit word holds, or None when its check bits do not match.
-pub fn decode_commit(raw: u64) -> Option<u64> {
-    let epoch = raw & SEQ_MAX;
-    (raw >> 48 == check16(&[0xC0, epoch])).then_some(epoch)
 }
 
 /// A slot entry as stored: which block, which epoch wrote it, a discard or data.
@@ -358,8 +327,8 @@ impl Superblock {
 pub const COUNTERS_OFF: u64 = 128;
 /// Offset of the backing path record (in the superblock's block, to its end).
 pub const PATH_OFF: u64 = 512;
-/// Most bytes of a backing path (the block's end minus the record's 8-byte header).
-pub const PATH_BYTES_MAX: usize = 4096 - PATH_OFF as usize - 8;
+// The path record runs from here to the end of the superblock's block.
+const _: () = assert!(crate::common::format::PATH_BYTES_MAX == 4096 - PATH_OFF as usize - 8);
 /// Offset of the backing-error record (in the superblock's block, before the path record).
 pub const ERROR_OFF: u64 = 256;
 /// Bytes of the backing-error record: magic, epoch, time, length, checksum, message.
@@ -372,43 +341,6 @@ const ERROR_MAGIC: u64 = u64::from_le_bytes(*b"NVSERROR");
 const COUNTERS_MAGIC: u64 = u64::from_le_bytes(*b"NVSCOUNT");
 /// Bytes of the counters record: magic, eight counters, checksum, zeros.
 pub const COUNTERS_BYTES: usize = 80;
-
-/// The backing path record: where the backing file was at create (absolute), so that commands
-/// need only the image. It is a hint, not a promise: the label's identity decides whether a
-/// file is this cache's backing device, and `--backing FILE` names a moved one.
-pub fn encode_path(path: &str) -> Result<Vec<u8>> {
-    let bytes = path.as_bytes();
-    if bytes.is_empty() || bytes.len() > PATH_BYTES_MAX || bytes.contains(&0) {
-        return Err(Error::bad(format!(
-            "backing path {path:?}: must be 1 to {PATH_BYTES_MAX} bytes without NUL"
-        )));
-    }
-    let mut b = Vec::with_capacity(8 + bytes.len());
-    b.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    b.extend_from_slice(&crc32c::crc32c(bytes).to_le_bytes());
-    b.extend_from_slice(bytes);
-    b.resize(b.len().div_ceil(8) * 8, 0);
-    debug_assert_eq!(decode_path(&b).ok().as_deref(), Some(path));
-    Ok(b)
-}
-
-/// The backing path a record holds (`b` from PATH_OFF to the block's end), naming what is wrong.
-pub fn decode_path(b: &[u8]) -> Result<String> {
-    let len = u32::from_le_bytes(b[0..4].try_into().unwrap()) as usize;
-    if len == 0 || len > PATH_BYTES_MAX || b.len() < 8 + len {
-        return Err(Error::bad(format!(
-            "nvcache superblock: backing path record of {len} bytes"
-        )));
-    }
-    let bytes = &b[8..8 + len];
-    if u32::from_le_bytes(b[4..8].try_into().unwrap()) != crc32c::crc32c(bytes) {
-        return Err(Error::bad(
-            "nvcache superblock: backing path record fails its checksum",
-        ));
-    }
-    String::from_utf8(bytes.to_vec())
-        .map_err(|_| Error::bad("nvcache superblock: backing path is not UTF-8"))
-}
 
 /// The last backing-device error: stored when the cache enters its error state (writes and
 /// detach refused, data kept), so that `status` shows it after the process is gone.
@@ -543,60 +475,12 @@ impl Counters {
     }
 }
 
-/// The label in the backing device's last block: which cache it belongs to, so that a cache is
-/// never attached to the wrong disk. It travels with a copy of the backing file and survives a
-/// detach (the file system on the other blocks never sees it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Label {
-    pub identity: u128,
-    /// Blocks before the label (the blocks the cache exports).
-    pub blocks: u64,
-    /// True after `detach`: the backing device alone is the whole state.
-    pub detached: bool,
-}
-
-impl Label {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; BLOCK_BYTES as usize];
-        b[0..8].copy_from_slice(&LABEL_MAGIC.to_le_bytes());
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..28].copy_from_slice(&self.identity.to_le_bytes());
-        b[28..36].copy_from_slice(&self.blocks.to_le_bytes());
-        b[36] = u8::from(self.detached);
-        let crc = crc32c::crc32c(&b[..40]);
-        b[40..44].copy_from_slice(&crc.to_le_bytes());
-        debug_assert_eq!(Label::decode(&b).ok(), Some(*self));
-        b
-    }
-
-    pub fn decode(b: &[u8]) -> Result<Label> {
-        if b.len() < 44 || b[0..8] != LABEL_MAGIC.to_le_bytes() {
-            return Err(Error::bad(
-                "the backing device's last block holds no nvcache label",
-            ));
-        }
-        let crc = u32::from_le_bytes(b[40..44].try_into().unwrap());
-        if crc != crc32c::crc32c(&b[..40]) || b[36] > 1 {
-            return Err(Error::bad(
-                "the backing device's nvcache label fails its checksum",
-            ));
-        }
-        if b[8..12] != VERSION.to_le_bytes() {
-            return Err(Error::bad(
-                "the backing device's nvcache label has another version",
-            ));
-        }
-        Ok(Label {
-            identity: u128::from_le_bytes(b[12..28].try_into().unwrap()),
-            blocks: u64::from_le_bytes(b[28..36].try_into().unwrap()),
-            detached: b[36] == 1,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::format::{
+        decode_commit, decode_path, encode_commit, encode_path, Label, PATH_BYTES_MAX,
+    };
 
     #[test]
     fn entries_round_trip_and_catch_a_wrong_slot_or_a_flipped_bit() {

@@ -18,12 +18,19 @@
 //!   and it is flushed; then the held ones become tombstones in one epoch; all under the lock.
 //! - Recovery: recover.rs's table.
 
-use crate::bugs::Bug;
-use crate::format::{
-    encode_commit, encode_entry, Entry, Label, Layout, Settings, Superblock, BLOCK_BYTES,
-    COMMIT_OFF, COUNTERS_BYTES, COUNTERS_OFF, LBA_MAX, SEQ_MAX, SUPERBLOCK_OFF,
+pub mod bugs;
+pub mod format;
+pub mod image;
+pub mod inspect;
+pub(crate) mod recover;
+
+use crate::common::format::{encode_commit, Label, COMMIT_OFF, LBA_MAX, SEQ_MAX};
+use crate::common::label::{check_label_names, check_region_holds, random_identity, write_label};
+use crate::ubj::bugs::Bug;
+use crate::ubj::format::{
+    encode_entry, Entry, Layout, Settings, Superblock, BLOCK_BYTES, COUNTERS_BYTES, COUNTERS_OFF,
+    SUPERBLOCK_OFF,
 };
-use crate::recover;
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
@@ -73,7 +80,7 @@ impl Copies {
 }
 
 /// This run's counters (`status` shows them over the cache's life: `lifetime`).
-pub type Stats = crate::format::Counters;
+pub type Stats = crate::ubj::format::Counters;
 
 /// Blocks per state, as `status` shows them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -108,7 +115,7 @@ struct State {
     /// Set by a backing-device error: writes refused, data kept.
     error: Option<String>,
     /// The counters stored at the last clean close (None: absent or torn by a crash then).
-    stored: Option<crate::format::Counters>,
+    stored: Option<crate::ubj::format::Counters>,
 }
 
 /// What a serving daemon mirrors live into its counters file (crates/export/src/stats.rs), so
@@ -147,25 +154,11 @@ pub struct Ubj<R: Region> {
     observer: std::sync::OnceLock<Arc<dyn Observer>>,
 }
 
-pub(crate) fn random_identity() -> u128 {
-    use std::hash::{BuildHasher, Hasher};
-    let word = || {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .elapsed()
-                .map_or(0, |d| d.as_nanos()),
-        );
-        h.finish()
-    };
-    u128::from(word()) << 64 | u128::from(word())
-}
-
 fn policy_kind(settings: &Settings) -> PolicyKind {
     match settings.policy {
-        crate::format::PolicyName::Lru => PolicyKind::Lru,
-        crate::format::PolicyName::Random => PolicyKind::Random,
-        crate::format::PolicyName::Clock => PolicyKind::Clock,
+        crate::ubj::format::PolicyName::Lru => PolicyKind::Lru,
+        crate::ubj::format::PolicyName::Random => PolicyKind::Random,
+        crate::ubj::format::PolicyName::Clock => PolicyKind::Clock,
     }
 }
 
@@ -189,7 +182,7 @@ pub fn create<R: Region>(
         Error::bad(format!(
             "cache size {} bytes: too small for {} slots",
             region.len(),
-            crate::format::SLOTS_MIN
+            crate::ubj::format::SLOTS_MIN
         ))
     })?;
     let blocks = (backing.blocks() - 1).min(LBA_MAX);
@@ -201,13 +194,16 @@ pub fn create<R: Region>(
     };
     write_label(backing, sb.identity, blocks)?;
     region.write_nt(
-        crate::format::TABLE_OFF,
-        &vec![0u8; (layout.data_off - crate::format::TABLE_OFF) as usize],
+        crate::ubj::format::TABLE_OFF,
+        &vec![0u8; (layout.data_off - crate::ubj::format::TABLE_OFF) as usize],
     );
     for off in COMMIT_OFF {
         region.store_u64_nt(off, encode_commit(0));
     }
-    region.write_nt(COUNTERS_OFF, &crate::format::Counters::default().encode());
+    region.write_nt(
+        COUNTERS_OFF,
+        &crate::ubj::format::Counters::default().encode(),
+    );
     region.write_nt(SUPERBLOCK_OFF, &sb.encode());
     region.fence();
     Ok(sb)
@@ -230,8 +226,8 @@ impl<R: Region> Ubj<R> {
         over: Option<Settings>,
         bug: Option<Bug>,
     ) -> Result<Ubj<R>> {
-        let mut sb_bytes = [0u8; crate::format::SB_BYTES];
-        if region.len() < Layout::new(crate::format::SLOTS_MIN).region_bytes {
+        let mut sb_bytes = [0u8; crate::ubj::format::SB_BYTES];
+        if region.len() < Layout::new(crate::ubj::format::SLOTS_MIN).region_bytes {
             return Err(Error::bad("not an nvcache image (too short)"));
         }
         region.read(SUPERBLOCK_OFF, &mut sb_bytes);
@@ -327,18 +323,18 @@ impl<R: Region> Ubj<R> {
         let unix_secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let rec = crate::format::BackingError {
+        let rec = crate::ubj::format::BackingError {
             epoch,
             unix_secs,
             message: message.to_string(),
         };
         self.region
-            .write_nt(crate::format::ERROR_OFF, &rec.encode());
+            .write_nt(crate::ubj::format::ERROR_OFF, &rec.encode());
         self.region.fence();
     }
 
     /// The last backing-device error stored in the image, if any.
-    pub fn last_backing_error(&self) -> Option<crate::format::BackingError> {
+    pub fn last_backing_error(&self) -> Option<crate::ubj::format::BackingError> {
         read_backing_error(&*self.region)
     }
 
@@ -424,55 +420,6 @@ fn check_label(sb: &Superblock, backing: &dyn BlockDevice) -> Result<()> {
     check_label_names(backing, B, sb.identity, sb.blocks)
 }
 
-/// Write a new cache's label (not detached) into `blocks`, the backing device's last block,
-/// and flush it: the label is durable before the cache's superblock names the device.
-pub(crate) fn write_label(backing: &dyn BlockDevice, identity: u128, blocks: u64) -> Result<()> {
-    let label = Label {
-        identity,
-        blocks,
-        detached: false,
-    };
-    backing.write(blocks, &label.encode())?;
-    backing.flush()
-}
-
-/// The label in block `blocks` (of `block_bytes`) names the cache of `identity` over `blocks`
-/// blocks, and the backing device was not detached from it (either kind of cache).
-pub(crate) fn check_label_names(
-    backing: &dyn BlockDevice,
-    block_bytes: usize,
-    identity: u128,
-    blocks: u64,
-) -> Result<()> {
-    let mut b = vec![0u8; block_bytes];
-    backing.read(blocks, &mut b)?;
-    let label = Label::decode(&b)?;
-    if label.identity != identity || label.blocks != blocks {
-        return Err(Error::bad(format!(
-            "backing device belongs to another cache (label identity {:032x}, this cache \
-             {:032x})",
-            label.identity, identity
-        )));
-    }
-    if label.detached {
-        return Err(Error::bad(
-            "backing device was detached from this cache: it alone is the state now",
-        ));
-    }
-    Ok(())
-}
-
-/// The region holds the layout its superblock describes (`what`: the image's kind, named in
-/// the error).
-pub(crate) fn check_region_holds(region_bytes: u64, need_bytes: u64, what: &str) -> Result<()> {
-    if region_bytes < need_bytes {
-        return Err(Error::bad(format!(
-            "{what}: {region_bytes} bytes, its superblock needs {need_bytes}"
-        )));
-    }
-    Ok(())
-}
-
 /// Build the DRAM state from the table (recover.rs decides; this stores its decisions).
 fn recover_state<R: Region + ?Sized>(
     region: &R,
@@ -499,7 +446,7 @@ fn recover_state<R: Region + ?Sized>(
         stats: Stats::default(),
         frozen: 0,
         error: None,
-        stored: crate::format::Counters::decode(&read_counters(region)),
+        stored: crate::ubj::format::Counters::decode(&read_counters(region)),
     };
     for (slot, kept) in found.kept.iter().enumerate() {
         let slot = slot as u32;
@@ -534,10 +481,10 @@ fn recover_state<R: Region + ?Sized>(
 /// The backing-error record of `region`, if one was stored whole.
 pub(crate) fn read_backing_error<R: Region + ?Sized>(
     region: &R,
-) -> Option<crate::format::BackingError> {
-    let mut b = [0u8; crate::format::ERROR_BYTES];
-    region.read(crate::format::ERROR_OFF, &mut b);
-    crate::format::BackingError::decode(&b)
+) -> Option<crate::ubj::format::BackingError> {
+    let mut b = [0u8; crate::ubj::format::ERROR_BYTES];
+    region.read(crate::ubj::format::ERROR_OFF, &mut b);
+    crate::ubj::format::BackingError::decode(&b)
 }
 
 /// The counters record's bytes.
