@@ -13,7 +13,7 @@ use nvstack_export::loopdev::{self, FuseLimits};
 use nvstack_export::powercut::{PowerCut, PowerCutSpec};
 use nvstack_export::raw::RawDevice;
 use nvstack_export::stats::ServeStats;
-use nvstack_nvcache::{FileDevice, ServedWc, Timers, Ubj, WcDestager, WcTimer, WriteCache};
+use nvstack_nvcache::{FileDevice, ServedWc, Ticker, Ubj, WcDestager, WriteCache};
 use nvstack_nvramdisk::disk::{NvramDisk, OpenOptions};
 use nvstack_nvramdisk::image::{open_image, peek};
 use nvstack_pmem::{Access, MmapRegion, Region};
@@ -370,48 +370,74 @@ pub fn check_mountpoint(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A served cache: its counters mirrored live, its timers running, and a final commit at the
-/// end of the session.
-trait ServedCache: Send + Sync {
-    fn observe(&self, stats: Arc<ServeStats>);
-    /// The final commit of a clean stop and the lifetime counters stored; what it did.
-    fn close(&self) -> Result<String>;
+/// A served cache (either kind, through the library's contract): its ticker and (a write
+/// cache) its destage thread, stopped before the close so that nothing runs after the
+/// counters are stored.
+struct ServedCache {
+    cache: Arc<dyn nvstack_nvcache::Cache>,
+    threads: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
 }
 
-struct Cache<R: Region + 'static> {
-    ubj: Arc<Ubj<R>>,
-    _timers: Option<Timers>,
-}
+impl ServedCache {
+    fn new(
+        cache: Arc<dyn nvstack_nvcache::Cache>,
+        threads: Vec<Box<dyn std::any::Any + Send>>,
+    ) -> Self {
+        ServedCache {
+            cache,
+            threads: std::sync::Mutex::new(threads),
+        }
+    }
 
-impl<R: Region + 'static> ServedCache for Cache<R> {
     fn observe(&self, stats: Arc<ServeStats>) {
-        self.ubj.observe(stats);
+        self.cache.observe(stats);
     }
+
+    /// The threads stopped, then the cache's close, worded.
     fn close(&self) -> Result<String> {
-        self.ubj.commit()?;
-        self.ubj.save_counters();
-        let (k, _) = self.ubj.lifetime();
-        Ok(format!(
-            "final commit at epoch {}; counters stored ({} commits, {} checkpoints, {} bytes \
-             written by the user, {} to the backing file over the cache's life); no checkpoint \
-             (`nvstack cache writeback` writes everything back)",
-            self.ubj.epoch(),
-            k.commits,
-            k.checkpoints,
-            k.user_bytes_written,
-            k.backing_bytes_written
-        ))
+        self.threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        Ok(closed_what(&self.cache.close()?))
     }
 }
 
-fn served_cache<R: Region + 'static>(
-    ubj: Arc<Ubj<R>>,
-) -> (Arc<dyn BlockDevice>, Box<dyn ServedCache>) {
-    let cache = Cache {
-        _timers: Timers::start(&ubj),
-        ubj: ubj.clone(),
-    };
-    (ubj, Box::new(cache))
+/// What a clean close did, in a sentence.
+fn closed_what(c: &nvstack_nvcache::Closed) -> String {
+    match c {
+        nvstack_nvcache::Closed::Ubj { epoch, life: k } => format!(
+            "final commit at epoch {epoch}; counters stored ({} commits, {} checkpoints, {} \
+             bytes written by the user, {} to the backing file over the cache's life); no \
+             checkpoint (`nvstack cache writeback` writes everything back)",
+            k.commits, k.checkpoints, k.user_bytes_written, k.backing_bytes_written
+        ),
+        nvstack_nvcache::Closed::Write {
+            cached_blocks,
+            life: k,
+        } => format!(
+            "backing device flushed; counters stored ({} blocks written, {} bypassed, {} \
+             destaged, {} bytes written to the backing file over the cache's life); \
+             {cached_blocks} blocks stay cached in NVRAM, not written back (`nvstack cache \
+             writeback` or `detach` writes them back)",
+            k.write_blocks,
+            k.write_bypass,
+            k.destaged_room
+                + k.destaged_watermark
+                + k.destaged_max_age
+                + k.destaged_cleaner
+                + k.destaged_writeback,
+            k.backing_bytes_written
+        ),
+    }
+}
+
+fn served_cache<R: Region + 'static>(ubj: Arc<Ubj<R>>) -> (Arc<dyn BlockDevice>, ServedCache) {
+    let threads: Vec<Box<dyn std::any::Any + Send>> = Ticker::start(&ubj)
+        .into_iter()
+        .map(|t| Box::new(t) as Box<dyn std::any::Any + Send>)
+        .collect();
+    (ubj.clone(), ServedCache::new(ubj, threads))
 }
 
 fn cache_opened_what<R: Region>(u: &Ubj<R>) -> String {
@@ -430,7 +456,7 @@ struct Served {
     dev: Arc<dyn BlockDevice>,
     what: String,
     power_cut: Option<Arc<PowerCut>>,
-    cache: Option<Box<dyn ServedCache>>,
+    cache: Option<ServedCache>,
 }
 
 impl Served {
@@ -491,36 +517,11 @@ fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
     })
 }
 
-/// A served write cache: its live state mirrored, its timer (max-age, cleaner) and its
-/// destage thread (the watermarks) running.
-struct WCache<R: Region + 'static> {
-    served: Arc<ServedWc<R>>,
-    /// Stopped at close, so that no destage runs after the counters are stored.
-    timer: std::sync::Mutex<Option<WcTimer>>,
-    destager: std::sync::Mutex<Option<WcDestager<R>>>,
-}
-
-impl<R: Region + 'static> ServedCache for WCache<R> {
-    fn observe(&self, stats: Arc<ServeStats>) {
-        self.served.observe(stats);
-    }
-    fn close(&self) -> Result<String> {
-        drop(self.timer.lock().unwrap_or_else(|e| e.into_inner()).take());
-        drop(
-            self.destager
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
-        self.served.close()
-    }
-}
-
 /// A write cache to serve: the device (the cache reporting its state) and its served half.
 fn served_wc<R: Region + 'static>(
     cache: Arc<WriteCache<R>>,
     seed_destage: bool,
-) -> (String, Arc<dyn BlockDevice>, Box<dyn ServedCache>) {
+) -> (String, Arc<dyn BlockDevice>, ServedCache) {
     if !seed_destage {
         cache.use_served_defaults();
     }
@@ -548,12 +549,15 @@ fn served_wc<R: Region + 'static>(
     );
     let what = format!("{what}, destage: {}", destage_what(&cache.settings()));
     let served = Arc::new(ServedWc::new(cache));
-    let c = WCache {
-        timer: std::sync::Mutex::new(WcTimer::start(&served)),
-        destager: std::sync::Mutex::new(WcDestager::start(&served)),
-        served: served.clone(),
-    };
-    (what, served, Box::new(c))
+    // Stopped in this order at the close: the ticker, then the destage thread.
+    let mut threads: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
+    if let Some(t) = Ticker::start(&served) {
+        threads.push(Box::new(t));
+    }
+    if let Some(d) = WcDestager::start(&served) {
+        threads.push(Box::new(d));
+    }
+    (what, served.clone(), ServedCache::new(served, threads))
 }
 
 /// How a served write cache destages (the serve line says it).

@@ -9,15 +9,18 @@
 //! admitted write is durable and atomic in NVRAM when it returns; blocks are destaged to the
 //! backing device by a policy (least recently written by default).
 
+pub mod cache;
 pub mod common;
 pub mod ubj;
 pub mod write;
 
+pub use cache::{Cache, CacheKind, CacheObserver, Closed};
 pub use common::backing::FileDevice;
+pub use common::ticker::{Tick, Ticker};
 pub use ubj::bugs::Bug;
 pub use ubj::format::{Settings, Superblock};
-pub use ubj::{create, Census, Live, Observer, SlotState, Stats, Timers, Ubj};
+pub use ubj::{create, Census, Live, Observer, SlotState, Stats, Ubj};
 pub use write::bugs::WcBug;
 pub use write::destage::Trigger;
-pub use write::serve::{ServedWc, WcDestager, WcLive, WcObserver, WcTimer};
+pub use write::serve::{ServedWc, WcDestager, WcLive, WcObserver};
 pub use write::{create_wc, WriteCache};

@@ -455,7 +455,7 @@ fn timed_triggers_commit_and_checkpoint_on_their_own() {
     u.tick(t0 + std::time::Duration::from_millis(41)).unwrap();
     assert_eq!(u.epoch(), 1, "due: committed");
     // The thread does the same on its own.
-    let timers = nvstack_nvcache::Timers::start(&u).expect("a timed trigger is on");
+    let timers = nvstack_nvcache::Ticker::start(&u).expect("a timed trigger is on");
     u.write_blocks(2, &payload(2)).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while u.epoch() < 2 {
@@ -483,7 +483,7 @@ fn timed_triggers_commit_and_checkpoint_on_their_own() {
     };
     let (_r, _d, w) = fresh(REGION, 1000, off);
     assert!(
-        nvstack_nvcache::Timers::start(&Arc::new(w)).is_none(),
+        nvstack_nvcache::Ticker::start(&Arc::new(w)).is_none(),
         "no timed trigger: no thread"
     );
 }

@@ -7,3 +7,4 @@ pub mod image;
 pub mod label;
 #[allow(unsafe_code)]
 mod sys;
+pub mod ticker;

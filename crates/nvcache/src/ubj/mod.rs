@@ -1144,39 +1144,41 @@ impl<R: Region> Ubj<R> {
     }
 }
 
-/// A thread that calls `tick` on a cache until dropped (or until the cache is gone).
-pub struct Timers {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Timers {
-    /// Start the thread, or None when no timed trigger is on.
-    pub fn start<R: Region + 'static>(ubj: &Arc<Ubj<R>>) -> Option<Timers> {
-        let period = ubj.tick_period()?;
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (weak, flag) = (Arc::downgrade(ubj), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !flag.load(std::sync::atomic::Ordering::Acquire) {
-                std::thread::park_timeout(period);
-                let Some(ubj) = weak.upgrade() else { return };
-                // An error here is the cache's error state, which status shows; keep ticking.
-                let _ = ubj.tick(Instant::now());
-            }
-        });
-        Some(Timers {
-            stop,
-            thread: Some(thread),
-        })
+impl<R: Region + 'static> crate::common::ticker::Tick for Ubj<R> {
+    fn tick(&self, now: Instant) -> Result<()> {
+        Ubj::tick(self, now)
+    }
+    fn tick_period(&self) -> Option<Duration> {
+        Ubj::tick_period(self)
     }
 }
 
-impl Drop for Timers {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
+/// UBJ as served: `writeback` is a checkpoint (the committed blocks written back), `close` a
+/// final commit with the counters stored.
+impl<R: Region + 'static> crate::cache::Cache for Ubj<R> {
+    fn kind(&self) -> crate::cache::CacheKind {
+        crate::cache::CacheKind::Ubj
+    }
+    fn observe(&self, o: Arc<dyn crate::cache::CacheObserver>) -> bool {
+        Ubj::observe(self, crate::cache::as_ubj_observer(o))
+    }
+    fn writeback(&self) -> Result<u64> {
+        let n = self.census().frozen_up_to_date;
+        self.checkpoint()?;
+        Ok(u64::from(n))
+    }
+    fn detach(&self) -> Result<u64> {
+        let n = self.census().frozen_up_to_date;
+        Ubj::detach(self)?;
+        Ok(u64::from(n))
+    }
+    fn close(&self) -> Result<crate::cache::Closed> {
+        self.commit()?;
+        self.save_counters();
+        let (life, _) = self.lifetime();
+        Ok(crate::cache::Closed::Ubj {
+            epoch: self.epoch(),
+            life,
+        })
     }
 }

@@ -96,32 +96,6 @@ impl<R: Region> ServedWc<R> {
         self.report();
         r
     }
-
-    /// The end of a clean serve: the backing device flushed (bypassed writes durable; admitted
-    /// ones already are, in NVRAM) and the lifetime counters stored. Nothing is destaged: the
-    /// cached blocks stay in NVRAM until a destage trigger, `writeback` or `detach`. Returns
-    /// what it did.
-    pub fn close(&self) -> Result<String> {
-        self.cache.flush_blocks()?;
-        self.cache.save_counters();
-        self.report();
-        let (k, _) = self.cache.lifetime();
-        Ok(format!(
-            "backing device flushed; counters stored ({} blocks written, {} bypassed, {} \
-             destaged, {} bytes written to the backing file over the cache's life); {} blocks \
-             stay cached in NVRAM, not written back (`nvstack cache writeback` or `detach` \
-             writes them back)",
-            k.write_blocks,
-            k.write_bypass,
-            k.destaged_room
-                + k.destaged_watermark
-                + k.destaged_max_age
-                + k.destaged_cleaner
-                + k.destaged_writeback,
-            k.backing_bytes_written,
-            self.cache.cached_blocks()
-        ))
-    }
 }
 
 impl<R: Region> BlockDevice for ServedWc<R> {
@@ -148,47 +122,16 @@ impl<R: Region> BlockDevice for ServedWc<R> {
     }
 }
 
-/// The thread that runs the timed triggers (max-age, the cleaner) every
-/// [`WriteCache::tick_period`] (a quarter of max-age, at least 1 ms; 100 ms with the cleaner)
-/// and reports the state after each tick. Stopped and joined when dropped.
-pub struct WcTimer {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl WcTimer {
-    /// Start the thread, or None when no timed trigger is on.
-    pub fn start<R: Region + 'static>(served: &Arc<ServedWc<R>>) -> Option<WcTimer> {
-        let period = served.cache.tick_period()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (weak, flag) = (Arc::downgrade(served), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("wcache-timer".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Acquire) {
-                    std::thread::park_timeout(period);
-                    let Some(s) = weak.upgrade() else { return };
-                    // An error is the cache's error state, which the live state and status
-                    // show; keep ticking (a cache in its error state does nothing).
-                    let _ = s.cache.tick(Instant::now());
-                    s.report();
-                }
-            })
-            .ok()?;
-        Some(WcTimer {
-            stop,
-            thread: Some(thread),
-        })
+/// A served write cache's timed triggers (max-age, the cleaner), driven by a
+/// [`crate::common::ticker::Ticker`]: the state is reported after each tick.
+impl<R: Region + 'static> crate::common::ticker::Tick for ServedWc<R> {
+    fn tick(&self, now: Instant) -> Result<()> {
+        let r = self.cache.tick(now);
+        self.report();
+        r
     }
-}
-
-impl Drop for WcTimer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
+    fn tick_period(&self) -> Option<std::time::Duration> {
+        self.cache.tick_period()
     }
 }
 
@@ -292,9 +235,41 @@ pub fn wc_backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
         })
 }
 
+/// The write cache as served: the state reported after `writeback`, `detach` and `close`.
+impl<R: Region + 'static> crate::cache::Cache for ServedWc<R> {
+    fn kind(&self) -> crate::cache::CacheKind {
+        crate::cache::CacheKind::Write
+    }
+    fn observe(&self, o: Arc<dyn crate::cache::CacheObserver>) -> bool {
+        ServedWc::observe(self, crate::cache::as_wc_observer(o))
+    }
+    fn writeback(&self) -> Result<u64> {
+        let n = self.cache.writeback();
+        self.reported(n)
+    }
+    fn detach(&self) -> Result<u64> {
+        let n = self.cache.detach();
+        self.reported(n)
+    }
+    /// The backing device flushed (bypassed writes durable; admitted ones already are, in
+    /// NVRAM) and the lifetime counters stored. Nothing is destaged: the cached blocks stay in
+    /// NVRAM until a destage trigger, `writeback` or `detach`. Stop the destage thread first.
+    fn close(&self) -> Result<crate::cache::Closed> {
+        self.cache.flush_blocks()?;
+        self.cache.save_counters();
+        self.report();
+        let (life, _) = self.cache.lifetime();
+        Ok(crate::cache::Closed::Write {
+            cached_blocks: self.cache.cached_blocks(),
+            life,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::{Cache, Closed};
     use crate::common::backing::FileDevice;
     use crate::write::format::{Admit, WcSettings};
     use crate::write::image::{create_wc_image, open_wc_image, WcCreateOptions};
@@ -401,8 +376,11 @@ mod tests {
             s.write(i % 700 * 2, &[i as u8; 1024]).unwrap();
         }
         drop(destager);
-        let done = s.close().unwrap();
-        assert!(done.contains("counters stored"), "{done}");
+        let done = Cache::close(&*s).unwrap();
+        assert!(
+            matches!(done, Closed::Write { life, .. } if life.write_blocks > 2000),
+            "{done:?}"
+        );
         drop(s);
         let o = open_wc_image(&dir.path().join("wc.img"), None, None).unwrap();
         assert_eq!(o.cache.recovered_entries(), 0, "a clean close leaves none");
@@ -423,7 +401,7 @@ mod tests {
         let s = made(dir.path(), settings);
         let seen = Arc::new(Seen(Mutex::new(Vec::new())));
         s.observe(seen.clone());
-        let timer = WcTimer::start(&s).expect("max-age needs the timer");
+        let timer = crate::Ticker::start(&s).expect("max-age needs the ticker");
         s.write(0, &[1u8; 512]).unwrap();
         let t = Instant::now();
         while s.cache().cached_blocks() > 0 {
@@ -434,7 +412,16 @@ mod tests {
         let last = *seen.0.lock().unwrap().last().unwrap();
         assert_eq!(last.cached, 0);
         assert_eq!(last.destaged_max_age, 1);
-        let done = s.close().unwrap();
-        assert!(done.contains("0 blocks stay cached"), "{done}");
+        let done = Cache::close(&*s).unwrap();
+        assert!(
+            matches!(
+                done,
+                Closed::Write {
+                    cached_blocks: 0,
+                    ..
+                }
+            ),
+            "{done:?}"
+        );
     }
 }
