@@ -396,30 +396,59 @@ fn print_status(s: &Status) -> Result<()> {
     Ok(())
 }
 
-/// `check`: the image opens (recovery's table accepts it, in a private copy) or it is damaged.
+/// `check`: the library's inspection (every slot against recovery's table, in a private copy;
+/// each damaged slot a finding), printed as UBJ's check prints its own.
 fn check(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
-    wimage::peek_wc(path)?;
-    let (consistent, what) = match wimage::open_wc_readonly(path, backing) {
-        Ok(o) => (
-            true,
-            format!(
-                "consistent: {} blocks cached, {} entries recovery would clear",
-                o.cache.cached_blocks(),
-                o.cache.recovered_entries()
-            ),
-        ),
-        // Damage is a finding; anything else (a missing or unreadable backing file, a
-        // foreign image) is the error it is, with its own exit code.
-        Err(Error::Finding(m)) => (false, format!("DAMAGED: {m}")),
-        Err(e) => return Err(e),
-    };
+    let r = nvstack_nvcache::write::inspect::inspect_wc(path, backing)?;
     if json {
-        print_json(&serde_json::json!({"image": path.display().to_string(),
-            "consistent": consistent, "result": what}))?;
-    } else {
-        say!("{}: {what}", path.display())?;
+        print_json(&r)?;
+        return Ok(if r.consistent() { 0 } else { 1 });
     }
-    Ok(if consistent { 0 } else { 1 })
+    say!(
+        "image        {} (write cache, format v{})",
+        r.image,
+        r.format_version
+    )?;
+    say!(
+        "cache        {} slots of {} B, identity {}",
+        r.slots,
+        r.sector_bytes,
+        r.identity
+    )?;
+    say!(
+        "backing      {}{}",
+        r.backing.as_deref().unwrap_or("(unknown)"),
+        if r.backing_direct { ", O_DIRECT" } else { "" }
+    )?;
+    say!("settings     {}", settings_line(&r.settings))?;
+    say!(
+        "admit        {}",
+        r.admit.as_deref().unwrap_or("(unreadable)")
+    )?;
+    let c = &r.census;
+    say!(
+        "table        {} blocks cached, {} entries recovery would clear ({} cut writes, {} \
+         replaced copies), {} free, {} damaged",
+        c.cached,
+        c.cut + c.replaced,
+        c.cut,
+        c.replaced,
+        c.free,
+        c.damaged
+    )?;
+    for n in &r.notes {
+        say!("note         {n}")?;
+    }
+    for f in &r.findings {
+        say!("DAMAGE       {f}")?;
+    }
+    let result = if r.consistent() {
+        "consistent"
+    } else {
+        "DAMAGED"
+    };
+    say!("result       {result}")?;
+    Ok(if r.consistent() { 0 } else { 1 })
 }
 
 /// `writeback`, `detach`, `clear-stats`.

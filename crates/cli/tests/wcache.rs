@@ -534,8 +534,22 @@ fn damage_is_a_finding_and_a_missing_or_unreadable_backing_file_is_named() {
     // 12.5: entries of 32 bytes from offset 8192).
     let before = std::fs::read(&img).unwrap();
     flip(&img, 8192 + 8);
+    flip(&img, 8192 + 32 + 8);
+    // The check lists every damaged slot (the open stops at the first).
     let out = expect(1, &["cache", "check", s(&img)]);
-    assert!(out.contains("DAMAGED") && out.contains("slot 0"), "{out}");
+    assert!(out.contains("result       DAMAGED"), "{out}");
+    let damage: Vec<&str> = out.lines().filter(|l| l.starts_with("DAMAGE ")).collect();
+    assert_eq!(damage.len(), 2, "{out}");
+    assert!(
+        damage[0].contains("slot 0") && damage[1].contains("slot 1"),
+        "{out}"
+    );
+    let r = run(&["cache", "check", s(&img), "--json"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let v = r.json();
+    assert_eq!(v["census"]["damaged"], 2, "{v:#}");
+    assert_eq!(v["census"]["cached"], 1, "{v:#}");
+    assert_eq!(v["findings"].as_array().unwrap().len(), 2, "{v:#}");
     for args in [
         &["cache", "writeback", s(&img)][..],
         &["read", s(&img), "--lba", "10", "--count", "1"],
@@ -548,5 +562,6 @@ fn damage_is_a_finding_and_a_missing_or_unreadable_backing_file_is_named() {
     }
     let mut after = std::fs::read(&img).unwrap();
     after[8192 + 8] ^= 1;
+    after[8192 + 32 + 8] ^= 1;
     assert!(after == before, "a refused open changed nothing");
 }

@@ -1,9 +1,11 @@
 //! A cache's identity and its label on the backing device, written at create and checked at
 //! every open (both caches), and the check that an image holds what its superblock says.
 
-use crate::common::format::Label;
+use crate::common::backing::FileDevice;
+use crate::common::format::{Label, LABEL_BYTES};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
+use std::path::{Path, PathBuf};
 
 /// A new cache's identity (random: two caches never share one).
 pub(crate) fn random_identity() -> u128 {
@@ -67,4 +69,68 @@ pub(crate) fn check_region_holds(region_bytes: u64, need_bytes: u64, what: &str)
         )));
     }
     Ok(())
+}
+
+/// What an offline look at a cache's backing file saw.
+pub(crate) struct BackingSeen {
+    pub path: Option<String>,
+    pub direct: bool,
+    pub detached: bool,
+}
+
+/// The backing file's size and label, read under a shared lock (`check` and `status`, either
+/// cache): `path_record` is the image's, `over` replaces it, `(identity, blocks)` the cache's.
+/// A foreign file (another size, another cache's label) is a finding; a file that cannot be
+/// opened is the error it is, naming it, not damage (missing: exit 2; unreadable, or locked by
+/// a writer: exit 3).
+pub(crate) fn inspect_backing(
+    path_record: &Result<PathBuf>,
+    over: Option<&Path>,
+    (identity, blocks): (u128, u64),
+    findings: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> Result<BackingSeen> {
+    let mut seen = BackingSeen {
+        path: None,
+        direct: false,
+        detached: false,
+    };
+    let bpath = match (over, path_record) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Ok(p)) => p.clone(),
+        (None, Err(e)) => {
+            findings.push(e.to_string());
+            return Ok(seen);
+        }
+    };
+    seen.path = Some(bpath.display().to_string());
+    let dev = FileDevice::open_readonly(&bpath)?;
+    seen.direct = dev.direct();
+    if dev.blocks() != blocks + 1 {
+        findings.push(format!(
+            "backing file: {} blocks, but this cache was created over {blocks} blocks and a \
+             label block",
+            dev.blocks()
+        ));
+        return Ok(seen);
+    }
+    let mut b = vec![0u8; LABEL_BYTES];
+    dev.read(blocks, &mut b)?;
+    match Label::decode(&b) {
+        Err(e) => findings.push(format!("backing file: {e}")),
+        Ok(l) if l.identity != identity || l.blocks != blocks => findings.push(format!(
+            "backing file belongs to another cache (label identity {:032x})",
+            l.identity
+        )),
+        Ok(l) if l.detached => {
+            seen.detached = true;
+            notes.push(
+                "detached: the backing file alone is the whole state, and this cache no longer \
+                 opens over it"
+                    .into(),
+            );
+        }
+        Ok(_) => {}
+    }
+    Ok(seen)
 }

@@ -3,13 +3,11 @@
 //! the region is mapped as a private copy, and recovery's table (recover.rs) is applied to it
 //! without storing its decisions, so the report says what the next open would do.
 
-use crate::common::backing::FileDevice;
-use crate::common::format::{decode_commit, Label, COMMIT_OFF};
+use crate::common::format::{decode_commit, COMMIT_OFF};
 use crate::common::image::Validated;
-use crate::ubj::format::{Counters, Layout, Settings, Superblock, BLOCK_BYTES};
+use crate::ubj::format::{Counters, Layout, Settings, Superblock};
 use crate::ubj::image::validate;
 use crate::ubj::recover::{self, Found};
-use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
 use nvstack_pmem::{Access, MmapRegion, Region};
 use std::collections::HashMap;
@@ -146,53 +144,21 @@ fn census(found: &Found, slots: u32) -> TableCensus {
     c
 }
 
-/// The backing file's size and label. A foreign file (another size, another cache's label) is
-/// a finding; a file that cannot be opened is the error it is, naming it, not damage (missing:
-/// exit 2; unreadable, or locked by a writer: exit 3).
+/// The backing file's size and label (common::label::inspect_backing).
 fn inspect_backing(
     v: &Validated<Superblock>,
     over: Option<&Path>,
     r: &mut Inspection,
 ) -> Result<()> {
-    let bpath = match (over, &v.path_record) {
-        (Some(p), _) => p.to_path_buf(),
-        (None, Ok(p)) => p.clone(),
-        (None, Err(e)) => {
-            r.findings.push(e.to_string());
-            return Ok(());
-        }
-    };
-    r.backing = Some(bpath.display().to_string());
-    let dev = FileDevice::open_readonly(&bpath)?;
-    r.backing_direct = dev.direct();
-    if dev.blocks() != v.sb.blocks + 1 {
-        r.findings.push(format!(
-            "backing file: {} blocks, but this cache was created over {} blocks and a label \
-             block",
-            dev.blocks(),
-            v.sb.blocks
-        ));
-        return Ok(());
-    }
-    let mut b = vec![0u8; BLOCK_BYTES as usize];
-    dev.read(v.sb.blocks, &mut b)?;
-    match Label::decode(&b) {
-        Err(e) => r.findings.push(format!("backing file: {e}")),
-        Ok(l) if l.identity != v.sb.identity || l.blocks != v.sb.blocks => {
-            r.findings.push(format!(
-                "backing file belongs to another cache (label identity {:032x})",
-                l.identity
-            ))
-        }
-        Ok(l) if l.detached => {
-            r.detached = true;
-            r.notes.push(
-                "detached: the backing file alone is the whole state, and this cache no longer \
-                 opens over it"
-                    .into(),
-            );
-        }
-        Ok(_) => {}
-    }
+    let seen = crate::common::label::inspect_backing(
+        &v.path_record,
+        over,
+        (v.sb.identity, v.sb.blocks),
+        &mut r.findings,
+        &mut r.notes,
+    )?;
+    r.backing = seen.path;
+    r.backing_direct = seen.direct;
+    r.detached = seen.detached;
     Ok(())
 }

@@ -92,7 +92,7 @@ fn build(
     })
 }
 
-fn validate(path: &Path, write: bool) -> Result<Validated<WcSuperblock>> {
+pub(crate) fn validate(path: &Path, write: bool) -> Result<Validated<WcSuperblock>> {
     let (file, len, block) = read_first_block(path, write, "a write cache image")?;
     let named = |e: Error| Error::bad(format!("{}: {e}", path.display()));
     let sb = WcSuperblock::decode(&block).map_err(named)?;

@@ -27,6 +27,7 @@ pub(crate) mod destage;
 pub mod entry;
 pub mod format;
 pub mod image;
+pub mod inspect;
 pub(crate) mod recover;
 pub mod serve;
 

@@ -67,68 +67,126 @@ fn read_slot<R: Region + ?Sized>(
     Ok(SlotCase::Copy(e, crc))
 }
 
+/// The table read against recovery's cases, every slot (damage does not stop the walk).
+pub(crate) struct Walked {
+    /// The newest valid commit word (None: neither is valid, a finding).
+    pub commit: Option<u64>,
+    /// Per slot: the copy recovery keeps (V4, the newest of its block).
+    pub copies: Vec<Option<(WcEntry, u32)>>,
+    /// Slots recovery clears: cut writes (V2, V3) and replaced copies (W1).
+    pub clears: Vec<u32>,
+    /// Of `clears`, the replaced copies (W1).
+    pub replaced: u32,
+    /// The highest sequence number seen (or the commit word's).
+    pub seq: u64,
+    /// Damage, one line per slot (V1) or pair of slots (W2), first the commit words'.
+    pub findings: Vec<String>,
+}
+
+/// Walk every slot (V0 to V4, W1, W2), collecting each finding.
+pub(crate) fn walk<R: Region + ?Sized>(
+    region: &R,
+    layout: &WcLayout,
+    bug: Option<WcBug>,
+) -> Walked {
+    let mut w = Walked {
+        commit: None,
+        copies: vec![None; layout.slots as usize],
+        clears: Vec::new(),
+        replaced: 0,
+        seq: 0,
+        findings: Vec::new(),
+    };
+    match crate::common::format::committed_epoch(region) {
+        Ok(c) => w.commit = Some(c),
+        Err(e) => w.findings.push(e.to_string()),
+    }
+    // Without a valid commit word every multi-block copy counts as in flight.
+    let commit = w.commit.unwrap_or(0);
+    w.seq = commit;
+    let mut best = Index::default();
+    let mut buf = vec![0u8; layout.sector_bytes as usize];
+    for slot in 0..layout.slots {
+        match read_slot(region, layout, slot, commit, bug, &mut buf) {
+            Err(e) => w.findings.push(e.to_string()),
+            Ok(SlotCase::Free) => {}
+            Ok(SlotCase::Cut) => w.clears.push(slot),
+            Ok(SlotCase::Copy(e, crc)) => keep_newest(&mut w, &mut best, slot, e, crc, bug),
+        }
+    }
+    debug_assert!(w.clears.len() as u64 + best.len() as u64 <= u64::from(layout.slots));
+    w
+}
+
+/// A whole copy against the block's copy kept so far: the newer stays (W1), one sequence
+/// number twice is damage (W2).
+fn keep_newest(
+    w: &mut Walked,
+    best: &mut Index,
+    slot: u32,
+    e: WcEntry,
+    crc: u32,
+    bug: Option<WcBug>,
+) {
+    w.seq = w.seq.max(e.seq);
+    let Some(other) = best.get(&e.lba).copied() else {
+        best.insert(e.lba, slot);
+        w.copies[slot as usize] = Some((e, crc));
+        return;
+    };
+    let o = w.copies[other as usize].expect("kept").0;
+    if o.seq == e.seq {
+        w.findings.push(format!(
+            "write cache slots {other} and {slot} both hold block {} of write {}",
+            e.lba, e.seq
+        ));
+        return;
+    }
+    // Seeded bugs: the older copy wins (oldest-copy), or the first found (first-copy).
+    let newer = match bug {
+        Some(WcBug::RecoveryOldestCopy) => e.seq < o.seq,
+        Some(WcBug::RecoveryFirstCopy) => false,
+        _ => e.seq > o.seq,
+    };
+    let loser = if newer {
+        best.insert(e.lba, slot);
+        w.copies[slot as usize] = Some((e, crc));
+        w.copies[other as usize] = None;
+        other
+    } else {
+        slot
+    };
+    w.clears.push(loser);
+    w.replaced += 1;
+}
+
 /// Rebuild the DRAM state (the hash index) from the table, storing recovery's clears; returns
-/// it with the number of entries cleared.
+/// it with the number of entries cleared. The first damage refuses the open (a finding).
 pub(crate) fn recover<R: Region + ?Sized>(
     region: &R,
     layout: &WcLayout,
     settings: WcSettings,
     bug: Option<WcBug>,
 ) -> Result<(WState, usize)> {
-    let commit = crate::common::format::committed_epoch(region)?;
-    let mut clears = Vec::new();
-    let mut best = Index::default();
-    let mut copies: Vec<Option<(WcEntry, u32)>> = vec![None; layout.slots as usize];
-    let mut seq = commit;
-    let mut buf = vec![0u8; layout.sector_bytes as usize];
-    for slot in 0..layout.slots {
-        let (e, crc) = match read_slot(region, layout, slot, commit, bug, &mut buf)? {
-            SlotCase::Free => continue,
-            SlotCase::Cut => {
-                clears.push(slot);
-                continue;
-            }
-            SlotCase::Copy(e, crc) => (e, crc),
-        };
-        seq = seq.max(e.seq);
-        copies[slot as usize] = Some((e, crc));
-        let Some(other) = best.get(&e.lba).copied() else {
-            best.insert(e.lba, slot);
-            continue;
-        };
-        let o = copies[other as usize].expect("kept").0;
-        if o.seq == e.seq {
-            return Err(Error::finding(format!(
-                "write cache slots {other} and {slot} both hold block {} of write {}",
-                e.lba, e.seq
-            )));
-        }
-        // Seeded bugs: the older copy wins (oldest-copy), or the first found (first-copy).
-        let newer = match bug {
-            Some(WcBug::RecoveryOldestCopy) => e.seq < o.seq,
-            Some(WcBug::RecoveryFirstCopy) => false,
-            _ => e.seq > o.seq,
-        };
-        let loser = if newer {
-            best.insert(e.lba, slot);
-            other
-        } else {
-            slot
-        };
-        clears.push(loser);
-        copies[loser as usize] = None;
+    let w = walk(region, layout, bug);
+    if let Some(f) = w.findings.first() {
+        return Err(Error::finding(f));
     }
-    if seq >= SEQ_MAX {
+    if w.seq >= SEQ_MAX {
         return Err(Error::bad(format!(
-            "write cache: sequence number {seq} leaves no room for another write (2^48 - 1 \
-             is the last)"
+            "write cache: sequence number {} leaves no room for another write (2^48 - 1 is \
+             the last)",
+            w.seq
         )));
     }
-    for &slot in &clears {
+    for &slot in &w.clears {
         region.store_u64_nt(layout.entry_off(slot) + 8, 0);
     }
     region.fence();
-    Ok((state(layout, settings, seq, copies, region), clears.len()))
+    Ok((
+        state(layout, settings, w.seq, w.copies, region),
+        w.clears.len(),
+    ))
 }
 
 fn state<R: Region + ?Sized>(
