@@ -8,7 +8,7 @@
 //! ground truth), where nvcache decides before it from its last walk; the directory set is
 //! recomputed after every write that touched a metadata sector.
 
-use nvstack_core::error::{Error, Result};
+use crate::field::{Field, Invalid};
 use std::collections::HashSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -41,8 +41,8 @@ fn le(b: &[u8], at: usize, n: usize) -> u64 {
 
 impl Layout {
     /// From a 512-byte-sector volume's boot sector.
-    pub fn parse(boot: &[u8], sectors: u64) -> Result<Layout> {
-        let bad = |m: &str| Error::bad(format!("--image: not a FAT volume: {m}"));
+    pub fn parse(boot: &[u8], sectors: u64) -> Result<Layout, Invalid> {
+        let bad = |m: &str| Invalid::new(Field::Image, format!(": not a FAT volume: {m}"));
         if boot.len() < 512 || boot[510] != 0x55 || boot[511] != 0xAA {
             return Err(bad("no 0x55AA signature in sector 0"));
         }
@@ -176,7 +176,7 @@ pub struct FatTracker {
 }
 
 impl FatTracker {
-    pub fn new(img: Vec<u8>) -> Result<FatTracker> {
+    pub fn new(img: Vec<u8>) -> Result<FatTracker, Invalid> {
         let layout = Layout::parse(&img[..512.min(img.len())], img.len() as u64 / 512)?;
         let sectors = img.len() / 512;
         let mut t = FatTracker {
