@@ -38,3 +38,47 @@ pub fn replay_trace(
         replay,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvstack_flash::ftl::FtlKind;
+    use nvstack_sim::trace::nvstack::Tally;
+
+    #[test]
+    fn every_request_of_the_trace_reaches_the_chip_and_a_bad_line_is_refused_by_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.trace");
+        let mut text = "nvstack-trace 1 block_bytes=512 blocks=1024\n".to_string();
+        let mut tally = Tally::default();
+        // Page 5 written twice and read once, page 6 read before anything was written there.
+        for line in ["10 1 W 5 1", "20 1 W 5 1", "30 1 R 5 1", "40 1 R 6 1"] {
+            tally.add(line.as_bytes());
+            text += &format!("{line}\n");
+        }
+        text += &format!("{}\n", tally.end_line());
+        std::fs::write(&path, &text).unwrap();
+        let chip = (
+            Geometry::SMALL_BLOCK,
+            FtlConfig {
+                kind: FtlKind::LogBlock,
+                log_blocks: 64,
+            },
+            Timing::SMALL_BLOCK,
+        );
+        let opts = ReaderOptions::default();
+        let r = replay_trace(&path, TraceFormat::Nvstack, &opts, chip).unwrap();
+        let rep = r.replay.report();
+        assert_eq!((rep.stats.requests, rep.stats.write_requests), (4, 2));
+        assert_eq!(
+            (rep.page_programs, rep.page_reads, rep.block_erases),
+            (2, 1, 0)
+        );
+        assert_eq!((r.replay.logical_writes[5], r.skipped_lines), (2, 0));
+        std::fs::write(&path, text.replace("20 1 W 5 1", "20 1 W five 1")).unwrap();
+        let e = replay_trace(&path, TraceFormat::Nvstack, &opts, chip)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("t.trace:3:"), "{e}");
+    }
+}

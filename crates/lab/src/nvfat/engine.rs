@@ -18,7 +18,9 @@ use nvstack_core::error::{Error, Result};
 use nvstack_flash::ftl::{FtlConfig, FtlKind};
 use nvstack_flash::geometry::{Geometry, Timing};
 use nvstack_flash::replay::Replay;
-use nvstack_nvcache::wformat::{Admit, DestagePolicy, WcLayout, WcSettings};
+// The one place the lab names nvcache's modules (the main line is reorganising them).
+pub use nvstack_nvcache::wformat::DestagePolicy;
+use nvstack_nvcache::wformat::{Admit, WcLayout, WcSettings};
 use nvstack_nvcache::{create_wc, WriteCache};
 use nvstack_pmem::{MmapRegion, Prefix};
 use nvstack_sim::cache::{Cache, CacheConfig, Model};
@@ -175,6 +177,11 @@ impl Flash {
         self.replay
             .request(write, lba * SECTOR_BYTES, SECTOR_BYTES)?;
         let c = self.replay.counters();
+        // A host write programs at least its own page (and a merge may add more).
+        assert!(
+            !write || c.programs > p,
+            "a write of sector {lba} programmed nothing"
+        );
         Ok(self
             .timing
             .time_ns(&self.geo, c.reads - r, c.programs - p, c.erases - e))
@@ -263,6 +270,7 @@ fn nvram(input: &Input, job: &Job, dev: &Device) -> LabResult<Option<(Nvram, u32
         .into());
     }
     let wc = WriteCache::open(region, backing.clone() as Arc<dyn BlockDevice>, None)?;
+    assert_eq!(wc.cached_blocks(), 0, "a new write cache holds no block");
     wc.set_destage_log(true);
     wc.set_fat_cross_check(dev.check_fat_walk);
     Ok(Some((
@@ -454,6 +462,10 @@ impl Run {
     /// A write request: per sector, metadata (or all, by the admission) the application waits
     /// for, the rest through the volatile model when the run is asynchronous.
     fn write(&mut self, lba: u64, bytes: &[u8]) -> Result<()> {
+        assert!(
+            !bytes.is_empty() && (bytes.len() as u64).is_multiple_of(SECTOR_BYTES),
+            "a write of whole sectors"
+        );
         let n = bytes.len() as u64 / SECTOR_BYTES;
         if let Some(p) = self.page.as_mut() {
             p[lba as usize..(lba + n) as usize].fill(true);
@@ -466,6 +478,7 @@ impl Run {
             Some(f) => f.write(lba, bytes),
             None => Vec::new(),
         };
+        assert!(truth.is_empty() || truth.len() == n as usize);
         if self.job.check_admission {
             for (i, &m) in truth.iter().enumerate() {
                 self.check.metadata_writes += u64::from(m);
@@ -509,7 +522,10 @@ impl Run {
     /// sectors go to the flash), the admitted sectors alone in an asynchronous one. The
     /// sectors the cache destaged reach the flash in the order it wrote them back.
     fn cache_write(&mut self, lba: u64, bytes: &[u8], taken: &[bool], sync: &[bool]) -> Result<()> {
+        let sectors = bytes.len() / SECTOR_BYTES as usize;
+        assert_eq!((taken.len(), sync.len()), (sectors, sectors));
         let nv = self.nv.as_mut().expect("a write cache");
+        let (written_before, bypassed_before) = (self.out.nvram_sector_writes, self.out.bypassed);
         let s = SECTOR_BYTES as usize;
         let mut i = 0;
         while i < sync.len() {
@@ -548,6 +564,11 @@ impl Run {
                 self.now = self.flash.foreground(self.now, true, lba + k as u64)?;
             }
         }
+        // Every sector the application waited for went to the NVRAM or past it, once.
+        let waited = sync.iter().filter(|&&w| w).count() as u64;
+        let went =
+            (self.out.nvram_sector_writes - written_before) + (self.out.bypassed - bypassed_before);
+        assert_eq!(went, waited, "sectors of a request lost or counted twice");
         Ok(())
     }
 
@@ -614,6 +635,13 @@ impl Run {
 
     fn finish(mut self) -> Result<Outcome> {
         self.out.exec_ns = self.now;
+        // The clock moves only by host gaps and the device time the application waited for.
+        assert_eq!(
+            self.out.host_ns + self.out.foreground_device_ns,
+            self.out.exec_ns,
+            "execution time is host time plus the device time waited for"
+        );
+        assert!(self.out.destaged_data_area <= self.out.destaged);
         // An unmount writes the volatile model's dirty blocks back (counted on the flash, not
         // in the execution time, which ends with the last request as PostMark's clock does).
         if let Some(v) = self.vol.as_mut() {
@@ -651,6 +679,7 @@ impl Run {
         if self.page.is_some() {
             let c = self.flash.replay.counters();
             let pc = &mut self.pc;
+            assert!(pc.device_ns_saved <= self.out.exec_ns && pc.flash_reads_saved <= c.reads);
             pc.exec_ns = self.out.exec_ns - pc.device_ns_saved;
             pc.energy_j = self.flash.timing.energy_j(
                 &self.flash.geo,

@@ -217,6 +217,7 @@ impl FatTracker {
     /// each sector is counted by its kind after the write, and as unchanged when its bytes
     /// were the volume's already.
     pub fn write(&mut self, lba: u64, bytes: &[u8]) -> Vec<bool> {
+        assert!(bytes.len().is_multiple_of(512), "a write of whole sectors");
         let n = bytes.len() as u64 / 512;
         let at = (lba * 512) as usize;
         let unchanged: Vec<bool> = bytes
@@ -225,6 +226,7 @@ impl FatTracker {
             .map(|(i, b)| self.img[at + i * 512..at + i * 512 + 512] == *b)
             .collect();
         self.img[at..at + bytes.len()].copy_from_slice(bytes);
+        let written_before = self.kinds.written();
         if (lba..lba + n).any(|l| self.is_metadata(l)) {
             self.walk();
         }
@@ -232,7 +234,11 @@ impl FatTracker {
             let k = self.kind(l);
             self.kinds.add(k, same);
         }
-        (lba..lba + n).map(|l| self.is_metadata(l)).collect()
+        let meta: Vec<bool> = (lba..lba + n).map(|l| self.is_metadata(l)).collect();
+        // Every sector written was counted once, and the written bytes are the volume's now.
+        assert_eq!(self.kinds.written() - written_before, n);
+        debug_assert!(self.img[at..at + bytes.len()] == *bytes);
+        meta
     }
 
     fn fat_entry(&self, c: u64) -> u64 {
@@ -337,6 +343,12 @@ impl FatTracker {
             self.dirs[d as usize] = true;
         }
         self.dir_list = dirs;
+        // The bits and the list say the same (a full count: debug builds only, the walk runs
+        // after every metadata write).
+        debug_assert_eq!(
+            self.dirs.iter().filter(|&&d| d).count(),
+            self.dir_list.len()
+        );
     }
 }
 

@@ -17,12 +17,11 @@ pub mod input;
 pub mod report;
 
 use crate::field::{Field, Invalid, LabResult};
-pub use engine::{AdmitKind, Device, Job, Mode, Outcome};
+pub use engine::{AdmitKind, DestagePolicy, Device, Job, Mode, Outcome};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::Progress;
 use nvstack_flash::ftl::FtlKind;
 use nvstack_flash::geometry::{Geometry, Timing, SPARE_BLOCKS_BEYOND_LOGS};
-use nvstack_nvcache::wformat::DestagePolicy;
 use rayon::prelude::*;
 pub use report::Report;
 
@@ -204,3 +203,6 @@ pub fn run(plan: &Plan, progress: &dyn Progress) -> LabResult<Report> {
         started.elapsed(),
     ))
 }
+
+#[cfg(test)]
+mod tests;

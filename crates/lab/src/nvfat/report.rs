@@ -3,11 +3,10 @@
 //! seed's numbers, the hottest pages, the runs beyond the seed.
 
 use super::changed::ChangedStats;
-use super::engine::{AdmissionCheck, AdmitKind, Device, Mode, Outcome};
+use super::engine::{AdmissionCheck, AdmitKind, DestagePolicy, Device, Mode, Outcome};
 use super::fatcount::KindCounts;
 use super::input::{HostTime, Input, OpCounts};
 use nvstack_flash::ftl::FtlKind;
-use nvstack_nvcache::wformat::DestagePolicy;
 use std::path::PathBuf;
 
 /// The seed's numbers (Sync-PostMark, log-block FTL, 0 against 128 KB of NVRAM).
