@@ -67,6 +67,15 @@ for pair in "ubj:write" "write:ubj" "common:ubj" "common:write"; do
   fi
 done
 only_nvstack nvstack-mcsim nvstack-core
+# The lab joins layers the graph keeps apart (the NVFAT replay, the flash replay, the recorded
+# workloads); nvstack-plot comes with the simulator. It serves nothing and only the front ends
+# (the program, Python, the bench) may use it.
+only_nvstack nvstack-lab nvstack-core nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-flash nvstack-policy nvstack-sim nvstack-mcsim nvstack-plot
+forbid nvstack-lab all "the lab runs experiments and serves nothing" fuser
+for pkg in $members; do
+  case $pkg in nvstack | nvstack-python | nvstack-bench | nvstack-lab) continue ;; esac
+  forbid "$pkg" all "only the front ends use the lab" nvstack-lab
+done
 forbid nvstack-mcsim all "the committing simulator runs with no device" $devices
 forbid nvstack direct "only export speaks FUSE" fuser
 forbid nvstack direct "only plot draws figures" plotters
@@ -76,6 +85,15 @@ only_nvstack nvstack-python nvstack-core nvstack-policy nvstack-sim nvstack-plot
 for pkg in $members; do
   [ "$pkg" = nvstack-python ] || forbid "$pkg" direct "only nvstack-python speaks Python" pyo3
 done
+
+# The program implements no device and no region: models and devices live in the libraries
+# (the lab's engine takes core's MemDevice and pmem's Prefix).
+if found=$(grep -rnE 'impl\b.*\b(BlockDevice|Region) for\b' crates/cli/src); then
+  while IFS= read -r hit; do
+    echo "layering: ${hit%%:impl*}: the program implements a device or a region (move it to a library crate)" >&2
+  done <<<"$found"
+  fail=1
+fi
 
 if [ "$fail" -ne 0 ]; then
   echo "layering: the crate graph breaks the architecture invariants (ARCHITECTURE.md)" >&2

@@ -125,6 +125,92 @@ pub fn write_chunked(dev: &dyn BlockDevice, lba: u64, data: &[u8]) -> Result<()>
     Ok(())
 }
 
+/// Blocks in memory with the promises it is given: a device for simulations and tests, whose
+/// bytes are kept only as long as the value lives (so its `flush` has nothing to do). Each call
+/// takes one lock: a simulation drives it from one thread, where the lock is never contended.
+pub struct MemDevice {
+    block_bytes: u32,
+    blocks: u64,
+    caps: Caps,
+    bytes: std::sync::Mutex<Vec<u8>>,
+}
+
+impl MemDevice {
+    /// `blocks` zeroed blocks of `block_bytes`, promising `caps`.
+    pub fn new(block_bytes: u32, blocks: u64, caps: Caps) -> Result<MemDevice> {
+        assert!(block_bytes > 0, "a device has blocks of at least one byte");
+        let len = blocks
+            .checked_mul(u64::from(block_bytes))
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| {
+                Error::bad(format!(
+                    "{blocks} blocks of {block_bytes} bytes: too large for memory"
+                ))
+            })?;
+        Ok(MemDevice {
+            block_bytes,
+            blocks,
+            caps,
+            bytes: std::sync::Mutex::new(vec![0; len]),
+        })
+    }
+
+    fn bytes(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        // A poisoned lock only means a caller panicked mid-copy: the bytes are still bytes.
+        self.bytes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Write `data` at byte `off`, in place (no whole-block rule: a simulation writes one
+    /// sector of a larger block this way), or a BadInput error if it reaches past the end.
+    pub fn write_at(&self, off: u64, data: &[u8]) -> Result<()> {
+        let mut b = self.bytes();
+        let end = off.checked_add(data.len() as u64);
+        let Some(end) = end.filter(|&e| e <= b.len() as u64) else {
+            return Err(Error::bad(format!(
+                "bytes [{off}, +{}) past the end of the {}-byte device",
+                data.len(),
+                b.len()
+            )));
+        };
+        b[off as usize..end as usize].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+impl BlockDevice for MemDevice {
+    fn block_bytes(&self) -> u32 {
+        self.block_bytes
+    }
+    fn blocks(&self) -> u64 {
+        self.blocks
+    }
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+    fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+        let at = extent(self.blocks, self.block_bytes, lba, buf.len())? as usize;
+        buf.copy_from_slice(&self.bytes()[at..at + buf.len()]);
+        Ok(())
+    }
+    fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+        let at = extent(self.blocks, self.block_bytes, lba, data.len())? as usize;
+        self.bytes()[at..at + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn discard(&self, lba: u64, count: u64) -> Result<()> {
+        let bytes = count
+            .checked_mul(u64::from(self.block_bytes))
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| Error::bad("discard too long"))?;
+        let at = extent(self.blocks, self.block_bytes, lba, bytes)? as usize;
+        self.bytes()[at..at + bytes].fill(0);
+        Ok(())
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,5 +338,29 @@ mod tests {
         assert!(e.to_string().contains("no scattered atomic write"), "{e}");
         assert!(dev.writes.lock().unwrap().is_empty());
         assert!(dev.bytes.lock().unwrap().iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_memory_device_keeps_its_blocks_and_refuses_past_its_end() {
+        let dev = MemDevice::new(16, 4, caps(1)).unwrap();
+        assert_eq!(
+            (dev.blocks(), dev.block_bytes(), dev.caps()),
+            (4, 16, caps(1))
+        );
+        dev.write(1, &[5; 32]).unwrap();
+        dev.write_at(17, &[9; 2]).unwrap();
+        let mut b = [0u8; 48];
+        dev.read(0, &mut b).unwrap();
+        assert_eq!(&b[..16], &[0; 16]);
+        assert_eq!((b[16], b[17], b[18], b[19]), (5, 9, 9, 5));
+        dev.discard(2, 1).unwrap();
+        dev.read(0, &mut b).unwrap();
+        assert_eq!(&b[32..48], &[0; 16], "a discarded block reads as zeros");
+        assert_eq!(b[31], 5, "its neighbour is kept");
+        assert!(dev.write(3, &[0; 32]).is_err());
+        assert!(dev.write_at(63, &[0; 2]).is_err());
+        assert!(dev.write_at(u64::MAX, &[0; 2]).is_err(), "no overflow");
+        assert!(dev.discard(0, u64::MAX).is_err());
+        assert!(MemDevice::new(16, u64::MAX, caps(1)).is_err());
     }
 }

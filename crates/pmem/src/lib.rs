@@ -18,6 +18,7 @@ pub mod latency;
 #[allow(unsafe_code)]
 pub mod mmap;
 pub mod ordering;
+pub mod prefix;
 pub mod record;
 pub mod simdisk;
 pub mod unordered;
@@ -26,6 +27,7 @@ pub use cpu::{FlushKind, LINE_BYTES};
 pub use domain::{CommitDomain, DomainStats};
 pub use mmap::{Access, MmapRegion};
 pub use ordering::{Method, OrderingPolicy, RegionKind};
+pub use prefix::Prefix;
 
 /// A byte-addressable persistent-memory region.
 ///

@@ -5,7 +5,8 @@
 //! crash checker's UBJ target and by the serve daemon's power cuts of a cache image.
 
 use crate::crash::SimRegion;
-use crate::{FlushKind, Region};
+use crate::prefix::Prefix;
+use crate::Region;
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
 use std::sync::Arc;
@@ -14,56 +15,8 @@ use std::sync::Arc;
 pub const BLOCK_BYTES: u32 = 4096;
 const B: u64 = BLOCK_BYTES as u64;
 
-/// The NVRAM part of a simulated region: its first `len` bytes.
-pub struct SimNvram {
-    region: Arc<SimRegion>,
-    len: u64,
-}
-
-impl Region for SimNvram {
-    fn len(&self) -> u64 {
-        self.len
-    }
-    fn read(&self, off: u64, dst: &mut [u8]) {
-        assert!(
-            off + dst.len() as u64 <= self.len,
-            "NVRAM read past its end"
-        );
-        self.region.read(off, dst)
-    }
-    fn load_u64(&self, off: u64) -> u64 {
-        assert!(off + 8 <= self.len, "NVRAM load past its end");
-        self.region.load_u64(off)
-    }
-    fn write(&self, off: u64, src: &[u8]) {
-        assert!(
-            off + src.len() as u64 <= self.len,
-            "NVRAM write past its end"
-        );
-        self.region.write(off, src)
-    }
-    fn store_u64(&self, off: u64, v: u64) {
-        assert!(off + 8 <= self.len, "NVRAM store past its end");
-        self.region.store_u64(off, v)
-    }
-    fn write_nt(&self, off: u64, src: &[u8]) {
-        assert!(
-            off + src.len() as u64 <= self.len,
-            "NVRAM write past its end"
-        );
-        self.region.write_nt(off, src)
-    }
-    fn store_u64_nt(&self, off: u64, v: u64) {
-        assert!(off + 8 <= self.len, "NVRAM store past its end");
-        self.region.store_u64_nt(off, v)
-    }
-    fn flush(&self, off: u64, len: u64, kind: FlushKind) {
-        self.region.flush(off, len, kind)
-    }
-    fn fence(&self) {
-        self.region.fence()
-    }
-}
+/// The NVRAM part of a simulated region: its first bytes (bounds checked by [`Prefix`]).
+pub type SimNvram = Prefix<SimRegion>;
 
 /// The backing device: whole 4 KiB blocks in the region's tail, written as sectors that are
 /// durable only after `flush` (a disk's write cache); a discard writes zeros (a punched hole).
@@ -120,10 +73,7 @@ impl BlockDevice for SimDisk {
 /// The NVRAM and the disk of a region whose NVRAM is `nvram_bytes` long.
 pub fn parts(region: &Arc<SimRegion>, nvram_bytes: u64) -> (SimNvram, SimDisk) {
     assert!(nvram_bytes < region.len() && nvram_bytes.is_multiple_of(B));
-    let nvram = SimNvram {
-        region: region.clone(),
-        len: nvram_bytes,
-    };
+    let nvram = Prefix::new(region.clone(), nvram_bytes);
     let disk = SimDisk {
         region: region.clone(),
         off: nvram_bytes,

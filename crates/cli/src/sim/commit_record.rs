@@ -1,19 +1,13 @@
-//! `nvstack sim commit-record`: persistent code's traffic, recorded per thread by pmem's
-//! recording region, written as a trace for the committing simulator. `--workload nvramdisk`:
-//! nvramdisk's writes on several lanes, one thread per core, each writing random blocks of
-//! its own LBA slice (the format and recovery before the threads start are not recorded).
-//! `--workload sqlite`: the SQLite journal store, one database per core (`commit_sqlite`).
+//! `nvstack sim commit-record`: persistent code's traffic recorded as a trace for the
+//! committing simulator (`nvstack_lab::record`). `--workload nvramdisk`: nvramdisk's writes on
+//! several lanes, one thread per core; `--workload sqlite`: the SQLite journal store, one
+//! database per core. This file parses the flags, opens the output and says what it did.
 
-use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
-use nvstack_mcsim::{Op, TraceWriter};
-use nvstack_nvramdisk::{format_region, FormatOptions, Geometry, NvramDisk, OpenOptions, Protocol};
-use nvstack_pmem::record::{Recorded, RecordingRegion};
-use nvstack_pmem::MmapRegion;
-use rand::{Rng, SeedableRng};
+use nvstack_lab::record;
+use nvstack_nvramdisk::Protocol;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct RecordArgs {
@@ -45,10 +39,6 @@ pub struct RecordArgs {
     #[arg(long)]
     force: bool,
 }
-
-const BLOCK: u32 = 4096;
-/// Blocks per thread's LBA slice.
-const SLICE_BLOCKS: u64 = 1024;
 
 /// The output file, created; an existing one only with --force.
 pub fn create_output(a: &RecordArgs) -> Result<std::fs::File> {
@@ -88,11 +78,21 @@ pub fn run(a: RecordArgs) -> Result<i32> {
             a.output.display()
         )));
     }
-    if a.workload == "sqlite" {
-        crate::sim::commit_sqlite::record(&a)?;
+    let open = || create_output(&a);
+    let mut out = if a.workload == "sqlite" {
+        record::sqlite::record_sqlite(&extension(&a)?, a.threads, a.writes, open)?
     } else {
-        record_nvramdisk(&a, protocol)?;
-    }
+        let plan = record::NvramdiskPlan {
+            protocol,
+            threads: a.threads,
+            writes: a.writes,
+            call_instructions: a.call_instructions,
+            seed: a.seed,
+        };
+        record::record_nvramdisk(&plan, open)?
+    };
+    out.flush()
+        .map_err(|e| Error::env(format!("--output {}: {e}", a.output.display())))?;
     crate::say!(
         "recorded {} threads x {} {} into {}",
         a.threads,
@@ -107,87 +107,22 @@ pub fn run(a: RecordArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn record_nvramdisk(a: &RecordArgs, protocol: Protocol) -> Result<()> {
-    let blocks = SLICE_BLOCKS * u64::from(a.threads);
-    let bytes = Geometry::region_bytes_for(blocks, BLOCK, a.threads)?;
-    let region = Arc::new(RecordingRegion::new(
-        MmapRegion::anonymous(bytes)?,
-        a.call_instructions,
-    ));
-    let fo = FormatOptions {
-        protocol,
-        lanes: a.threads,
-        block_bytes: BLOCK,
-        ..FormatOptions::default()
+/// The extension: --sqlite-ext, else $NVSTACK_SQLITE_EXT, else libnvstack_sqlite.so beside
+/// this program (where `cargo build --release` puts both).
+fn extension(a: &RecordArgs) -> Result<PathBuf> {
+    let path = match (&a.sqlite_ext, std::env::var_os("NVSTACK_SQLITE_EXT")) {
+        (Some(p), _) => p.clone(),
+        (None, Some(p)) => PathBuf::from(p),
+        (None, None) => std::env::current_exe()
+            .map_err(|e| Error::env(format!("where is this program: {e}")))?
+            .with_file_name("libnvstack_sqlite.so"),
     };
-    format_region(&*region, &fo)?;
-    let disk = NvramDisk::open(region.clone(), OpenOptions::default())?;
-    region.take();
-    std::thread::scope(|s| {
-        let disk = &disk;
-        let handles: Vec<_> = (0..u64::from(a.threads))
-            .map(|t| {
-                s.spawn(move || -> Result<()> {
-                    let mut rng = rand::rngs::SmallRng::seed_from_u64(a.seed ^ (t << 32));
-                    let data = vec![t as u8; BLOCK as usize];
-                    for _ in 0..a.writes {
-                        disk.write(t * SLICE_BLOCKS + rng.gen_range(0..SLICE_BLOCKS), &data)?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .map_err(|_| Error::env("a writer thread panicked"))?
-        })
-    })?;
-    let logs = region.take();
-    write_trace(a, bytes, logs)
-}
-
-fn op(r: Recorded) -> Op {
-    match r {
-        Recorded::Gap(n) => Op::Gap(n),
-        Recorded::Load(a) => Op::Load(a),
-        Recorded::Store(a) => Op::Store(a),
-        Recorded::Flush(a) => Op::Flush(a),
-        Recorded::Fence => Op::Fence,
-        Recorded::Commit { off, len } => Op::Commit { addr: off, len },
-        Recorded::Bind { off, len } => Op::Bind { addr: off, len },
+    if !path.is_file() {
+        return Err(Error::bad(format!(
+            "--sqlite-ext {}: no such file (build it with cargo build --release -p \
+             nvstack-sqlite, or set NVSTACK_SQLITE_EXT)",
+            path.display()
+        )));
     }
-}
-
-/// The region is one allocation; the OS spreads it over the 7 bindable sub-queues in equal
-/// slices (thread 0 binds them first), so commits of different areas lock different
-/// sub-queues. Threads are interleaved in chunks so the reader's buffers stay small.
-fn write_trace(a: &RecordArgs, bytes: u64, logs: Vec<Vec<Recorded>>) -> Result<()> {
-    let file = create_output(a)?;
-    let mut w = TraceWriter::new(std::io::BufWriter::new(file), logs.len())?;
-    let slice = bytes.div_ceil(7).next_multiple_of(64);
-    for i in 0..7 {
-        let addr = i * slice;
-        if addr < bytes {
-            w.op(
-                0,
-                Op::Bind {
-                    addr,
-                    len: slice.min(bytes - addr),
-                },
-            )?;
-        }
-    }
-    let mut at = vec![0usize; logs.len()];
-    while at.iter().zip(&logs).any(|(i, l)| *i < l.len()) {
-        for (t, log) in logs.iter().enumerate() {
-            let end = (at[t] + 256).min(log.len());
-            for &r in &log[at[t]..end] {
-                w.op(t, op(r))?;
-            }
-            at[t] = end;
-        }
-    }
-    let mut out = w.finish()?;
-    out.flush()
-        .map_err(|e| Error::env(format!("--output {}: {e}", a.output.display())))
+    Ok(path)
 }

@@ -1,14 +1,15 @@
-//! `nvstack sim flash`: a block trace replayed in virtual time on NAND under an FTL (the replay
-//! is `nvstack_flash::replay`; the trace readers are the simulator's): writes per logical page
-//! and per physical page, erase counts, merges, time and energy, as a table, `--json`, and
-//! with `--plot DIR` three SVG figures after seed 004's Figures 5 to 7.
+//! `nvstack sim flash`: a block trace replayed in virtual time on NAND under an FTL
+//! (`nvstack_lab::flash_replay`: the simulator's trace readers feeding flash's replay): writes
+//! per logical page and per physical page, erase counts, merges, time and energy, as a table,
+//! `--json`, and with `--plot DIR` three SVG figures after seed 004's Figures 5 to 7.
 
 use crate::flash::{describe, histogram_table, GeometryArgs};
 use clap::Args;
 use nvstack_core::error::{Error, Result};
 use nvstack_flash::replay::{erase_histogram, Replay, ReplayReport};
+use nvstack_lab::flash_replay::{replay_trace, Replayed};
 use nvstack_plot::{LineChart, Scale, Series};
-use nvstack_sim::trace::{self, Op, ReaderOptions, TraceFormat};
+use nvstack_sim::trace::{ReaderOptions, TraceFormat};
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
@@ -47,16 +48,15 @@ struct FlashSimReport {
 
 pub fn run(a: FlashSimArgs) -> Result<i32> {
     let h = a.geometry.header()?;
-    let mut replay = Replay::new(h.geo, h.ftl, h.timing)?;
     let opts = ReaderOptions {
         skip_bad_lines: a.skip_bad_lines,
         interarrival_ns: a.interarrival.map(|us| us.saturating_mul(1000)),
     };
-    let mut src = trace::open(&a.trace, a.format, &opts)?;
-    for req in src.by_ref() {
-        let r = req?;
-        replay.request(r.op == Op::Write, r.offset_bytes, r.size_bytes)?;
-    }
+    let chip = (h.geo, h.ftl, h.timing);
+    let Replayed {
+        replay,
+        skipped_lines,
+    } = replay_trace(&a.trace, a.format, &opts, chip)?;
     let figures = match &a.plot {
         Some(dir) => figures(dir, &replay)?,
         None => Vec::new(),
@@ -64,7 +64,7 @@ pub fn run(a: FlashSimArgs) -> Result<i32> {
     let report = FlashSimReport {
         trace: a.trace.display().to_string(),
         format: a.format,
-        skipped_lines: src.skipped_lines(),
+        skipped_lines,
         replay: replay.report(),
         erase_histogram: erase_histogram(&replay.counters().block_erases),
         figures: figures.iter().map(|p| p.display().to_string()).collect(),

@@ -4,7 +4,6 @@ pub mod analyze;
 pub mod blocks;
 pub mod commit;
 pub mod commit_record;
-pub mod commit_sqlite;
 pub mod flash;
 pub mod lfs;
 pub mod nvfat;

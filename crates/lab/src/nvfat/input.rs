@@ -1,6 +1,7 @@
 //! A recording read whole for the replays: the device trace's lines, every write's bytes from
 //! the data log, the volume as it stood when the recording started, and the run's times.
 
+use crate::field::{Field, Invalid, LabResult};
 use nvstack_core::error::{Error, Result};
 use nvstack_sim::trace::nvdata::DataReader;
 use nvstack_sim::trace::nvstack::{DeviceEvents, DeviceOp, TraceHeader};
@@ -58,6 +59,7 @@ pub struct OpCounts {
 }
 
 /// The paths of a recording (`scripts/nvfat-record.sh` writes them side by side).
+#[derive(Clone, Debug)]
 pub struct Paths {
     pub trace: PathBuf,
     pub data: PathBuf,
@@ -72,35 +74,29 @@ struct RunRecord {
     cpu_s: std::collections::BTreeMap<String, f64>,
 }
 
-fn read_run(p: &Path) -> Result<RunRecord> {
-    let text = std::fs::read_to_string(p)
-        .map_err(|e| Error::bad(format!("--run {}: cannot read: {e}", p.display())))?;
-    let r: RunRecord = serde_json::from_str(&text).map_err(|e| {
-        Error::bad(format!(
-            "--run {}: not a run record (elapsed_s, cpu_s): {e}",
-            p.display()
-        ))
-    })?;
+fn read_run(p: &Path) -> std::result::Result<RunRecord, Invalid> {
+    let bad = |what: String| Invalid::new(Field::Run, format!(" {}: {what}", p.display()));
+    let text = std::fs::read_to_string(p).map_err(|e| bad(format!("cannot read: {e}")))?;
+    let r: RunRecord = serde_json::from_str(&text)
+        .map_err(|e| bad(format!("not a run record (elapsed_s, cpu_s): {e}")))?;
     if !(r.elapsed_s.is_finite() && r.elapsed_s > 0.0)
         || r.cpu_s.values().any(|v| !v.is_finite() || *v < 0.0)
     {
-        return Err(Error::bad(format!(
-            "--run {}: elapsed_s must be positive and every cpu_s finite and not negative",
-            p.display()
-        )));
+        return Err(bad(
+            "elapsed_s must be positive and every cpu_s finite and not negative".into(),
+        ));
     }
     Ok(r)
 }
 
-fn read_image(p: &Path, h: &TraceHeader) -> Result<Vec<u8>> {
-    let img = std::fs::read(p)
-        .map_err(|e| Error::bad(format!("--image {}: cannot read: {e}", p.display())))?;
+fn read_image(p: &Path, h: &TraceHeader) -> std::result::Result<Vec<u8>, Invalid> {
+    let bad = |what: String| Invalid::new(Field::Image, format!(" {}: {what}", p.display()));
+    let img = std::fs::read(p).map_err(|e| bad(format!("cannot read: {e}")))?;
     let want = h.blocks * h.block_bytes;
     if img.len() as u64 != want {
-        return Err(Error::bad(format!(
-            "--image {}: {} bytes, the trace's device has {want} ({} blocks of {}): not the \
-             volume this trace was recorded on",
-            p.display(),
+        return Err(bad(format!(
+            "{} bytes, the trace's device has {want} ({} blocks of {}): not the volume this \
+             trace was recorded on",
             img.len(),
             h.blocks,
             h.block_bytes
@@ -188,7 +184,8 @@ fn read_events(events: DeviceEvents, log: &mut DataReader) -> Result<Events> {
     Ok(e)
 }
 
-pub fn load(p: &Paths) -> Result<Input> {
+/// The recording read whole; a bad image or run record is refused naming its field.
+pub fn load(p: &Paths) -> LabResult<Input> {
     let (header, events) = DeviceEvents::open(&p.trace)?;
     check_header(p, &header)?;
     let image = read_image(&p.image, &header)?;
@@ -209,7 +206,7 @@ pub fn load(p: &Paths) -> Result<Input> {
 
 /// The host time between requests: the recorded gaps, scaled so that they add up to the run's
 /// CPU time minus the device's waits when the run record is given.
-fn host_time(p: &Paths, evs: &mut [Ev], span: u64, waits: u64, overl: u64) -> Result<HostTime> {
+fn host_time(p: &Paths, evs: &mut [Ev], span: u64, waits: u64, overl: u64) -> LabResult<HostTime> {
     let gaps: u64 = evs.iter().map(|e| e.gap_ns).sum();
     let mut h = HostTime {
         source: "wall".into(),

@@ -12,14 +12,17 @@
 use super::changed::Changed;
 use super::fatcount::{FatTracker, KindCounts};
 use super::input::{Ev, Input, SECTOR_BYTES};
-use nvstack_core::blockdev::BlockDevice;
+use crate::field::{Field, Invalid, LabResult};
+use nvstack_core::blockdev::{BlockDevice, Caps, Durability, MemDevice};
 use nvstack_core::error::{Error, Result};
 use nvstack_flash::ftl::{FtlConfig, FtlKind};
 use nvstack_flash::geometry::{Geometry, Timing};
 use nvstack_flash::replay::Replay;
-use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcLayout, WcSettings};
+// The one place the lab names nvcache's modules.
+pub use nvstack_nvcache::write::format::DestagePolicy;
+use nvstack_nvcache::write::format::{Admit, WcLayout, WcSettings};
 use nvstack_nvcache::{create_wc, WriteCache};
-use nvstack_pmem::{FlushKind, MmapRegion, Region};
+use nvstack_pmem::{MmapRegion, Prefix};
 use nvstack_sim::cache::{Cache, CacheConfig, Model};
 use nvstack_sim::trace::nvstack::DeviceOp;
 use nvstack_sim::trace::{BlockAccess, Op};
@@ -174,6 +177,11 @@ impl Flash {
         self.replay
             .request(write, lba * SECTOR_BYTES, SECTOR_BYTES)?;
         let c = self.replay.counters();
+        // A host write programs at least its own page (and a merge may add more).
+        assert!(
+            !write || c.programs > p,
+            "a write of sector {lba} programmed nothing"
+        );
         Ok(self
             .timing
             .time_ns(&self.geo, c.reads - r, c.programs - p, c.erases - e))
@@ -195,130 +203,30 @@ impl Flash {
     }
 }
 
-/// The first `len` bytes of anonymous memory (mapped in whole pages) as a region: the write
-/// cache sizes itself by its region's length, and the seed's sizes are not whole pages.
-pub struct Window {
-    inner: MmapRegion,
-    len: u64,
+/// The NVRAM: the first bytes of anonymous memory (mapped in whole pages): the write cache
+/// sizes itself by its region's length, and the seed's sizes are not whole pages.
+pub type Window = Prefix<MmapRegion>;
+
+fn window(len: u64) -> Result<Window> {
+    let pages = MmapRegion::anonymous(len.div_ceil(4096).max(1) * 4096)?;
+    Ok(Prefix::new(Arc::new(pages), len))
 }
 
-impl Window {
-    pub fn new(len: u64) -> Result<Window> {
-        Ok(Window {
-            inner: MmapRegion::anonymous(len.div_ceil(4096).max(1) * 4096)?,
-            len,
-        })
-    }
+/// The volume under the write cache: 4 KiB blocks in memory, copied with plain stores and no
+/// fences (a simulation's device needs no durability; `RawDevice`'s non-temporal stores and
+/// fences were a tenth of a replay); an asynchronous run's sectors are written in place.
+const VOLUME_BLOCK_BYTES: u64 = 4096;
 
-    fn check(&self, off: u64, n: usize) {
-        assert!(
-            off.checked_add(n as u64).is_some_and(|e| e <= self.len),
-            "access {off}+{n} past the window's {} bytes",
-            self.len
-        );
-    }
-}
-
-impl Region for Window {
-    fn len(&self) -> u64 {
-        self.len
-    }
-    fn read(&self, off: u64, dst: &mut [u8]) {
-        self.check(off, dst.len());
-        self.inner.read(off, dst)
-    }
-    fn load_u64(&self, off: u64) -> u64 {
-        self.check(off, 8);
-        self.inner.load_u64(off)
-    }
-    fn write(&self, off: u64, src: &[u8]) {
-        self.check(off, src.len());
-        self.inner.write(off, src)
-    }
-    fn store_u64(&self, off: u64, v: u64) {
-        self.check(off, 8);
-        self.inner.store_u64(off, v)
-    }
-    fn write_nt(&self, off: u64, src: &[u8]) {
-        self.check(off, src.len());
-        self.inner.write_nt(off, src)
-    }
-    fn store_u64_nt(&self, off: u64, v: u64) {
-        self.check(off, 8);
-        self.inner.store_u64_nt(off, v)
-    }
-    fn flush(&self, off: u64, len: u64, kind: FlushKind) {
-        self.inner.flush(off, len, kind)
-    }
-    fn fence(&self) {
-        self.inner.fence()
-    }
-    fn has_flush(&self, kind: FlushKind) -> bool {
-        self.inner.has_flush(kind)
-    }
-}
-
-/// The volume under the write cache: 4 KiB blocks in anonymous memory, copied with plain
-/// stores and no fences (a simulation's device needs no durability; `RawDevice`'s
-/// non-temporal stores and fences were a tenth of a replay), and sectors written in place.
-struct MemDisk {
-    region: MmapRegion,
-    blocks: u64,
-}
-
-impl MemDisk {
-    const BLOCK_BYTES: u64 = 4096;
-
-    fn at(&self, lba: u64, bytes: usize) -> Result<u64> {
-        nvstack_core::blockdev::extent(self.blocks, Self::BLOCK_BYTES as u32, lba, bytes)
-    }
-
-    /// One 512-byte sector written in place (no read-modify-write of its block).
-    fn write_sector(&self, lba: u64, sector: &[u8]) -> Result<()> {
-        assert_eq!(sector.len() as u64, SECTOR_BYTES);
-        let end = (lba + 1) * SECTOR_BYTES;
-        if end > self.blocks * Self::BLOCK_BYTES {
-            return Err(Error::bad(format!("sector {lba}: past the volume's end")));
-        }
-        self.region.write(lba * SECTOR_BYTES, sector);
-        Ok(())
-    }
-}
-
-impl BlockDevice for MemDisk {
-    fn block_bytes(&self) -> u32 {
-        Self::BLOCK_BYTES as u32
-    }
-    fn blocks(&self) -> u64 {
-        self.blocks
-    }
-    fn caps(&self) -> nvstack_core::blockdev::Caps {
-        nvstack_core::blockdev::Caps {
-            atomic_blocks: 0,
-            scattered: false,
-            durability: nvstack_core::blockdev::Durability::OnReturn,
-        }
-    }
-    fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
-        let off = self.at(lba, buf.len())?;
-        self.region.read(off, buf);
-        Ok(())
-    }
-    fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
-        let off = self.at(lba, data.len())?;
-        self.region.write(off, data);
-        Ok(())
-    }
-    fn discard(&self, lba: u64, count: u64) -> Result<()> {
-        let bytes = usize::try_from(count * Self::BLOCK_BYTES)
-            .map_err(|_| Error::bad("discard too long"))?;
-        let off = self.at(lba, bytes)?;
-        self.region.write(off, &vec![0u8; bytes]);
-        Ok(())
-    }
-    fn flush(&self) -> Result<()> {
-        Ok(())
-    }
+fn volume(image: &[u8]) -> Result<MemDevice> {
+    let len = image.len() as u64 + VOLUME_BLOCK_BYTES;
+    let caps = Caps {
+        atomic_blocks: 0,
+        scattered: false,
+        durability: Durability::OnReturn,
+    };
+    let v = MemDevice::new(VOLUME_BLOCK_BYTES as u32, len / VOLUME_BLOCK_BYTES, caps)?;
+    v.write(0, image)?;
+    Ok(v)
 }
 
 /// The write cache over the volume's bytes, and which sectors it holds (kept from what each
@@ -328,24 +236,23 @@ struct Nvram {
     cached: Vec<bool>,
     /// The volume under the cache: an asynchronous run's file data is written into it
     /// directly (those sectors are not cached), so the FAT walk reads what the run wrote.
-    backing: Arc<MemDisk>,
+    backing: Arc<MemDevice>,
 }
 
-fn nvram(input: &Input, job: &Job, dev: &Device) -> Result<Option<(Nvram, u32)>> {
+fn nvram(input: &Input, job: &Job, dev: &Device) -> LabResult<Option<(Nvram, u32)>> {
     if job.nvram_bytes == 0 {
         return Ok(None);
     }
     // The seed's size counts sectors of data; nvcache keeps one slot spare for overwrites.
-    let slots = u32::try_from(job.nvram_bytes / SECTOR_BYTES + 1)
-        .map_err(|_| Error::bad("--nvram: too large"))?;
+    let slots = u32::try_from(job.nvram_bytes / SECTOR_BYTES + 1).map_err(|_| {
+        Invalid::new(
+            Field::NvramBytes,
+            format!(" {}: too large", job.nvram_bytes),
+        )
+    })?;
     let layout = WcLayout::new(slots, SECTOR_BYTES as u32);
-    let region = Arc::new(Window::new(layout.region_bytes)?);
-    let len = input.image.len() as u64 + MemDisk::BLOCK_BYTES;
-    let backing = Arc::new(MemDisk {
-        region: MmapRegion::anonymous(len)?,
-        blocks: len / MemDisk::BLOCK_BYTES,
-    });
-    backing.write(0, &input.image)?;
+    let region = Arc::new(window(layout.region_bytes)?);
+    let backing = Arc::new(volume(&input.image)?);
     let settings = WcSettings {
         policy: job.policy,
         ..WcSettings::default()
@@ -359,9 +266,11 @@ fn nvram(input: &Input, job: &Job, dev: &Device) -> Result<Option<(Nvram, u32)>>
         return Err(Error::env(format!(
             "the write cache made {} slots over {} sectors; wanted {slots} over {}",
             sb.slots, sb.blocks, input.header.blocks
-        )));
+        ))
+        .into());
     }
     let wc = WriteCache::open(region, backing.clone() as Arc<dyn BlockDevice>, None)?;
+    assert_eq!(wc.cached_blocks(), 0, "a new write cache holds no block");
     wc.set_destage_log(true);
     wc.set_fat_cross_check(dev.check_fat_walk);
     Ok(Some((
@@ -397,13 +306,11 @@ struct Run {
 }
 
 /// One replay; `view` is the changed-sector view, which a `SyncChanged` run needs.
-pub fn run(input: &Input, job: Job, dev: Device, view: Option<&Changed>) -> Result<Outcome> {
+pub fn run(input: &Input, job: Job, dev: Device, view: Option<&Changed>) -> LabResult<Outcome> {
     let view = match (job.mode, view) {
         (Mode::SyncChanged, Some(v)) => Some(v),
         (Mode::SyncChanged, None) => {
-            return Err(Error::env(
-                "a sync-changed run without the changed-sector view",
-            ))
+            return Err(Error::env("a sync-changed run without the changed-sector view").into())
         }
         _ => None,
     };
@@ -460,7 +367,7 @@ pub fn run(input: &Input, job: Job, dev: Device, view: Option<&Changed>) -> Resu
         }
         r.out.foreground_device_ns += r.now - before;
     }
-    r.finish()
+    Ok(r.finish()?)
 }
 
 /// The simulator's volatile write-back model (the asynchronous runs' page cache).
@@ -555,6 +462,10 @@ impl Run {
     /// A write request: per sector, metadata (or all, by the admission) the application waits
     /// for, the rest through the volatile model when the run is asynchronous.
     fn write(&mut self, lba: u64, bytes: &[u8]) -> Result<()> {
+        assert!(
+            !bytes.is_empty() && (bytes.len() as u64).is_multiple_of(SECTOR_BYTES),
+            "a write of whole sectors"
+        );
         let n = bytes.len() as u64 / SECTOR_BYTES;
         if let Some(p) = self.page.as_mut() {
             p[lba as usize..(lba + n) as usize].fill(true);
@@ -567,6 +478,7 @@ impl Run {
             Some(f) => f.write(lba, bytes),
             None => Vec::new(),
         };
+        assert!(truth.is_empty() || truth.len() == n as usize);
         if self.job.check_admission {
             for (i, &m) in truth.iter().enumerate() {
                 self.check.metadata_writes += u64::from(m);
@@ -597,8 +509,9 @@ impl Run {
             if let Some(nv) = &self.nv {
                 let at = i * SECTOR_BYTES as usize;
                 // Not cached (not taken): the volume's sector itself.
+                let sector = &bytes[at..at + SECTOR_BYTES as usize];
                 nv.backing
-                    .write_sector(lba + i as u64, &bytes[at..at + SECTOR_BYTES as usize])?;
+                    .write_at((lba + i as u64) * SECTOR_BYTES, sector)?;
             }
             self.volatile(lba + i as u64, Op::Write)?;
         }
@@ -609,7 +522,10 @@ impl Run {
     /// sectors go to the flash), the admitted sectors alone in an asynchronous one. The
     /// sectors the cache destaged reach the flash in the order it wrote them back.
     fn cache_write(&mut self, lba: u64, bytes: &[u8], taken: &[bool], sync: &[bool]) -> Result<()> {
+        let sectors = bytes.len() / SECTOR_BYTES as usize;
+        assert_eq!((taken.len(), sync.len()), (sectors, sectors));
         let nv = self.nv.as_mut().expect("a write cache");
+        let (written_before, bypassed_before) = (self.out.nvram_sector_writes, self.out.bypassed);
         let s = SECTOR_BYTES as usize;
         let mut i = 0;
         while i < sync.len() {
@@ -648,6 +564,11 @@ impl Run {
                 self.now = self.flash.foreground(self.now, true, lba + k as u64)?;
             }
         }
+        // Every sector the application waited for went to the NVRAM or past it, once.
+        let waited = sync.iter().filter(|&&w| w).count() as u64;
+        let went =
+            (self.out.nvram_sector_writes - written_before) + (self.out.bypassed - bypassed_before);
+        assert_eq!(went, waited, "sectors of a request lost or counted twice");
         Ok(())
     }
 
@@ -714,6 +635,13 @@ impl Run {
 
     fn finish(mut self) -> Result<Outcome> {
         self.out.exec_ns = self.now;
+        // The clock moves only by host gaps and the device time the application waited for.
+        assert_eq!(
+            self.out.host_ns + self.out.foreground_device_ns,
+            self.out.exec_ns,
+            "execution time is host time plus the device time waited for"
+        );
+        assert!(self.out.destaged_data_area <= self.out.destaged);
         // An unmount writes the volatile model's dirty blocks back (counted on the flash, not
         // in the execution time, which ends with the last request as PostMark's clock does).
         if let Some(v) = self.vol.as_mut() {
@@ -751,6 +679,7 @@ impl Run {
         if self.page.is_some() {
             let c = self.flash.replay.counters();
             let pc = &mut self.pc;
+            assert!(pc.device_ns_saved <= self.out.exec_ns && pc.flash_reads_saved <= c.reads);
             pc.exec_ns = self.out.exec_ns - pc.device_ns_saved;
             pc.energy_j = self.flash.timing.energy_j(
                 &self.flash.geo,

@@ -8,7 +8,7 @@
 //! ground truth), where nvcache decides before it from its last walk; the directory set is
 //! recomputed after every write that touched a metadata sector.
 
-use nvstack_core::error::{Error, Result};
+use crate::field::{Field, Invalid};
 use std::collections::HashSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -41,8 +41,8 @@ fn le(b: &[u8], at: usize, n: usize) -> u64 {
 
 impl Layout {
     /// From a 512-byte-sector volume's boot sector.
-    pub fn parse(boot: &[u8], sectors: u64) -> Result<Layout> {
-        let bad = |m: &str| Error::bad(format!("--image: not a FAT volume: {m}"));
+    pub fn parse(boot: &[u8], sectors: u64) -> Result<Layout, Invalid> {
+        let bad = |m: &str| Invalid::new(Field::Image, format!(": not a FAT volume: {m}"));
         if boot.len() < 512 || boot[510] != 0x55 || boot[511] != 0xAA {
             return Err(bad("no 0x55AA signature in sector 0"));
         }
@@ -176,7 +176,7 @@ pub struct FatTracker {
 }
 
 impl FatTracker {
-    pub fn new(img: Vec<u8>) -> Result<FatTracker> {
+    pub fn new(img: Vec<u8>) -> Result<FatTracker, Invalid> {
         let layout = Layout::parse(&img[..512.min(img.len())], img.len() as u64 / 512)?;
         let sectors = img.len() / 512;
         let mut t = FatTracker {
@@ -217,6 +217,7 @@ impl FatTracker {
     /// each sector is counted by its kind after the write, and as unchanged when its bytes
     /// were the volume's already.
     pub fn write(&mut self, lba: u64, bytes: &[u8]) -> Vec<bool> {
+        assert!(bytes.len().is_multiple_of(512), "a write of whole sectors");
         let n = bytes.len() as u64 / 512;
         let at = (lba * 512) as usize;
         let unchanged: Vec<bool> = bytes
@@ -225,6 +226,7 @@ impl FatTracker {
             .map(|(i, b)| self.img[at + i * 512..at + i * 512 + 512] == *b)
             .collect();
         self.img[at..at + bytes.len()].copy_from_slice(bytes);
+        let written_before = self.kinds.written();
         if (lba..lba + n).any(|l| self.is_metadata(l)) {
             self.walk();
         }
@@ -232,7 +234,11 @@ impl FatTracker {
             let k = self.kind(l);
             self.kinds.add(k, same);
         }
-        (lba..lba + n).map(|l| self.is_metadata(l)).collect()
+        let meta: Vec<bool> = (lba..lba + n).map(|l| self.is_metadata(l)).collect();
+        // Every sector written was counted once, and the written bytes are the volume's now.
+        assert_eq!(self.kinds.written() - written_before, n);
+        debug_assert!(self.img[at..at + bytes.len()] == *bytes);
+        meta
     }
 
     fn fat_entry(&self, c: u64) -> u64 {
@@ -337,6 +343,12 @@ impl FatTracker {
             self.dirs[d as usize] = true;
         }
         self.dir_list = dirs;
+        // The bits and the list say the same (a full count: debug builds only, the walk runs
+        // after every metadata write).
+        debug_assert_eq!(
+            self.dirs.iter().filter(|&&d| d).count(),
+            self.dir_list.len()
+        );
     }
 }
 

@@ -1,8 +1,8 @@
-//! `nvstack sim commit-record --workload sqlite`: the SQLite journal store's persistent-memory
-//! traffic as a committing-simulator trace. One real SQLite (the `sqlite3` tool with nvstack's
-//! VFS extension loaded) per simulated core, all running at once: each opens its own database
+//! The SQLite journal store's persistent-memory traffic as a committing-simulator trace
+//! (`nvstack sim commit-record --workload sqlite`). One real SQLite (the `sqlite3` tool with
+//! nvstack's VFS extension loaded) per simulated core, all running at once: each opens its own database
 //! whose WAL lives in the journal store on its own region, recorded by the extension
-//! (`record=`), and commits `--writes` single-row transactions (WAL, synchronous=FULL, 100-byte
+//! (`record=`), and commits `writes` single-row transactions (WAL, synchronous=FULL, 100-byte
 //! rows). The per-database traces are then merged, database t on core t: its region is placed
 //! at t x REGION_BYTES and bound to a sub-queue of its own (PersistenceMalloc per region).
 //!
@@ -10,17 +10,16 @@
 //! is the extension's), and the `sqlite3` tool is the real one. Each database is served by
 //! one thread of its process, so each recording is one thread's.
 
-use super::commit_record::RecordArgs;
 use nvstack_core::error::{Error, Result};
 use nvstack_mcsim::{Op, TraceReader, TraceWriter, Workload};
-use std::io::{BufReader, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Each database's region (also the stride between regions in the merged trace).
 const REGION_BYTES: u64 = 16 << 20;
 /// Records of one thread written before the next thread's (keeps the reader's buffers small).
-const CHUNK: usize = 256;
+const CHUNK_RECORDS: usize = 256;
 
 /// Directories of our own, removed at the end whatever happens: one for the databases and
 /// per-database traces, one under /dev/shm for the regions (emulated NVRAM must be on tmpfs
@@ -56,34 +55,21 @@ impl Drop for Scratch {
     }
 }
 
-/// The extension: --sqlite-ext, else $NVSTACK_SQLITE_EXT, else libnvstack_sqlite.so beside
-/// this program (where `cargo build --release` puts both).
-fn extension(a: &RecordArgs) -> Result<PathBuf> {
-    let path = match (&a.sqlite_ext, std::env::var_os("NVSTACK_SQLITE_EXT")) {
-        (Some(p), _) => p.clone(),
-        (None, Some(p)) => PathBuf::from(p),
-        (None, None) => std::env::current_exe()
-            .map_err(|e| Error::env(format!("where is this program: {e}")))?
-            .with_file_name("libnvstack_sqlite.so"),
-    };
-    if !path.is_file() {
-        return Err(Error::bad(format!(
-            "--sqlite-ext {}: no such file (build it with cargo build --release -p \
-             nvstack-sqlite, or set NVSTACK_SQLITE_EXT)",
-            path.display()
-        )));
-    }
-    Ok(path)
-}
-
-pub fn record(a: &RecordArgs) -> Result<()> {
-    let ext = extension(a)?;
+/// Record `threads` databases of `writes` transactions each through the extension at `ext`,
+/// and write the merged trace to the writer `open` gives.
+pub fn record_sqlite<W: Write>(
+    ext: &Path,
+    threads: u32,
+    writes: u64,
+    open: impl FnOnce() -> Result<W>,
+) -> Result<BufWriter<W>> {
+    assert!(threads >= 1, "a recording has at least one database");
     let scratch = Scratch::new()?;
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..a.threads)
+        let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let (ext, scratch) = (&ext, &scratch);
-                s.spawn(move || one_database(ext, scratch, t, a.writes))
+                let scratch = &scratch;
+                s.spawn(move || one_database(ext, scratch, t, writes))
             })
             .collect();
         handles.into_iter().try_for_each(|h| {
@@ -91,7 +77,7 @@ pub fn record(a: &RecordArgs) -> Result<()> {
                 .map_err(|_| Error::env("a sqlite3 driver thread panicked"))?
         })
     })?;
-    merge(&scratch.dir, a)
+    merge(&scratch.dir, threads, open)
 }
 
 fn trace_of(dir: &Path, t: u32) -> PathBuf {
@@ -141,9 +127,13 @@ fn one_database(ext: &Path, scratch: &Scratch, t: u32, writes: u64) -> Result<()
 
 /// Database t's one-thread trace becomes thread t of the output, its addresses moved to its
 /// region's place, its region bound first.
-fn merge(dir: &Path, a: &RecordArgs) -> Result<()> {
+fn merge<W: Write>(
+    dir: &Path,
+    threads: u32,
+    open: impl FnOnce() -> Result<W>,
+) -> Result<BufWriter<W>> {
     let mut readers = Vec::new();
-    for t in 0..a.threads {
+    for t in 0..threads {
         let path = trace_of(dir, t);
         let f = std::fs::File::open(&path)
             .map_err(|e| Error::env(format!("{}: {e}", path.display())))?;
@@ -157,8 +147,7 @@ fn merge(dir: &Path, a: &RecordArgs) -> Result<()> {
         }
         readers.push(r);
     }
-    let file = super::commit_record::create_output(a)?;
-    let mut w = TraceWriter::new(std::io::BufWriter::new(file), readers.len())?;
+    let mut w = TraceWriter::new(BufWriter::new(open()?), readers.len())?;
     for t in 0..readers.len() {
         let addr = t as u64 * REGION_BYTES;
         w.op(
@@ -173,7 +162,7 @@ fn merge(dir: &Path, a: &RecordArgs) -> Result<()> {
     let mut done = vec![false; readers.len()];
     while live > 0 {
         for (t, r) in readers.iter_mut().enumerate() {
-            for _ in 0..CHUNK {
+            for _ in 0..CHUNK_RECORDS {
                 if done[t] {
                     break;
                 }
@@ -187,9 +176,7 @@ fn merge(dir: &Path, a: &RecordArgs) -> Result<()> {
             }
         }
     }
-    w.finish()?
-        .flush()
-        .map_err(|e| Error::env(format!("--output {}: {e}", a.output.display())))
+    w.finish()
 }
 
 fn moved(op: Op, base: u64) -> Op {

@@ -101,6 +101,8 @@ impl Changed {
             st.sectors_changed += changed;
         }
         first.push(runs.len() as u32);
+        assert_eq!(first.len() as u64, st.write_requests + 1);
+        assert_eq!(runs.len() as u64, st.runs);
         st.sectors_dropped = st.sectors_written - st.sectors_changed;
         Changed {
             first,
