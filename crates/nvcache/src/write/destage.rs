@@ -137,7 +137,10 @@ impl<R: Region> WriteCache<R> {
             let extra = neighbours(st, &lbas);
             lbas.extend_from_slice(&extra);
             lbas.sort_unstable();
+            // The blocks between two runs are reached from both (one's up, the next's down).
+            lbas.dedup();
         }
+        debug_assert!(lbas.windows(2).all(|w| w[0] < w[1]), "each block once");
         lbas
     }
 
@@ -279,6 +282,10 @@ impl<R: Region> WriteCache<R> {
             lbas: Vec::with_capacity(group.len()),
             data_sectors: 0,
         };
+        assert!(
+            group.windows(2).all(|w| w[0] < w[1]),
+            "a destage's blocks are sorted, each once"
+        );
         // Each block's slot, found once (the index is probed for nothing else here).
         let cached: Vec<(u64, u32)> = group
             .iter()

@@ -161,7 +161,10 @@ impl<R: Region + 'static> WcDestager<R> {
         cache.lock().background = true;
         let thread = std::thread::Builder::new()
             .name("wcache-destage".into())
-            .spawn(move || destage_loop(&c, &flag, || weak.upgrade().map(|s| s.report())))
+            .spawn(move || {
+                let _ended = Ended(&c);
+                destage_loop(&c, &flag, || weak.upgrade().map(|s| s.report()))
+            })
             .ok();
         if thread.is_none() {
             cache.lock().background = false;
@@ -172,6 +175,19 @@ impl<R: Region + 'static> WcDestager<R> {
             stop,
             thread,
         })
+    }
+}
+
+/// The destage thread's end, however it ends (a panic included): writes stop waiting for it
+/// and make room themselves (a poisoned lock is left to fail the next write loudly).
+struct Ended<'a, R: Region>(&'a WriteCache<R>);
+
+impl<R: Region> Drop for Ended<'_, R> {
+    fn drop(&mut self) {
+        if let Ok(mut g) = self.0.state.lock() {
+            g.background = false;
+        }
+        self.0.changed.notify_all();
     }
 }
 
