@@ -378,7 +378,7 @@ fn create(path: &Path, o: &CreateOptions) -> Result<i32> {
     Ok(0)
 }
 
-fn settings_line(s: &Settings) -> String {
+pub(crate) fn settings_line(s: &Settings) -> String {
     let autocommit = match (s.autocommit_blocks, s.autocommit_ms) {
         (0, 0) => "autocommit off (only a flush commits)".to_string(),
         (n, 0) => format!("autocommit at {n} dirty blocks"),
@@ -398,6 +398,9 @@ fn settings_line(s: &Settings) -> String {
 }
 
 fn status(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
+    if let Some(code) = crate::live::status(path, json)? {
+        return Ok(code);
+    }
     crate::kind::expect_cache(path)?;
     let r = inspect(path, backing)?;
     if json {

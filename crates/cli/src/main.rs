@@ -9,6 +9,7 @@ mod demo;
 mod flash;
 mod info;
 mod kind;
+mod live;
 mod output;
 mod progress;
 mod serve;

@@ -1029,7 +1029,16 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     let (dev, trace) = recording(a, served.dev.clone())?;
     let file = Arc::new(BlockFile::new(dev));
     let max_write = max_write_of(a, &file)?;
-    let stats = Arc::new(ServeStats::new(a.stats.as_deref())?);
+    // A served cache's live state is always published (`cache status` reads it); the entry
+    // goes at a clean stop, with `_live`.
+    let (_live, stats_file) = match (&served.cache, a.image.as_deref()) {
+        (Some(_), Some(img)) => {
+            let (guard, file) = nvstack_export::stats::publish_live(img, a.stats.as_deref())?;
+            (Some(guard), Some(file))
+        }
+        _ => (None, a.stats.clone()),
+    };
+    let stats = Arc::new(ServeStats::new(stats_file.as_deref())?);
     if let Some(c) = &served.cache {
         c.observe(stats.clone());
     }

@@ -231,7 +231,7 @@ fn check_fat_volume(backing: &Path) -> Result<()> {
     nvstack_nvcache::write::admit::fat::FatMap::build(&mut read, bb, blocks).map(|_| ())
 }
 
-fn settings_line(s: &WcSettings) -> String {
+pub(crate) fn settings_line(s: &WcSettings) -> String {
     let mut t = format!("policy {}", s.policy.name());
     if s.high_watermark_pct > 0 {
         t += &format!(
@@ -295,6 +295,9 @@ struct Destaged {
 }
 
 fn status(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
+    if let Some(code) = crate::live::status(path, json)? {
+        return Ok(code);
+    }
     let o = wimage::open_wc_readonly(path, backing)?;
     let c = &o.cache;
     let sb = *c.superblock();

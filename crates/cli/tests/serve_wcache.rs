@@ -32,6 +32,7 @@ mod stack;
 use stack::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -443,4 +444,81 @@ fn bad_input_is_refused() {
     expect_exit(&o, 2, "--max-age");
     assert!(!Path::new(img).exists() && !Path::new(newback).exists());
     assert!(!is_mounted(&st.mnt));
+}
+
+/// `serve` as the Stack runs it, without `--stats`.
+fn serve_without_stats(st: &Stack) {
+    let o = sh(
+        120,
+        &[
+            bin().to_str().unwrap(),
+            "serve",
+            st.image.to_str().unwrap(),
+            "--mountpoint",
+            st.fuse.to_str().unwrap(),
+            "--pid-file",
+            st.pid_file.to_str().unwrap(),
+            "--log",
+            st.log.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "serve failed: {}", st.log_text());
+}
+
+/// `cache status` on a served cache, either kind (issue 43 item 3): the daemon's live figures
+/// with `"live": true` and its pid, whether it runs with `--stats` or not (it always publishes
+/// them); after a clean stop the offline status again.
+#[test]
+fn cache_status_on_a_served_cache_shows_the_daemons_live_figures() {
+    let _g = serial();
+    require_environment();
+    let nv = bin();
+    let nv = nv.to_str().unwrap();
+    for kind in ["ubj", "write"] {
+        let st = match kind {
+            "ubj" => Stack::new_cache("live", "4MiB", "16MiB", &[]),
+            _ => Stack::new_write_cache("live", "1MiB", "16MiB", &[]),
+        };
+        let img = st.image.to_str().unwrap();
+        for with_stats in [true, false] {
+            let how = format!("{kind}, --stats {with_stats}");
+            if with_stats {
+                st.serve(&[]);
+            } else {
+                serve_without_stats(&st);
+            }
+            let pid = st.daemon_pid().expect("a daemon");
+            let disk = std::fs::OpenOptions::new()
+                .write(true)
+                .open(st.fuse.join("disk"))
+                .unwrap();
+            disk.write_all_at(&vec![0x5a; 64 << 10], 0).unwrap();
+            disk.sync_all().unwrap();
+            drop(disk); // an open file would hold the mount at the stop
+            let out = ok(30, &[nv, "cache", "status", img, "--json"]);
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(v["live"], true, "{how}: {v:#}");
+            assert_eq!(v["pid"], u64::from(pid), "{how}: {v:#}");
+            assert_eq!(v["kind"], kind, "{how}: {v:#}");
+            assert!(v["daemon"]["fsyncs"].as_u64().unwrap() >= 1, "{how}: {v:#}");
+            let live = match kind {
+                "ubj" => v["cache"]["commits"].as_u64().unwrap(),
+                _ => v["cache"]["dirty_blocks"].as_u64().unwrap() / 128,
+            };
+            assert!(
+                live >= 1,
+                "{how}: the write is not in the live figures: {v:#}"
+            );
+            assert!(
+                v["superblock"]["slots"].as_u64().unwrap() > 0,
+                "{how}: {v:#}"
+            );
+            let text = ok(30, &[nv, "cache", "status", img]);
+            assert!(text.contains(&format!("daemon pid {pid}")), "{how}: {text}");
+            st.stop();
+            let out = ok(30, &[nv, "cache", "status", img, "--json"]);
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert!(v.get("live").is_none(), "{how}: live after the stop: {v:#}");
+        }
+    }
 }

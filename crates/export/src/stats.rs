@@ -349,3 +349,60 @@ impl nvstack_nvcache::WcObserver for ServeStats {
         self.wcache_changed(live)
     }
 }
+
+/// Where serve daemons publish a served cache's live state, always (`cache status` on a live
+/// cache reads it): one entry per served image, named by the image file's device and inode
+/// numbers, on tmpfs. The entry is the stats file itself, or a symbolic link to the one
+/// `--stats FILE` names.
+pub const LIVE_DIR: &str = "/dev/shm/nvstack-live";
+
+/// The live-state entry of `image` (which must exist).
+pub fn live_entry(image: &Path) -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(image)
+        .map_err(|e| Error::env(format!("{}: cannot stat: {e}", image.display())))?;
+    Ok(Path::new(LIVE_DIR).join(format!("{:x}-{:x}", m.dev(), m.ino())))
+}
+
+/// A published live state: its entry is removed when this is dropped (a clean stop). After a
+/// SIGKILL the entry stays; its daemon's pid, no longer running, marks it stale, and the next
+/// daemon serving the image replaces it.
+pub struct Published {
+    entry: std::path::PathBuf,
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.entry);
+    }
+}
+
+/// Publish the live state of `image`, which the caller serves (it holds the image's lock, so
+/// an entry already there is a dead daemon's). Returns the guard and the path the stats file
+/// goes to: `stats` when given (the entry links to it), else the entry itself.
+pub fn publish_live(image: &Path, stats: Option<&Path>) -> Result<(Published, std::path::PathBuf)> {
+    std::fs::create_dir_all(LIVE_DIR)
+        .map_err(|e| Error::env(format!("{LIVE_DIR}: cannot create: {e}")))?;
+    let entry = live_entry(image)?;
+    let _ = std::fs::remove_file(&entry);
+    let file = match stats {
+        None => entry.clone(),
+        Some(p) => {
+            let abs =
+                std::path::absolute(p).map_err(|e| Error::env(format!("{}: {e}", p.display())))?;
+            std::os::unix::fs::symlink(&abs, &entry)
+                .map_err(|e| Error::env(format!("{}: cannot link: {e}", entry.display())))?;
+            abs
+        }
+    };
+    Ok((Published { entry }, file))
+}
+
+/// The live state of the daemon serving `image`, if one runs: its entry names a stats file
+/// of this version whose daemon is alive.
+pub fn read_live(image: &Path) -> Option<StatsSnapshot> {
+    let entry = live_entry(image).ok()?;
+    let s = read_stats_file(&entry).ok()?;
+    let alive = s.pid > 0 && Path::new(&format!("/proc/{}", s.pid)).exists();
+    alive.then_some(s)
+}
