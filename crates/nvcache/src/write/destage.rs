@@ -137,8 +137,6 @@ impl<R: Region> WriteCache<R> {
             let extra = neighbours(st, &lbas);
             lbas.extend_from_slice(&extra);
             lbas.sort_unstable();
-            // The blocks between two runs are reached from both (one's up, the next's down).
-            lbas.dedup();
         }
         debug_assert!(lbas.windows(2).all(|w| w[0] < w[1]), "each block once");
         lbas
@@ -635,9 +633,12 @@ fn groups(lbas: &[u64], jobs: usize, spb: u64) -> impl Iterator<Item = &[u64]> {
 }
 
 /// The cached blocks contiguous with the runs of `lbas` (sorted, distinct), at most
-/// `NEIGHBOURS_MAX` on each side of a run and never into the next run.
+/// `NEIGHBOURS_MAX` on each side of a run, never into the next run, each block once.
 fn neighbours(st: &WState, lbas: &[u64]) -> Vec<u64> {
     let mut out = Vec::new();
+    // The first block no run has reached yet: a run's down-walk stops where the run before
+    // it walked up to, so no block is taken twice.
+    let mut floor = 0;
     let mut i = 0;
     while i < lbas.len() {
         let mut j = i + 1;
@@ -645,7 +646,6 @@ fn neighbours(st: &WState, lbas: &[u64]) -> Vec<u64> {
             j += 1;
         }
         let (first, last) = (lbas[i], lbas[j - 1]);
-        let floor = if i == 0 { 0 } else { lbas[i - 1] + 1 };
         let ceiling = lbas.get(j).copied().unwrap_or(u64::MAX);
         let mut down = first;
         while down > floor && first - down < NEIGHBOURS_MAX && st.index.contains_key(&(down - 1)) {
@@ -657,6 +657,7 @@ fn neighbours(st: &WState, lbas: &[u64]) -> Vec<u64> {
             out.push(up);
             up += 1;
         }
+        floor = up;
         i = j;
     }
     out
