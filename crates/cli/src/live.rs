@@ -21,7 +21,7 @@ pub fn status(path: &Path, json: bool) -> Result<Option<i32>> {
     let Some(s) = nvstack_export::stats::read_live(path) else {
         return Ok(None);
     };
-    let stored = stored(path, s.cache.kind)?;
+    let stored = stored(path, &s)?;
     if json {
         let kind = if s.cache.kind == CACHE_KIND_UBJ {
             "ubj"
@@ -76,20 +76,20 @@ fn stored_json(stored: &Stored) -> Result<serde_json::Value> {
 
 /// The image's superblock by plain reads (no lock: the daemon holds it), of the kind the
 /// daemon says it serves.
-fn stored(path: &Path, kind: u64) -> Result<Stored> {
+fn stored(path: &Path, s: &StatsSnapshot) -> Result<Stored> {
     let f = std::fs::File::open(path)
         .map_err(|e| Error::env(format!("{}: cannot open: {e}", path.display())))?;
     let mut block = vec![0u8; 4096];
     f.read_exact_at(&mut block, 0)
         .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
     let named = |e: Error| e.context(path.display());
-    match kind {
+    match s.cache.kind {
         CACHE_KIND_UBJ => Ok(Stored::Ubj(Superblock::decode(&block).map_err(named)?)),
         CACHE_KIND_WRITE => Ok(Stored::Write(WcSuperblock::decode(&block).map_err(named)?)),
         k => Err(Error::bad(format!(
             "{}: its daemon (pid {}) publishes no cache state (kind word {k})",
             path.display(),
-            std::process::id()
+            s.pid
         ))),
     }
 }
