@@ -57,13 +57,3 @@ pub trait Cache: Tick {
     /// written back that a trigger would not have.
     fn close(&self) -> Result<Closed>;
 }
-
-/// The observer as one half (a `Live` or a `WcLive` observer).
-pub(crate) fn as_ubj_observer(o: Arc<dyn CacheObserver>) -> Arc<dyn Observer> {
-    o
-}
-
-/// The observer as the write cache's half.
-pub(crate) fn as_wc_observer(o: Arc<dyn CacheObserver>) -> Arc<dyn WcObserver> {
-    o
-}

@@ -1160,7 +1160,7 @@ impl<R: Region + 'static> crate::cache::Cache for Ubj<R> {
         crate::cache::CacheKind::Ubj
     }
     fn observe(&self, o: Arc<dyn crate::cache::CacheObserver>) -> bool {
-        Ubj::observe(self, crate::cache::as_ubj_observer(o))
+        Ubj::observe(self, o)
     }
     fn writeback(&self) -> Result<u64> {
         let n = self.census().frozen_up_to_date;

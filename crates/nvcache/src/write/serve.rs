@@ -257,7 +257,7 @@ impl<R: Region + 'static> crate::cache::Cache for ServedWc<R> {
         crate::cache::CacheKind::Write
     }
     fn observe(&self, o: Arc<dyn crate::cache::CacheObserver>) -> bool {
-        ServedWc::observe(self, crate::cache::as_wc_observer(o))
+        ServedWc::observe(self, o)
     }
     fn writeback(&self) -> Result<u64> {
         let n = self.cache.writeback();
