@@ -482,28 +482,48 @@ pub fn wait_gone(pid: u32) {
 pub const WORKLOAD_LIMIT: Duration = Duration::from_secs(180);
 
 /// Writes files into the mounted file system until it fails or is killed. Every eighth file
-/// is fsynced, then its directory (the others are only pushed to the device); only then is it appended (and fsynced) to the manifest,
-/// which lives outside the stack. Old files are never touched.
+/// is fsynced, then its directory (the others are only pushed to the device); only then is it
+/// appended (and fsynced) to the manifest, which lives outside the stack. Fsynced files are
+/// never touched again.
+///
+/// Two rules keep the manifest honest: a file is recorded only when every byte of it was
+/// written (`os.write` may write less than asked, without an error, when the file system
+/// fills: a short file recorded with its full length would read as a lost write), and the
+/// file system is never let fill up: below a quarter free, the oldest files that were never
+/// fsynced are deleted first (a full file system would also end the workload early, so the
+/// kill would find it idle).
 pub const WORKLOAD: &str = r#"
-import hashlib, os, random, signal, sys
+import collections, hashlib, os, random, signal, sys
 # A last resort if the test process itself dies: SIGALRM ends the workload.
 signal.alarm(300)
 root, manifest, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rnd = random.Random(seed)
 dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
 m = open(manifest, "a")
+unsynced = collections.deque()
+def room():
+    v = os.statvfs(root)
+    while v.f_bavail * 4 < v.f_blocks and unsynced:
+        os.unlink(os.path.join(root, unsynced.popleft()))
+        v = os.statvfs(root)
+    return v.f_bavail * 4 >= v.f_blocks
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 i = 0
 try:
-    while True:
+    while room():
         i += 1
         name = "s%d_%d" % (seed, i)
         data = rnd.randbytes(rnd.randint(1, 192 * 1024))
         fd = os.open(os.path.join(root, name), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
-        os.write(fd, data)
+        write_all(fd, data)
         if i % 8 != 0:
             # Start writeback without waiting for it: the daemon acknowledges these
             # writes, and no fsync covers them until a later file's fsync.
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            unsynced.append(name)
         else:
             os.fsync(fd)
             os.fsync(dfd)
@@ -511,8 +531,9 @@ try:
             m.flush()
             os.fsync(m.fileno())
         os.close(fd)
-except OSError:
-    pass
+    print("workload: the file system is three quarters full of fsynced files", file=sys.stderr)
+except OSError as e:
+    print("workload ended: %s" % e, file=sys.stderr)
 "#;
 
 /// Every file in the manifest has exactly its recorded contents; prints how many.
