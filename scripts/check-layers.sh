@@ -39,7 +39,7 @@ only_nvstack() {
 
 members=$(cargo metadata --locked --no-deps --format-version 1 |
   python3 -c 'import json,sys; print("\n".join(p["name"] for p in json.load(sys.stdin)["packages"]))')
-devices="nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-export nvstack-crashtest nvstack-bench nvstack-sqlite nvstack-flash"
+devices="nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-stack nvstack-export nvstack-crashtest nvstack-bench nvstack-sqlite nvstack-flash"
 
 only_nvstack nvstack-core
 only_nvstack nvstack-pmem nvstack-core
@@ -47,6 +47,15 @@ only_nvstack nvstack-nvramdisk nvstack-core nvstack-pmem
 only_nvstack nvstack-nvcache nvstack-core nvstack-pmem nvstack-policy
 only_nvstack nvstack-policy
 only_nvstack nvstack-flash nvstack-core
+# The stack opens any image; it sits on the devices and speaks no transport (the transports,
+# in nvstack-export, may use it, never the reverse).
+only_nvstack nvstack-stack nvstack-core nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-policy
+transports="fuser libublk io-uring nvstack-export"
+forbid nvstack-stack all "the stack speaks no transport" $transports
+# What embeds the stack in another program links no transport either.
+for pkg in nvstack-sqlite nvstack-python; do
+  forbid "$pkg" all "it opens images through the stack and links no transport" $transports
+done
 for pkg in nvstack-sim nvstack-policy nvstack-plot; do
   forbid "$pkg" all "the simulator, policies and plots run with no device" $devices
 done
@@ -79,9 +88,9 @@ done
 forbid nvstack-mcsim all "the committing simulator runs with no device" $devices
 forbid nvstack direct "only export speaks FUSE" fuser
 forbid nvstack direct "only plot draws figures" plotters
-# The Python extension binds the simulator and the nvramdisk device (nothing that exports,
-# caches or checks), and it alone speaks Python.
-only_nvstack nvstack-python nvstack-core nvstack-policy nvstack-sim nvstack-plot nvstack-nvramdisk nvstack-pmem
+# The Python extension binds the simulator and the devices through the stack (nothing that
+# exports or checks), and it alone speaks Python.
+only_nvstack nvstack-python nvstack-core nvstack-policy nvstack-sim nvstack-plot nvstack-nvramdisk nvstack-pmem nvstack-stack nvstack-nvcache
 for pkg in $members; do
   [ "$pkg" = nvstack-python ] || forbid "$pkg" direct "only nvstack-python speaks Python" pyo3
 done
@@ -92,6 +101,22 @@ if found=$(grep -rnE 'impl\b.*\b(BlockDevice|Region) for\b' crates/cli/src); the
   while IFS= read -r hit; do
     echo "layering: ${hit%%:impl*}: the program implements a device or a region (move it to a library crate)" >&2
   done <<<"$found"
+  fail=1
+fi
+
+# Only the stack dispatches on an image's kind: outside the formats' own crates, no code names
+# a format's magic; and the front ends (the program, the SQLite extension, Python) open and
+# peek images only through the stack (creating one is the format's own call).
+if found=$(grep -rnE '\b(layout::MAGIC|format::MAGIC|WC_MAGIC)\b' crates/*/src sqlite-vfs/src |
+  grep -vE '^crates/(stack|nvramdisk|nvcache)/'); then
+  echo "layering: an image's magic named outside the stack and its format (identify through nvstack_stack::kind):" >&2
+  echo "$found" >&2
+  fail=1
+fi
+opens='\b(open_image|open_image_readonly|open_image_file|open_wc_image|open_wc_readonly|peek_wc)\(|(ubj|nvramdisk)::image::(open_readonly|peek|backing_of)\b|wc_backing_of\('
+if found=$(grep -rnE "$opens" crates/cli/src sqlite-vfs/src crates/python/src); then
+  echo "layering: a front end opens an image without the stack (nvstack_stack::Image, peek, served::open):" >&2
+  echo "$found" >&2
   fail=1
 fi
 

@@ -15,6 +15,12 @@ bash scripts/check-layers.sh
 python3 scripts/fn-lengths.py --max 70 --top 0 crates/*/src sqlite-vfs/src
 cargo clippy --release --locked --workspace --all-targets -- -D warnings
 cargo build --release --locked --workspace
+# The SQLite extension twice: as shipped (`cargo build -p nvstack-sqlite`, no power-cut
+# machinery), kept aside, then with the feature `powercut` that the tests' power cuts need.
+cargo build --release --locked -p nvstack-sqlite
+mkdir -p target/release/shipped
+cp target/release/libnvstack_sqlite.so target/release/shipped/
+cargo build --release --locked -p nvstack-sqlite --features powercut
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
@@ -22,6 +28,7 @@ if [ -x target/venv-libcachesim/bin/python ]; then
   export NVSTACK_LIBCACHESIM_PYTHON="$PWD/target/venv-libcachesim/bin/python"
 fi
 NVSTACK_BIN="$PWD/target/release/nvstack" NVSTACK_SQLITE_EXT="$PWD/target/release/libnvstack_sqlite.so" \
+  NVSTACK_SQLITE_EXT_SHIPPED="$PWD/target/release/shipped/libnvstack_sqlite.so" \
   cargo test --locked --workspace --all-targets --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')

@@ -21,7 +21,8 @@
 //! - `powercut=MODEL:SEED:DELAY_MS`: **testing only**. The region runs on the crash checker's
 //!   simulated region and, DELAY_MS after the database opens, power is cut: a crash image drawn
 //!   under fault model MODEL (M0, M1, M2) is written over the image file and the process exits
-//!   with code 86 (`nvstack_export::powercut`).
+//!   with code 86 (`nvstack_stack::powercut`; only in a build with the feature `powercut`: the
+//!   shipped extension refuses it with SQLITE_CANTOPEN).
 //! - `record=PATH`: **measurement only**. The region's persistent-memory traffic is recorded
 //!   (pmem's `RecordingRegion`) from the database's open on and written to PATH, which must
 //!   not exist, as a committing-simulator trace when the region closes (`crate::recording`).

@@ -1,7 +1,7 @@
 //! The URI parameters of `file:DB?vfs=nvstack&region=PATH&region_size=SIZE[&powercut=...]`.
 
 use crate::VfsError;
-use nvstack_export::powercut::PowerCutSpec;
+use nvstack_stack::powercut::PowerCutSpec;
 use std::path::PathBuf;
 
 /// The longest region path accepted.
@@ -14,7 +14,7 @@ pub struct Params {
     /// Its size: required to create it; when it exists, checked against it if given.
     pub region_size_bytes: Option<u64>,
     /// Testing only: run the region on the simulated region and cut power (see
-    /// `nvstack_export::powercut`).
+    /// `nvstack_stack::powercut`).
     pub powercut: Option<PowerCutSpec>,
     /// Measurement only: record the region's persistent-memory traffic from the open on and
     /// write it, when the region closes, as a committing-simulator trace (docs/mcsim.md) to

@@ -11,9 +11,9 @@
 use crate::VfsError;
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_mcsim::{Op, TraceWriter};
-use nvstack_nvramdisk::{image, NvramDisk, OpenOptions};
+use nvstack_nvramdisk::{NvramDisk, OpenOptions};
 use nvstack_pmem::record::{Recorded, RecordingRegion};
-use nvstack_pmem::{Access, MmapRegion};
+use nvstack_pmem::MmapRegion;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,8 +38,7 @@ pub fn open(path: &Path, out: &Path) -> Result<(Arc<dyn BlockDevice>, Recorder),
     }
     let cantopen =
         |e: nvstack_core::Error| VfsError::cantopen(format!("region {}: {e}", path.display()));
-    let (file, _sb) = image::open_image_file(path).map_err(cantopen)?;
-    let mapped = MmapRegion::map_file(file, path, Access::Shared).map_err(cantopen)?;
+    let mapped = nvstack_stack::image::map_nvramdisk(path).map_err(cantopen)?;
     let region = Arc::new(RecordingRegion::new(mapped, CALL_INSTRUCTIONS));
     let disk = NvramDisk::open(region.clone(), OpenOptions::default()).map_err(cantopen)?;
     let rec = Recorder {

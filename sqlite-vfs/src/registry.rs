@@ -11,9 +11,11 @@ use crate::store::{FileKind, Store};
 use crate::VfsError;
 use libsqlite3_sys as sq;
 use nvstack_core::blockdev::BlockDevice;
-use nvstack_export::powercut::PowerCut;
 use nvstack_nvramdisk::image;
-use nvstack_nvramdisk::{FormatOptions, NvramDisk, OpenOptions};
+use nvstack_nvramdisk::FormatOptions;
+#[cfg(feature = "powercut")]
+use nvstack_stack::powercut::PowerCut;
+use nvstack_stack::served::{Backend, ServeSpec};
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -29,6 +31,7 @@ pub struct OpenRegion {
     pub size_bytes: u64,
     pub store: Store,
     /// Holds the image's lock (and the armed cut) in a power-cut run.
+    #[cfg(feature = "powercut")]
     _powercut: Option<Arc<PowerCut>>,
     /// Writes the recorded trace when the region closes (declared last: it drops after the
     /// store, so the store's last traffic is in it).
@@ -108,6 +111,7 @@ pub fn attach(db: &str, params: &Params) -> Result<Arc<OpenRegion>, VfsError> {
                 )));
             }
             check_size(&path, r.size_bytes, params)?;
+            #[cfg(feature = "powercut")]
             if params.powercut.is_some() && r._powercut.is_none() {
                 return Err(VfsError::cantopen(format!(
                     "powercut= given but region {} is already open without it",
@@ -174,9 +178,10 @@ fn open_region(db: &str, path: &Path, params: &Params) -> Result<OpenRegion, Vfs
             return Err(busy(path));
         }
     }
-    let (dev, powercut, recorder) = open_device(path, params)?;
+    let (dev, _powercut, recorder) = open_device(path, params)?;
     let store = Store::open(dev).map_err(|e| open_error(path, e))?;
-    if let Some(pc) = &powercut {
+    #[cfg(feature = "powercut")]
+    if let Some(pc) = &_powercut {
         pc.arm();
     }
     if let Some(r) = &recorder {
@@ -188,31 +193,48 @@ fn open_region(db: &str, path: &Path, params: &Params) -> Result<OpenRegion, Vfs
         db: db.to_string(),
         size_bytes,
         store,
-        _powercut: powercut,
+        #[cfg(feature = "powercut")]
+        _powercut,
         _recorder: recorder,
     })
 }
 
-type Device = (
-    Arc<dyn BlockDevice>,
-    Option<Arc<PowerCut>>,
-    Option<Recorder>,
-);
+/// The power cut armed at the open (a build with the feature `powercut`; the shipped
+/// extension has none, and refuses powercut= at the open).
+#[cfg(feature = "powercut")]
+type Cut = Option<Arc<PowerCut>>;
+#[cfg(not(feature = "powercut"))]
+type Cut = ();
 
-/// The region's device: the image mapped, recorded (record=), or in a power-cut run.
+type Device = (Arc<dyn BlockDevice>, Cut, Option<Recorder>);
+
+/// The region's device: the image opened by the stack (in a power-cut run on the simulated
+/// region), or recorded (record=).
 fn open_device(path: &Path, params: &Params) -> Result<Device, VfsError> {
-    if let Some(pc) = params.powercut {
-        let pc = PowerCut::load(path, pc).map_err(|e| open_error(path, e))?;
-        let disk = NvramDisk::open(pc.region(), OpenOptions::default())
-            .map_err(|e| open_error(path, e))?;
-        return Ok((Arc::new(disk), Some(pc), None));
-    }
     if let Some(out) = &params.record {
         let (dev, rec) = recording::open(path, out)?;
-        return Ok((dev, None, Some(rec)));
+        return Ok((dev, Cut::default(), Some(rec)));
     }
-    let disk = image::open_image(path, OpenOptions::default()).map_err(|e| open_error(path, e))?;
-    Ok((Arc::new(disk), None, None))
+    #[cfg(not(feature = "powercut"))]
+    if let Some(cut) = params.powercut {
+        return Err(VfsError::cantopen(format!(
+            "URI parameter powercut={}: testing only; this build of the extension has no \
+             power-cut machinery (the tests build it with the feature `powercut`)",
+            cut.text()
+        )));
+    }
+    let spec = ServeSpec {
+        image: Some(path),
+        power_cut: params.powercut,
+        ..ServeSpec::default()
+    };
+    let served =
+        nvstack_stack::served::open(Backend::Nvramdisk, &spec).map_err(|e| open_error(path, e))?;
+    #[cfg(feature = "powercut")]
+    let cut = served.power_cut;
+    #[cfg(not(feature = "powercut"))]
+    let cut = ();
+    Ok((served.dev, cut, None))
 }
 
 /// Which stored file `name` would be, and the region holding it: `name` is an open

@@ -2486,7 +2486,7 @@ mod tests {
             "nvramdisk"
         );
         let raw_region = Arc::new(MmapRegion::anonymous(2 << 20).unwrap());
-        let raw = Arc::new(nvstack_export::raw::RawDevice::new(raw_region.clone()).unwrap());
+        let raw = Arc::new(nvstack_stack::raw::RawDevice::new(raw_region.clone()).unwrap());
         let e = Store::open(raw).err().expect("raw refused");
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("no scattered atomic write"), "{e}");

@@ -80,38 +80,68 @@ fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The extension: $NVSTACK_SQLITE_EXT, or built now (release) and taken from the target
-/// directory. Missing: the test fails, it is never skipped.
+/// The extension the tests load, built with the feature `powercut` (the URI parameter
+/// powercut=): $NVSTACK_SQLITE_EXT, or built now. Missing: the test fails, never skips.
 fn ext() -> &'static Path {
-    static EXT: OnceLock<PathBuf> = OnceLock::new();
-    EXT.get_or_init(|| {
-        if let Some(p) = std::env::var_os("NVSTACK_SQLITE_EXT") {
-            let p = PathBuf::from(p);
-            assert!(
-                p.is_file(),
-                "NVSTACK_SQLITE_EXT={} is not a file: build it with `cargo build --release \
-                 --workspace`",
-                p.display()
-            );
-            return p;
+    &exts().0
+}
+
+/// The shipped extension (no feature `powercut`): $NVSTACK_SQLITE_EXT_SHIPPED, or built now.
+fn shipped_ext() -> &'static Path {
+    &exts().1
+}
+
+/// Both builds: from the environment (scripts/test.sh builds them), or built here one after
+/// the other (one cargo output path, so the shipped one is copied aside first).
+fn exts() -> &'static (PathBuf, PathBuf) {
+    static EXTS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    EXTS.get_or_init(|| {
+        let from_env = |var: &str| {
+            std::env::var_os(var).map(|p| {
+                let p = PathBuf::from(p);
+                assert!(
+                    p.is_file(),
+                    "{var}={} is not a file (scripts/test.sh builds it)",
+                    p.display()
+                );
+                p
+            })
+        };
+        match (
+            from_env("NVSTACK_SQLITE_EXT"),
+            from_env("NVSTACK_SQLITE_EXT_SHIPPED"),
+        ) {
+            (Some(t), Some(s)) => (t, s),
+            _ => build_both(),
         }
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--release", "-p", "nvstack-sqlite"])
-            .current_dir(manifest())
-            .status()
-            .expect("run cargo to build the SQLite extension");
-        assert!(status.success(), "cargo build -p nvstack-sqlite failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| manifest().join("../target"));
-        let p = target.join("release/libnvstack_sqlite.so");
-        assert!(
-            p.is_file(),
-            "{} is missing after building nvstack-sqlite",
-            p.display()
-        );
-        p
     })
+}
+
+fn build_ext(features: &[&str]) -> PathBuf {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--release", "-p", "nvstack-sqlite"])
+        .args(features)
+        .current_dir(manifest())
+        .status()
+        .expect("run cargo to build the SQLite extension");
+    assert!(
+        status.success(),
+        "cargo build -p nvstack-sqlite {features:?} failed"
+    );
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest().join("../target"));
+    let p = target.join("release/libnvstack_sqlite.so");
+    assert!(p.is_file(), "{} is missing after the build", p.display());
+    p
+}
+
+fn build_both() -> (PathBuf, PathBuf) {
+    let built = build_ext(&[]);
+    let shipped = built.with_file_name("shipped").join("libnvstack_sqlite.so");
+    std::fs::create_dir_all(shipped.parent().unwrap()).unwrap();
+    std::fs::copy(&built, &shipped).unwrap();
+    (build_ext(&["--features", "powercut"]), shipped)
 }
 
 fn child_script() -> PathBuf {
@@ -294,7 +324,7 @@ fn commit_cycle(
     });
     if kill_after.is_none() {
         assert!(
-            status.code() == Some(nvstack_export::powercut::POWER_CUT_EXIT),
+            status.code() == Some(nvstack_stack::powercut::POWER_CUT_EXIT),
             "child ended with {status}, not the power-cut exit code; stderr: {err}"
         );
     }
@@ -729,5 +759,51 @@ fn bad_parameters_and_regions_get_clear_errors() {
             .unwrap()
             .contains("-journal exists on the file system"),
         "{e}"
+    );
+}
+
+/// The shipped extension (built without the feature `powercut`) refuses powercut= with
+/// SQLITE_CANTOPEN, naming it, opens the same region without it, and does not link the
+/// power-cut machinery at all (no symbol of `nvstack_stack::powercut::sim` in the library),
+/// while the test build does.
+#[test]
+fn the_shipped_extension_refuses_powercut_and_links_no_power_cut_machinery() {
+    let s = Scratch::new("shipped");
+    let (db, region) = (s.db(), s.region());
+    let shipped = |extra: &str| {
+        let mut c = Command::new(PYTHON);
+        c.arg(child_script())
+            .arg(shipped_ext())
+            .arg(&db)
+            .arg(&region)
+            .arg("open")
+            .arg(extra);
+        let out = output(&mut c, None);
+        assert!(out.status.success(), "child failed: {out:?}");
+        json_lines(&out.stdout)
+    };
+    let out = shipped("&region_size=16MiB&powercut=M2:1:100");
+    assert!(out[0].get("ok").is_none(), "powercut= opened: {out:?}");
+    assert_eq!(out[0]["code"], 14, "SQLITE_CANTOPEN expected: {out:?}");
+    let msg = out[0]["nvstack"].as_str().expect("message");
+    assert!(
+        msg.contains("powercut=M2:1:100") && msg.contains("no power-cut machinery"),
+        "{msg}"
+    );
+    let out = shipped("&region_size=16MiB");
+    assert!(out[0].get("ok").is_some(), "the plain open failed: {out:?}");
+    // The machinery's module path, as it appears in the library's symbol names.
+    let linked = |p: &Path| {
+        let bytes = std::fs::read(p).unwrap();
+        bytes.windows(12).any(|w| w == b"powercut3sim")
+    };
+    assert!(
+        linked(ext()),
+        "the test build has no power-cut symbols: the probe is wrong"
+    );
+    assert!(
+        !linked(shipped_ext()),
+        "{} links the power-cut machinery",
+        shipped_ext().display()
     );
 }

@@ -1,14 +1,16 @@
 //! format, write, read, discard, check, recover.
 
-use crate::kind::{expect_nvramdisk, kind, Kind};
 use crate::{print_json, say, ProtocolArg};
-use nvstack_core::blockdev::{write_chunked, BlockDevice};
+use nvstack_core::blockdev::write_chunked;
 use nvstack_core::error::{Error, Result};
 use nvstack_core::size::format_size;
 use nvstack_nvramdisk::check::check_image;
-use nvstack_nvramdisk::image::{self, open_image, open_image_readonly};
-use nvstack_nvramdisk::{FormatOptions, OpenOptions, Protocol, ATOMIC_BLOCKS_MAX};
+use nvstack_nvramdisk::image;
+use nvstack_nvramdisk::{FormatOptions, OpenOptions, Protocol};
 use nvstack_pmem::ordering::policy_by_name;
+use nvstack_stack::image::open_nvramdisk;
+use nvstack_stack::kind::{expect_nvramdisk, peek, Promise};
+use nvstack_stack::{Access, Image};
 use std::io::Read;
 use std::path::Path;
 
@@ -68,107 +70,6 @@ fn check_range(lba: u64, count: u64, blocks: u64, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// What `write`, `read` and `discard` check their arguments against before opening.
-struct Shape {
-    blocks: u64,
-    block_bytes: usize,
-    /// Most blocks of one write that land whole (atomically on an nvramdisk, in one epoch on
-    /// a cache).
-    unit_blocks: u64,
-    cache: bool,
-    /// A write cache (seed 004): its admitted writes are durable on return.
-    wcache: bool,
-}
-
-fn shape(path: &Path) -> Result<Shape> {
-    if kind(path)? == Kind::Cache {
-        let sb = nvstack_nvcache::ubj::image::peek(path)?;
-        return Ok(Shape {
-            blocks: sb.blocks,
-            block_bytes: nvstack_nvcache::ubj::format::BLOCK_BYTES as usize,
-            unit_blocks: sb.unit_blocks().into(),
-            cache: true,
-            wcache: false,
-        });
-    }
-    if kind(path)? == Kind::WriteCache {
-        let sb = nvstack_nvcache::write::image::peek_wc(path)?;
-        return Ok(Shape {
-            blocks: sb.blocks,
-            block_bytes: sb.sector_bytes as usize,
-            unit_blocks: sb.unit_blocks().into(),
-            cache: false,
-            wcache: true,
-        });
-    }
-    let sb = image::peek(path)?;
-    Ok(Shape {
-        blocks: sb.geometry.blocks,
-        block_bytes: sb.geometry.block_bytes as usize,
-        unit_blocks: ATOMIC_BLOCKS_MAX as u64,
-        cache: false,
-        wcache: false,
-    })
-}
-
-/// A device image opened for a command: an nvramdisk, or a UBJ cache whose close commits and
-/// stores its counters.
-enum Opened {
-    Disk(Box<image::Disk>),
-    Cache(nvstack_nvcache::ubj::image::Opened),
-    /// A write cache, whose close flushes (bypassed writes) and stores its counters.
-    Write(nvstack_nvcache::write::image::WcOpened),
-}
-
-impl Opened {
-    fn open_shape(path: &Path, s: &Shape, write: bool) -> Result<Opened> {
-        use nvstack_nvcache::write::image as wc;
-        match (s.wcache, write) {
-            (true, true) => Ok(Opened::Write(wc::open_wc_image(path, None, None)?)),
-            (true, false) => Ok(Opened::Write(wc::open_wc_readonly(path, None)?)),
-            (false, _) => Opened::open(path, s.cache, write),
-        }
-    }
-
-    fn open(path: &Path, cache: bool, write: bool) -> Result<Opened> {
-        use nvstack_nvcache::ubj::image as nvc;
-        Ok(match (cache, write) {
-            (true, true) => Opened::Cache(nvc::open_image(path, None, None)?),
-            (true, false) => Opened::Cache(nvc::open_readonly(path, None)?),
-            (false, true) => Opened::Disk(Box::new(open_image(path, OpenOptions::default())?)),
-            (false, false) => {
-                Opened::Disk(Box::new(open_image_readonly(path, OpenOptions::default())?))
-            }
-        })
-    }
-
-    fn dev(&self) -> &dyn BlockDevice {
-        match self {
-            Opened::Disk(d) => &**d,
-            Opened::Cache(c) => &*c.cache,
-            Opened::Write(c) => &*c.cache,
-        }
-    }
-
-    /// After a write: a cache commits (its writes are durable at the next flush) and stores
-    /// its counters; an nvramdisk's writes were durable on return. Returns the epoch.
-    fn close_written(self) -> Result<Option<u64>> {
-        match self {
-            Opened::Disk(_) => Ok(None),
-            Opened::Write(c) => {
-                c.cache.flush()?;
-                c.cache.save_counters();
-                Ok(None)
-            }
-            Opened::Cache(c) => {
-                c.cache.flush()?;
-                c.cache.save_counters();
-                Ok(Some(c.cache.epoch()))
-            }
-        }
-    }
-}
-
 fn read_input(input: Option<&Path>) -> Result<Vec<u8>> {
     let data = match input {
         Some(p) => std::fs::read(p)
@@ -188,8 +89,9 @@ fn read_input(input: Option<&Path>) -> Result<Vec<u8>> {
 }
 
 pub fn write(path: &Path, lba: u64, input: Option<&Path>, chunked: bool) -> Result<i32> {
-    let s = shape(path)?;
-    let b = s.block_bytes;
+    let s = peek(path)?;
+    let b = s.block_bytes as usize;
+    let one_epoch = s.promise == Promise::WholeAtFlush;
     let data = read_input(input)?;
     if data.len() % b != 0 {
         return Err(Error::bad(format!(
@@ -202,7 +104,7 @@ pub fn write(path: &Path, lba: u64, input: Option<&Path>, chunked: bool) -> Resu
         return Err(Error::bad(format!(
             "input is {n} blocks; one {} write takes at most {unit}: pass --chunked to write it \
              as chunks of {unit}",
-            if s.cache {
+            if one_epoch {
                 "whole (one-epoch)"
             } else {
                 "atomic"
@@ -210,9 +112,9 @@ pub fn write(path: &Path, lba: u64, input: Option<&Path>, chunked: bool) -> Resu
         )));
     }
     check_range(lba, n, s.blocks, "write")?;
-    let dev = Opened::open_shape(path, &s, true)?;
-    write_chunked(dev.dev(), lba, &data)?;
-    let how = match (n > unit, s.cache) {
+    let dev = Image::open(path, Access::Write, None)?;
+    write_chunked(dev.device(), lba, &data)?;
+    let how = match (n > unit, one_epoch) {
         (true, false) => format!(" (atomic chunks of {unit})"),
         (false, false) => " atomically".to_string(),
         (true, true) => format!(" (chunks of {unit}, each whole in one epoch)"),
@@ -226,19 +128,19 @@ pub fn write(path: &Path, lba: u64, input: Option<&Path>, chunked: bool) -> Resu
 }
 
 pub fn read(path: &Path, lba: u64, count: u64, output: Option<&Path>) -> Result<i32> {
-    let s = shape(path)?;
+    let s = peek(path)?;
     check_range(lba, count, s.blocks, "read")?;
     let bytes = count
-        .checked_mul(s.block_bytes as u64)
+        .checked_mul(u64::from(s.block_bytes))
         .filter(|&n| n <= 1 << 32)
         .ok_or_else(|| {
             Error::bad(format!(
                 "read of {count} blocks is more than 4 GiB: read it in parts"
             ))
         })?;
-    let dev = Opened::open_shape(path, &s, false)?;
+    let dev = Image::open(path, Access::ReadOnly, None)?;
     let mut buf = vec![0u8; bytes as usize];
-    dev.dev().read(lba, &mut buf)?;
+    dev.device().read(lba, &mut buf)?;
     match output {
         Some(p) => std::fs::write(p, &buf)
             .map_err(|e| Error::env(format!("{}: cannot write output: {e}", p.display())))?,
@@ -248,10 +150,10 @@ pub fn read(path: &Path, lba: u64, count: u64, output: Option<&Path>) -> Result<
 }
 
 pub fn discard(path: &Path, lba: u64, count: u64) -> Result<i32> {
-    let s = shape(path)?;
+    let s = peek(path)?;
     check_range(lba, count, s.blocks, "discard")?;
-    let dev = Opened::open_shape(path, &s, true)?;
-    dev.dev().discard(lba, count)?;
+    let dev = Image::open(path, Access::Write, None)?;
+    dev.device().discard(lba, count)?;
     match dev.close_written()? {
         Some(epoch) => eprintln!("discarded {count} blocks at LBA {lba}; committed: epoch {epoch}"),
         None => eprintln!("discarded {count} blocks at LBA {lba}"),
@@ -309,7 +211,7 @@ pub fn recover(path: &Path) -> Result<i32> {
     if let Some(what) = image::repair_superblock(path)? {
         say!("repaired: {what}")?;
     }
-    let disk = open_image(path, OpenOptions::default())?;
+    let disk = open_nvramdisk(path, OpenOptions::default(), Access::Write)?;
     let rep = disk.recovery_report();
     if rep.was_clean() {
         say!("{}: clean, nothing to recover", path.display())?;

@@ -8,6 +8,7 @@ use nvstack_core::size::format_size;
 use nvstack_nvcache::ubj::format::{PolicyName, Settings};
 use nvstack_nvcache::ubj::image::{self, CreateOptions};
 use nvstack_nvcache::ubj::inspect::{inspect, Inspection};
+use nvstack_stack::{Access, Image};
 use std::path::{Path, PathBuf};
 
 #[derive(Args)]
@@ -237,6 +238,9 @@ enum CacheCmd {
     },
 }
 
+/// What reads an nvramdisk image (named when one is given where a cache is expected).
+const READERS: &str = "nvstack info and nvstack check read it";
+
 pub fn run(a: CacheArgs) -> Result<i32> {
     if let Some(code) = crate::wcache::route(&a.cmd_view())? {
         return Ok(code);
@@ -247,7 +251,7 @@ pub fn run(a: CacheArgs) -> Result<i32> {
             ..
         } => unreachable!("the write cache's create is routed above"),
         CacheCmd::ClearStats { image, .. } => {
-            crate::kind::expect_cache(&image)?;
+            nvstack_stack::kind::expect_cache(&image, READERS)?;
             Err(Error::bad(format!(
                 "{}: a UBJ cache; clear-stats is the write cache's (--cache write)",
                 image.display()
@@ -401,7 +405,7 @@ fn status(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
     if let Some(code) = crate::live::status(path, json)? {
         return Ok(code);
     }
-    crate::kind::expect_cache(path)?;
+    nvstack_stack::kind::expect_cache(path, READERS)?;
     let r = inspect(path, backing)?;
     if json {
         print_json(&r)?;
@@ -490,7 +494,7 @@ fn print_notes(r: &Inspection) -> Result<()> {
 }
 
 fn check(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
-    crate::kind::expect_cache(path)?;
+    nvstack_stack::kind::expect_cache(path, READERS)?;
     let r = inspect(path, backing)?;
     if json {
         print_json(&r)?;
@@ -511,30 +515,34 @@ fn check(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
 
 /// `writeback` (a full checkpoint) or `detach` (that, then the label says detached).
 fn writeback(path: &Path, backing: Option<&Path>, detach: bool) -> Result<i32> {
-    crate::kind::expect_cache(path)?;
-    let o = image::open_image(path, backing, None)?;
-    let before = o.cache.census();
-    let written_before = o.cache.stats().backing_bytes_written;
+    nvstack_stack::kind::expect_cache(path, READERS)?;
+    let opened = Image::open(path, Access::Write, backing)?;
+    let cache = opened
+        .ubj()
+        .expect("a write cache's writeback is routed to wcache.rs");
+    let backing = opened.backing().expect("a cache has a backing file");
+    let before = cache.census();
+    let written_before = cache.stats().backing_bytes_written;
     if detach {
-        o.cache.detach()?;
+        cache.detach()?;
     } else {
-        o.cache.checkpoint()?;
+        cache.checkpoint()?;
     }
-    o.cache.save_counters();
-    let written = o.cache.stats().backing_bytes_written - written_before;
+    cache.save_counters();
+    let written = cache.stats().backing_bytes_written - written_before;
     say!(
         "{}: wrote back {} frozen blocks ({}) to {} and flushed it; freed {} out-of-date copies",
         path.display(),
         before.frozen_up_to_date,
         format_size(written),
-        o.backing.display(),
+        backing.display(),
         before.frozen_out_of_date
     )?;
     if detach {
         say!(
             "detached: {} alone is the whole state now (mount it directly); this cache no \
              longer opens over it",
-            o.backing.display()
+            backing.display()
         )?;
     }
     Ok(0)

@@ -7,8 +7,10 @@ use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_crashtest::oracle::BlockError;
 use nvstack_nvramdisk::check::check_image;
-use nvstack_nvramdisk::image::{format_image, open_image, Disk};
+use nvstack_nvramdisk::image::{format_image, Disk};
 use nvstack_nvramdisk::{Action, Event, FormatOptions, OpenOptions, Phase, Protocol, Step};
+use nvstack_stack::image::open_nvramdisk;
+use nvstack_stack::Access;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -126,7 +128,7 @@ pub fn run(image: Option<PathBuf>, size: u64, json: bool) -> Result<i32> {
 }
 
 fn workload(path: &Path, protocol: Protocol) -> Result<ProtocolRun> {
-    let d = open_image(path, OpenOptions::default())?;
+    let d = open_nvramdisk(path, OpenOptions::default(), Access::Write)?;
     let blocks = d.blocks();
     let span = blocks.min(20_000);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(42);
@@ -258,7 +260,7 @@ fn cut_and_recover(path: &Path, p: Protocol, cut: &CutSpec) -> Result<Cut> {
     let base = 100u64; // LBAs base..base+blocks hold version 1, then get version 2 cut short
     let n = cut.blocks;
     {
-        let d = open_image(path, OpenOptions::default())?;
+        let d = open_nvramdisk(path, OpenOptions::default(), Access::Write)?;
         let mut old = Vec::new();
         for l in base..base + n {
             old.extend_from_slice(&tagged(l, 1));
@@ -275,20 +277,18 @@ fn cut_and_recover(path: &Path, p: Protocol, cut: &CutSpec) -> Result<Cut> {
             Action::Continue
         }
     });
-    let d: Disk = open_image(
-        path,
-        OpenOptions {
-            hook: Some(hook),
-            ..Default::default()
-        },
-    )?;
+    let options = OpenOptions {
+        hook: Some(hook),
+        ..Default::default()
+    };
+    let d: Disk = open_nvramdisk(path, options, Access::Write)?;
     let mut new = Vec::new();
     for l in base..base + n {
         new.extend_from_slice(&tagged(l, 2));
     }
     let stopped = matches!(d.write(base, &new), Err(Error::Stopped(_)));
     drop(d); // the power fails here
-    let d = open_image(path, OpenOptions::default())?;
+    let d = open_nvramdisk(path, OpenOptions::default(), Access::Write)?;
     let rep = d.recovery_report();
     let recovery = if rep.actions.is_empty() {
         "nothing to do".to_string()

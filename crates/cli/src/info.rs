@@ -3,12 +3,13 @@
 use crate::{print_json, say};
 use nvstack_core::error::Result;
 use nvstack_core::size::format_size;
-use nvstack_nvramdisk::image::open_image_readonly;
 use nvstack_nvramdisk::OpenOptions;
 use nvstack_pmem::cpu::{self, CpuFeatures};
 use nvstack_pmem::latency::measure_dram_store_latency_ns;
 use nvstack_pmem::mmap::page_size;
 use nvstack_pmem::ordering::{OrderingPolicy, DEFAULT_POLICY, POLICIES};
+use nvstack_stack::image::open_nvramdisk;
+use nvstack_stack::Access;
 use std::path::Path;
 
 #[derive(serde::Serialize)]
@@ -91,8 +92,8 @@ struct ImageInfo {
 }
 
 pub fn image(path: &Path, json: bool) -> Result<i32> {
-    crate::kind::expect_nvramdisk(path, "nvstack cache status shows it")?;
-    let d = open_image_readonly(path, OpenOptions::default())?;
+    nvstack_stack::kind::expect_nvramdisk(path, "nvstack cache status shows it")?;
+    let d = open_nvramdisk(path, OpenOptions::default(), Access::ReadOnly)?;
     let g = *d.geometry();
     let rep = d.recovery_report().clone();
     let info = ImageInfo {

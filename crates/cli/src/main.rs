@@ -8,7 +8,6 @@ mod crashtest;
 mod demo;
 mod flash;
 mod info;
-mod kind;
 mod live;
 mod output;
 mod progress;

@@ -10,14 +10,10 @@ use nvstack_core::error::{Error, Result};
 use nvstack_export::file::BlockFile;
 use nvstack_export::fuse::{self, DiskFs, FuseOptions, MountOptions, Negotiated, DISK_NAME};
 use nvstack_export::loopdev::{self, FuseLimits};
-use nvstack_export::powercut::{PowerCut, PowerCutSpec};
-use nvstack_export::raw::RawDevice;
 use nvstack_export::stats::ServeStats;
-use nvstack_nvcache::{FileDevice, ServedWc, Ticker, Ubj, WcDestager, WriteCache};
-use nvstack_nvramdisk::disk::{NvramDisk, OpenOptions};
-use nvstack_nvramdisk::image::{open_image, peek};
-use nvstack_pmem::{Access, MmapRegion, Region};
 use nvstack_sim::trace::nvstack::{RecordingDevice, TraceWriter};
+use nvstack_stack::powercut::{PowerCut, PowerCutSpec};
+use nvstack_stack::{Kind, ServeSpec, Served};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,29 +24,13 @@ pub const THREADS_MAX: usize = 64;
 /// How long `serve` waits for its daemon to come up (recovery of a large image included).
 const READY_WAIT: Duration = Duration::from_secs(300);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Backend {
-    /// Transactions: every write atomic and durable on return (an nvramdisk image).
-    Nvramdisk,
-    /// Plain copies into the region, no transactions: the baseline.
-    Raw,
-    /// A cache image over its backing file: UBJ (durable at the next fsync, a commit) or the
-    /// write cache (admitted writes durable on return, bypassed ones at the next fsync).
-    Cache,
-    /// The plain backing file (--backing), O_DIRECT, durable at the next fsync (fdatasync):
-    /// the baseline of a cache.
-    DirectFile,
-}
+pub use nvstack_stack::Backend;
 
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Nvramdisk => "nvramdisk",
-            Backend::Raw => "raw",
-            Backend::Cache => "cache",
-            Backend::DirectFile => "direct-file",
-        }
-    }
+/// `--backend`'s values: the stack's backends, by name, each with its line of help.
+pub fn backend_values() -> impl clap::builder::TypedValueParser<Value = Backend> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(Backend::ALL.map(|b| PossibleValue::new(b.name()).help(b.about())))
+        .map(|name| Backend::from_name(&name).expect("one of the listed values"))
 }
 
 #[derive(clap::Args, Debug)]
@@ -71,7 +51,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub pid_file: Option<PathBuf>,
     /// Default: the image's kind (nvramdisk or cache).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = backend_values())]
     pub backend: Option<Backend>,
     /// A cache's backing file when it moved since create; with --backend direct-file, the
     /// file to serve.
@@ -132,10 +112,10 @@ pub struct ServeArgs {
 /// The backend `a` asks for, checked against its image and flags (bad input: exit 2).
 pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
     let kind = match &a.image {
-        Some(p) => Some(crate::kind::kind(p)?),
+        Some(p) => Some(nvstack_stack::identify(p)?),
         None => None,
     };
-    let write_cache = kind == Some(crate::kind::Kind::WriteCache);
+    let write_cache = kind == Some(Some(Kind::WriteCache));
     if write_cache && !a.settings.is_empty() {
         return Err(Error::bad(format!(
             "{}: a write cache image: it is served with the settings stored at create (cache \
@@ -146,15 +126,14 @@ pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
     }
     let backend = match (a.backend, kind) {
         (Some(b), _) => b,
-        (None, Some(crate::kind::Kind::Cache | crate::kind::Kind::WriteCache)) => Backend::Cache,
-        (None, Some(_)) => Backend::Nvramdisk,
+        (None, Some(k)) => Backend::of_kind(k),
         (None, None) => {
             return Err(Error::bad(
                 "no image: give IMAGE, or --backend direct-file --backing FILE",
             ))
         }
     };
-    let cache_image = kind == Some(crate::kind::Kind::Cache) || write_cache;
+    let cache_image = kind.flatten().is_some_and(Kind::is_cache);
     let image = a.image.as_deref().map(|p| p.display().to_string());
     match backend {
         Backend::DirectFile if a.image.is_some() => Err(Error::bad(format!(
@@ -370,39 +349,6 @@ pub fn check_mountpoint(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A served cache (either kind, through the library's contract): its ticker and (a write
-/// cache) its destage thread, stopped before the close so that nothing runs after the
-/// counters are stored.
-struct ServedCache {
-    cache: Arc<dyn nvstack_nvcache::Cache>,
-    threads: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send>>>,
-}
-
-impl ServedCache {
-    fn new(
-        cache: Arc<dyn nvstack_nvcache::Cache>,
-        threads: Vec<Box<dyn std::any::Any + Send>>,
-    ) -> Self {
-        ServedCache {
-            cache,
-            threads: std::sync::Mutex::new(threads),
-        }
-    }
-
-    fn observe(&self, stats: Arc<ServeStats>) {
-        self.cache.observe(stats);
-    }
-
-    /// The threads stopped, then the cache's close, worded.
-    fn close(&self) -> Result<String> {
-        self.threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        Ok(closed_what(&self.cache.close()?))
-    }
-}
-
 /// What a clean close did, in a sentence.
 fn closed_what(c: &nvstack_nvcache::Closed) -> String {
     match c {
@@ -432,268 +378,72 @@ fn closed_what(c: &nvstack_nvcache::Closed) -> String {
     }
 }
 
-fn served_cache<R: Region + 'static>(ubj: Arc<Ubj<R>>) -> (Arc<dyn BlockDevice>, ServedCache) {
-    let threads: Vec<Box<dyn std::any::Any + Send>> = Ticker::start(&ubj)
-        .into_iter()
-        .map(|t| Box::new(t) as Box<dyn std::any::Any + Send>)
-        .collect();
-    (ubj.clone(), ServedCache::new(ubj, threads))
-}
-
-fn cache_opened_what<R: Region>(u: &Ubj<R>) -> String {
-    match u.dropped_at_open() {
-        0 => format!("UBJ cache, epoch {}", u.epoch()),
-        n => format!(
-            "UBJ cache, epoch {}, recovered: {n} uncommitted entries dropped",
-            u.epoch()
-        ),
-    }
-}
-
-/// The device, what opening it did, the power cut when running on the simulated region, and
-/// the cache when it is one.
-struct Served {
-    dev: Arc<dyn BlockDevice>,
-    what: String,
-    power_cut: Option<Arc<PowerCut>>,
-    cache: Option<ServedCache>,
-}
-
-impl Served {
-    fn plain(dev: Arc<dyn BlockDevice>, what: String, power_cut: Option<Arc<PowerCut>>) -> Self {
-        Served {
-            dev,
-            what,
-            power_cut,
-            cache: None,
-        }
-    }
-}
-
+/// A UBJ image's settings for this run: the stored ones with the command line's over them,
+/// or None (the stored ones as they are).
 fn settings_over(a: &ServeArgs, image: &Path) -> Result<Option<nvstack_nvcache::Settings>> {
     if a.settings.is_empty() {
         return Ok(None);
     }
-    let stored = nvstack_nvcache::ubj::image::peek(image)?.settings;
+    let stored = nvstack_stack::kind::stored_ubj_settings(image)?;
     a.settings.apply(stored).map(Some)
 }
 
-fn open_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
-    let over = settings_over(a, image)?;
-    if let Some(s) = &a.power_cut {
-        if crate::kind::kind(image)? == crate::kind::Kind::WriteCache {
-            return open_write_cache_cut(a, image, s);
-        }
-        let pc = PowerCut::load_cache(image, a.backing.as_deref(), PowerCutSpec::parse(s)?)?;
-        let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
-        let ubj = Ubj::open(Arc::new(nvram), Arc::new(disk), over)?;
-        let what = format!(
-            "{}, simulated region, power cut {s}",
-            cache_opened_what(&ubj)
-        );
-        let (dev, cache) = served_cache(Arc::new(ubj));
-        return Ok(Served {
-            dev,
-            what,
-            power_cut: Some(pc),
-            cache: Some(cache),
-        });
-    }
-    if crate::kind::kind(image)? == crate::kind::Kind::WriteCache {
-        return open_write_cache(a, image);
-    }
-    let o = nvstack_nvcache::ubj::image::open_image(image, a.backing.as_deref(), over)?;
-    let what = format!(
-        "{} over {}",
-        cache_opened_what(&o.cache),
-        o.backing.display()
-    );
-    let (dev, cache) = served_cache(o.cache);
-    Ok(Served {
-        dev,
-        what,
-        power_cut: None,
-        cache: Some(cache),
-    })
-}
-
-/// A write cache to serve: the device (the cache reporting its state) and its served half.
-fn served_wc<R: Region + 'static>(
-    cache: Arc<WriteCache<R>>,
-    seed_destage: bool,
-) -> (String, Arc<dyn BlockDevice>, ServedCache) {
-    if !seed_destage {
-        cache.use_served_defaults();
-    }
-    let sb = *cache.superblock();
-    let admit = cache
-        .admit_record()
-        .map_or_else(|e| format!("unreadable ({e})"), |a| a.name());
-    let what = format!(
-        "write cache, {} B sectors, admit {admit}{}, {} blocks cached{}{}",
-        sb.sector_bytes,
-        if admit == "all" {
-            ""
-        } else {
-            " (admitted blocks durable when written, the others at the next fsync)"
-        },
-        cache.cached_blocks(),
-        match cache.recovered_entries() {
-            0 => String::new(),
-            n => format!(", recovered: {n} entries cleared"),
-        },
-        match cache.tick_period() {
-            Some(p) => format!(", timer every {} ms", p.as_millis()),
-            None => String::new(),
-        }
-    );
-    let what = format!("{what}, destage: {}", destage_what(&cache.settings()));
-    let served = Arc::new(ServedWc::new(cache));
-    // Stopped in this order at the close: the ticker, then the destage thread.
-    let mut threads: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
-    if let Some(t) = Ticker::start(&served) {
-        threads.push(Box::new(t));
-    }
-    if let Some(d) = WcDestager::start(&served) {
-        threads.push(Box::new(d));
-    }
-    (what, served.clone(), ServedCache::new(served, threads))
-}
-
-/// How a served write cache destages (the serve line says it).
-fn destage_what(s: &nvstack_nvcache::write::format::WcSettings) -> String {
-    match s.high_watermark_pct {
-        0 => "the seed's one-block destage (a new block that finds no room destages one)".into(),
-        h => format!(
-            "watermarks {h} % / {} % by a destage thread, runs of up to 1 MiB, {} blocks per \
-             backing flush",
-            s.low_watermark_pct, s.writeback_jobs
-        ),
-    }
-}
-
-fn open_write_cache(a: &ServeArgs, image: &Path) -> Result<Served> {
-    let o = nvstack_nvcache::write::image::open_wc_image(image, a.backing.as_deref(), None)?;
-    let (what, dev, cache) = served_wc(o.cache, a.seed_destage);
-    Ok(Served {
-        dev,
-        what: format!("{what} over {}", o.backing.display()),
-        power_cut: None,
-        cache: Some(cache),
-    })
-}
-
-/// A write cache on the simulated region (NVRAM and backing file), power cut armed.
-fn open_write_cache_cut(a: &ServeArgs, image: &Path, spec: &str) -> Result<Served> {
-    let pc = PowerCut::load_write_cache(image, a.backing.as_deref(), PowerCutSpec::parse(spec)?)?;
-    let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
-    let wc = WriteCache::open(Arc::new(nvram), Arc::new(disk), None)?;
-    let (what, dev, cache) = served_wc(Arc::new(wc), a.seed_destage);
-    Ok(Served {
-        dev,
-        what: format!("{what}, simulated region, power cut {spec}"),
-        power_cut: Some(pc),
-        cache: Some(cache),
-    })
-}
-
-/// The plain backing file, refused when it is a live cache's (its newest data may be only in
-/// that cache's NVRAM) unless --force.
-fn open_direct_file(a: &ServeArgs) -> Result<Served> {
-    let p = a.backing.as_deref().expect("checked by backend_of");
-    let dev = FileDevice::open(p)?;
-    let mut last = vec![0u8; 4096];
-    dev.read(dev.blocks() - 1, &mut last)?;
-    if let Ok(l) = nvstack_nvcache::common::format::Label::decode(&last) {
-        if !l.detached && !a.force {
-            return Err(Error::bad(format!(
-                "{}: the backing file of a cache (identity {:032x}) that is not detached: its \
-                 newest data may be only in the cache's NVRAM; serve the cache image, detach it \
-                 (`nvstack cache detach`), or pass --force",
-                p.display(),
-                l.identity
-            )));
-        }
-    }
-    let what = format!(
-        "direct file{}",
-        if dev.direct() {
-            ", O_DIRECT"
-        } else {
-            ", buffered (no O_DIRECT here)"
-        }
-    );
-    Ok(Served::plain(Arc::new(dev), what, None))
-}
-
+/// Open what `a` asks for through the stack, after the refusals that --force lifts.
 fn open_backend(a: &ServeArgs, backend: Backend) -> Result<Served> {
-    let image = a.image.as_deref();
-    match (backend, &a.power_cut, image) {
-        (Backend::DirectFile, _, _) => open_direct_file(a),
-        (_, _, None) => Err(Error::bad("no IMAGE given")),
-        (Backend::Cache, _, Some(img)) => open_cache(a, img),
-        (Backend::Nvramdisk, None, Some(img)) => {
-            let d = open_image(img, OpenOptions::default())?;
-            let rep = d.recovery_report().clone();
-            let what = if rep.was_clean() {
-                "clean".to_string()
-            } else {
-                format!("recovered: {} redone, {} undone", rep.redone, rep.undone)
-            };
-            Ok(Served::plain(Arc::new(d), what, None))
+    match (backend, a.force) {
+        (Backend::DirectFile, false) => refuse_live_backing(a)?,
+        (Backend::Raw, false) => refuse_raw_over_image(a)?,
+        _ => {}
+    }
+    if let (Backend::Raw, Some(bb)) = (backend, a.block_size) {
+        if !nvstack_stack::raw::RAW_BLOCK_BYTES_CHOICES.contains(&bb) {
+            return Err(Error::bad(format!("--block-size {bb}: 512 or 4096")));
         }
-        (Backend::Nvramdisk, Some(s), Some(img)) => {
-            let pc = PowerCut::load(img, PowerCutSpec::parse(s)?)?;
-            let d = NvramDisk::open(pc.region(), OpenOptions::default())?;
-            Ok(Served::plain(
-                Arc::new(d),
-                format!("simulated region, power cut {s}"),
-                Some(pc),
-            ))
-        }
-        (Backend::Raw, _, Some(img)) => open_raw(a, img),
+    }
+    let ubj_settings = match (backend, a.image.as_deref()) {
+        (Backend::Cache, Some(img)) => settings_over(a, img)?,
+        _ => None,
+    };
+    let spec = ServeSpec {
+        image: a.image.as_deref(),
+        backing: a.backing.as_deref(),
+        ubj_settings,
+        seed_destage: a.seed_destage,
+        raw_block_bytes: a.block_size,
+        power_cut: a
+            .power_cut
+            .as_deref()
+            .map(PowerCutSpec::parse)
+            .transpose()?,
+    };
+    nvstack_stack::served::open(backend, &spec)
+}
+
+/// The plain backing file is refused when it is a live cache's (its newest data may be only
+/// in that cache's NVRAM).
+fn refuse_live_backing(a: &ServeArgs) -> Result<()> {
+    let p = a.backing.as_deref().expect("checked by backend_of");
+    match nvstack_stack::served::live_cache_backing(p)? {
+        Some(identity) => Err(Error::bad(format!(
+            "{}: the backing file of a cache (identity {identity:032x}) that is not detached: \
+             its newest data may be only in the cache's NVRAM; serve the cache image, detach it \
+             (`nvstack cache detach`), or pass --force",
+            p.display()
+        ))),
+        None => Ok(()),
     }
 }
 
-fn open_raw(a: &ServeArgs, img: &Path) -> Result<Served> {
-    let holds = if crate::kind::kind(img)? == crate::kind::Kind::Cache {
-        Some("a cache image")
-    } else if crate::kind::kind(img)? == crate::kind::Kind::WriteCache {
-        Some("a write cache image")
-    } else if peek(img).is_ok() {
-        Some("an nvramdisk image")
-    } else {
-        None
-    };
-    if let (Some(what), false) = (holds, a.force) {
-        return Err(Error::bad(format!(
+/// An image served raw would be overwritten.
+fn refuse_raw_over_image(a: &ServeArgs) -> Result<()> {
+    let img = a.image.as_deref().expect("checked by backend_of");
+    match nvstack_stack::served::holds_an_image(img)? {
+        Some(what) => Err(Error::bad(format!(
             "{}: holds {what}; --backend raw would overwrite it (pass --force)",
             img.display()
-        )));
+        ))),
+        None => Ok(()),
     }
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(img)
-        .map_err(|e| Error::env(format!("{}: cannot open: {e}", img.display())))?;
-    match f.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            return Err(Error::env(format!(
-                "{}: image is locked by another process (another nvstack command or daemon \
-                 has it open)",
-                img.display()
-            )))
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(Error::env(format!("{}: cannot lock: {e}", img.display())))
-        }
-    }
-    let r = MmapRegion::map_file(f, img, Access::Shared)?;
-    let bb = a.block_size.unwrap_or(nvstack_export::raw::RAW_BLOCK_BYTES);
-    let dev = RawDevice::with_block_bytes(Arc::new(r), bb)
-        .map_err(|e| Error::bad(format!("--block-size {bb}: {e}")))?;
-    Ok(Served::plain(Arc::new(dev), "raw".into(), None))
 }
 
 /// Loop devices whose backing file is `file` (from /sys/block/loop*/loop/backing_file).
@@ -788,16 +538,9 @@ fn check_paths(a: &ServeArgs) -> Result<Backend> {
         check_no_loop(img, "image")?;
     }
     let backing = match (backend, &a.image) {
-        (Backend::Cache, Some(img)) if crate::kind::kind(img)? == crate::kind::Kind::WriteCache => {
-            Some(nvstack_nvcache::write::serve::wc_backing_of(
-                img,
-                a.backing.as_deref(),
-            )?)
+        (Backend::Cache, Some(img)) => {
+            Some(nvstack_stack::kind::backing_of(img, a.backing.as_deref())?)
         }
-        (Backend::Cache, Some(img)) => Some(nvstack_nvcache::ubj::image::backing_of(
-            img,
-            a.backing.as_deref(),
-        )?),
         _ => a.backing.clone(),
     };
     if let Some(b) = &backing {
@@ -1002,7 +745,7 @@ fn shut_down(
     stats: &ServeStats,
 ) -> Result<()> {
     if let Some(c) = &served.cache {
-        let done = c.close()?;
+        let done = closed_what(&c.close()?);
         eprintln!("nvstack serve: {done}");
     }
     if let Some(pc) = &served.power_cut {
@@ -1040,7 +783,7 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     };
     let stats = Arc::new(ServeStats::new(stats_file.as_deref())?);
     if let Some(c) = &served.cache {
-        c.observe(stats.clone());
+        c.cache.observe(stats.clone());
     }
     let served_name = a
         .image

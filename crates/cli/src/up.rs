@@ -9,10 +9,11 @@
 //! `/run/nvstack/<id>/state.json`, which `down` reads to undo it all in reverse. `<id>` is the
 //! canonical mount path with `/` turned into `-`.
 
-use super::serve::{check_mountpoint, is_mount_point, Backend};
+use super::serve::{backend_values, check_mountpoint, is_mount_point, Backend};
 use nvstack_core::error::{Error, Result};
-use nvstack_nvramdisk::image::{format_image, peek};
+use nvstack_nvramdisk::image::format_image;
 use nvstack_nvramdisk::FormatOptions;
+use nvstack_stack::Kind;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -76,7 +77,7 @@ pub struct UpArgs {
     #[arg(long)]
     pub mount_options: Option<String>,
     /// Default: a cache with --cache or a cache image, else nvramdisk.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = backend_values())]
     pub backend: Option<Backend>,
     /// FUSE threads of the daemon.
     #[arg(long, default_value_t = 4)]
@@ -191,7 +192,7 @@ fn load(dir: &Path) -> Result<Option<UpState>> {
 
 /// The write cache's flags: for a new write cache only, and no FAT admission (`up` mounts
 /// ext4 or xfs; a FAT volume is served with `nvstack serve` and used through DIR/disk).
-fn check_write_args(a: &UpArgs, image_kind: Option<crate::kind::Kind>) -> Result<()> {
+fn check_write_args(a: &UpArgs, image_kind: Option<Kind>) -> Result<()> {
     let new_write_cache =
         image_kind.is_none() && matches!(a.cache, Some(crate::cache::CacheMode::Write));
     if a.write.admits_fat() {
@@ -204,7 +205,7 @@ fn check_write_args(a: &UpArgs, image_kind: Option<crate::kind::Kind>) -> Result
     if new_write_cache {
         return Ok(());
     }
-    if image_kind == Some(crate::kind::Kind::WriteCache) && !a.settings.is_empty() {
+    if image_kind == Some(Kind::WriteCache) && !a.settings.is_empty() {
         return Err(Error::bad(format!(
             "{}: an existing write cache is served with the settings stored at create; omit \
              the cache settings",
@@ -222,13 +223,10 @@ fn check_write_args(a: &UpArgs, image_kind: Option<crate::kind::Kind>) -> Result
 /// The backend `up` serves, its flags checked (bad input: exit 2, before anything is done).
 fn up_backend(a: &UpArgs) -> Result<Backend> {
     let image_kind = match &a.image {
-        Some(p) if p.exists() => Some(crate::kind::kind(p)?),
+        Some(p) if p.exists() => nvstack_stack::identify(p)?,
         _ => None,
     };
-    let image_is_cache = matches!(
-        image_kind,
-        Some(crate::kind::Kind::Cache | crate::kind::Kind::WriteCache)
-    );
+    let image_is_cache = image_kind.is_some_and(Kind::is_cache);
     check_write_args(a, image_kind)?;
     let b = match a.backend {
         Some(b) => b,
@@ -421,7 +419,7 @@ fn prepare_image(a: &UpArgs, backend: Backend) -> Result<Option<String>> {
             }
         }
         if backend == Backend::Nvramdisk {
-            peek(image)?;
+            nvstack_stack::peek(image)?;
         }
         return Ok(None);
     }
@@ -496,12 +494,9 @@ fn create_cache(a: &UpArgs, image: &Path, size: u64) -> Result<String> {
 /// sector size.
 fn block_bytes_of(backend: Backend, st: &UpState) -> Result<u32> {
     Ok(match backend {
-        Backend::Nvramdisk => peek(&st.image)?.geometry.block_bytes,
-        Backend::Raw => nvstack_export::raw::RAW_BLOCK_BYTES,
-        Backend::Cache if crate::kind::kind(&st.image)? == crate::kind::Kind::WriteCache => {
-            nvstack_nvcache::write::image::peek_wc(&st.image)?.sector_bytes
-        }
-        Backend::Cache | Backend::DirectFile => nvstack_nvcache::ubj::format::BLOCK_BYTES,
+        Backend::Nvramdisk | Backend::Cache => nvstack_stack::peek(&st.image)?.block_bytes,
+        Backend::Raw => nvstack_stack::raw::RAW_BLOCK_BYTES,
+        Backend::DirectFile => nvstack_nvcache::ubj::format::BLOCK_BYTES,
     })
 }
 
@@ -515,7 +510,7 @@ fn start_daemon(
 ) -> Result<()> {
     // A write cache is served with the settings stored at create (they were given there).
     let write_cache =
-        backend == Backend::Cache && crate::kind::kind(&st.image)? == crate::kind::Kind::WriteCache;
+        backend == Backend::Cache && nvstack_stack::identify(&st.image)? == Some(Kind::WriteCache);
     let pid_file = dir.join("serve.pid");
     let mut serve = Command::new(exe);
     serve.arg("serve");

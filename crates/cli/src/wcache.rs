@@ -5,7 +5,6 @@
 //! nvstack_nvcache (write/mod.rs, write/image.rs).
 
 use crate::cache::{CmdView, PolicyArg, SettingsArgs};
-use crate::kind::{kind, Kind};
 use crate::{print_json, say};
 use clap::Args;
 use nvstack_core::blockdev::BlockDevice;
@@ -13,6 +12,7 @@ use nvstack_core::error::{Error, Result};
 use nvstack_core::size::format_size;
 use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcCounters, WcSettings};
 use nvstack_nvcache::write::image::{self as wimage, WcCreateOptions};
+use nvstack_stack::{identify, Access, Image, Kind};
 use std::path::Path;
 
 /// The write cache's own flags of `cache create` (refused with `--cache ubj`).
@@ -137,7 +137,7 @@ pub(crate) fn route(view: &Option<CmdView<'_>>) -> Result<Option<i32>> {
             backing,
             json,
         }) => {
-            if kind(image)? != Kind::WriteCache {
+            if identify(image)? != Some(Kind::WriteCache) {
                 return Ok(None);
             }
             match *verb {
@@ -298,14 +298,15 @@ fn status(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
     if let Some(code) = crate::live::status(path, json)? {
         return Ok(code);
     }
-    let o = wimage::open_wc_readonly(path, backing)?;
-    let c = &o.cache;
+    let o = Image::open(path, Access::ReadOnly, backing)?;
+    let c = o.write_cache().expect("routed here as a write cache");
+    let o_backing = o.backing().expect("a cache has a backing file");
     let sb = *c.superblock();
     let (k, readable): (WcCounters, bool) = c.lifetime();
     let admit = c.admit_record()?;
     let s = Status {
         image: path.display().to_string(),
-        backing: o.backing.display().to_string(),
+        backing: o_backing.display().to_string(),
         sector_bytes: sb.sector_bytes,
         settings: c.settings(),
         admit: admit.name(),
@@ -456,8 +457,9 @@ fn check(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
 
 /// `writeback`, `detach`, `clear-stats`.
 fn act(verb: &str, path: &Path, backing: Option<&Path>) -> Result<i32> {
-    let o = wimage::open_wc_image(path, backing, None)?;
-    let c = &o.cache;
+    let o = Image::open(path, Access::Write, backing)?;
+    let c = o.write_cache().expect("routed here as a write cache");
+    let o_backing = o.backing().expect("a cache has a backing file");
     let before = c.stats().backing_bytes_written;
     match verb {
         "clear-stats" => {
@@ -472,7 +474,7 @@ fn act(verb: &str, path: &Path, backing: Option<&Path>) -> Result<i32> {
                 "{}: wrote back {n} blocks ({}) to {} and flushed it",
                 path.display(),
                 format_size(c.stats().backing_bytes_written - before),
-                o.backing.display()
+                o_backing.display()
             )?;
         }
         _ => {
@@ -482,7 +484,7 @@ fn act(verb: &str, path: &Path, backing: Option<&Path>) -> Result<i32> {
                 "{}: wrote back {n} blocks and detached: {} alone is the whole state now; this \
                  cache no longer opens over it",
                 path.display(),
-                o.backing.display()
+                o_backing.display()
             )?;
         }
     }

@@ -375,7 +375,7 @@ fn wrong_backing_files_and_wrong_kinds_are_refused_and_change_nothing() {
     ] {
         let out = expect(2, &args);
         assert!(
-            out.contains("an nvcache image, not an nvramdisk"),
+            out.contains("cache image, not an nvramdisk"),
             "{args:?}: {out}"
         );
     }

@@ -496,7 +496,7 @@ mod tests {
     #[test]
     fn a_plain_device_takes_64_block_writes_without_the_atomic_promise() {
         let r = Arc::new(MmapRegion::anonymous(4 << 20).unwrap());
-        let raw = Arc::new(crate::raw::RawDevice::new(r).unwrap());
+        let raw = Arc::new(nvstack_stack::raw::RawDevice::new(r).unwrap());
         let dev = Arc::new(TestDevice::new(raw));
         let f = BlockFile::new(dev.clone());
         let bb = f.block_bytes();

@@ -6,15 +6,12 @@
 //! - [`fuse`]: that file served through FUSE as `DIR/disk`, for a loop device to attach.
 //! - [`loopdev`]: the loop device's request limit that keeps each block request one FUSE
 //!   write (a completed block write never torn by a daemon's death between two pieces).
-//! - [`raw`]: the region as plain blocks with no transactions (the `--backend raw` baseline).
 //! - [`stats`]: the daemon's counters, mirrored to tmpfs so they outlive a SIGKILL.
-//! - [`powercut`]: run a device on the simulated region and cut power at a random instant,
-//!   leaving a crash image drawn from a fault model (whole-stack power-cut tests); a cache
-//!   image runs with its backing file as the region's disk.
+//!
+//! What is served comes from `nvstack-stack` (any image opened, the raw baseline, the power-cut
+//! runs); this crate is the transports and what a daemon publishes.
 
 pub mod file;
 pub mod fuse;
 pub mod loopdev;
-pub mod powercut;
-pub mod raw;
 pub mod stats;

@@ -9,6 +9,8 @@ use nvstack_nvramdisk::format::FormatOptions;
 use nvstack_nvramdisk::image::{self, Disk};
 use nvstack_nvramdisk::layout::Protocol;
 use nvstack_nvramdisk::OpenOptions;
+use nvstack_stack::image::open_nvramdisk;
+use nvstack_stack::Access;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
@@ -67,7 +69,7 @@ impl Device {
     #[staticmethod]
     fn open(py: Python<'_>, path: PathBuf) -> PyResult<Device> {
         let disk = py
-            .detach(|| image::open_image(&path, OpenOptions::default()))
+            .detach(|| open_nvramdisk(&path, OpenOptions::default(), Access::Write))
             .map_err(py_err)?;
         Ok(Device { disk, path })
     }

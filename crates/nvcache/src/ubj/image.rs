@@ -17,7 +17,7 @@ use std::sync::Arc;
 const B: u64 = BLOCK_BYTES as u64;
 
 /// A UBJ cache on a mapped image file.
-pub type Cache = Ubj<MmapRegion>;
+pub type UbjImage = Ubj<MmapRegion>;
 
 /// What `create_image` makes.
 pub struct CreateOptions<'a> {
@@ -43,7 +43,7 @@ pub struct Created {
 
 /// An opened cache and the backing file it opened over.
 pub struct Opened {
-    pub cache: Arc<Cache>,
+    pub cache: Arc<UbjImage>,
     pub backing: PathBuf,
 }
 

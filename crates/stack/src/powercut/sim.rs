@@ -1,30 +1,15 @@
-//! Power cuts of a running stack (testing only).
-//!
-//! A process kill leaves every store in /dev/shm, so it cannot catch a missing flush or fence.
-//! Here the device runs on the crash checker's simulated region instead of a mapping: the image
-//! file is loaded into a [`SimRegion`] that logs every store, flush and fence. At the cut the
-//! region's lock is taken (no thread can store, flush or fence after that instant, and any
-//! acknowledgement already sent was for work whose fence is in the log), the log is replayed,
-//! one crash image is drawn at random under the chosen fault model (M1: stores reach media only
-//! by a flush or fence, in any subset per line; M2: also torn and garbage words, see
-//! docs/crashtest.md), written over the image file, and the process ends at once with
-//! [`POWER_CUT_EXIT`], running no destructor. The next start recovers from that image like a
-//! machine that lost power.
-//!
-//! A cache image runs the same way with its backing file loaded as the region's tail
-//! ([`PowerCut::load_cache`]): a simulated disk whose 512-byte sectors written since its last
-//! flush (fdatasync) each hold their old or their new contents after the cut, any subset (the
-//! disk model of the crash checker, nvstack_pmem::crash). Both files are written back from
-//! the one crash image, so the cut is one instant of NVRAM and disk.
-//!
-//! The simulated region keeps the whole log in memory: use small images (tens of MiB) and short
-//! workloads.
+//! The power-cut machinery (feature `powercut`): see the module above.
 
+use super::{PowerCutSpec, POWER_CUT_EXIT, POWER_CUT_IMAGE_BYTES_MAX};
+use crate::kind::{identify, Kind};
+use crate::served::{served_ubj, served_wc, ubj_opened_what, Backend, ServeSpec, Served};
+use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_core::lock::{lock_file, open_file};
 use nvstack_nvcache::FileDevice;
+use nvstack_nvcache::{Ubj, WriteCache};
 use nvstack_nvramdisk::image::open_image_file;
-use nvstack_pmem::crash::{CrashState, FaultModel, ImageSpace, SimEvent, SimRegion};
+use nvstack_pmem::crash::{CrashState, ImageSpace, SimEvent, SimRegion};
 use nvstack_pmem::simdisk::{parts, SimDisk, SimNvram};
 use nvstack_pmem::LINE_BYTES;
 use std::collections::HashMap;
@@ -33,49 +18,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The exit code of a process whose power was cut.
-pub const POWER_CUT_EXIT: i32 = 86;
-
-/// Images larger than this are refused: the simulated region copies the image into memory and
-/// logs every store.
-pub const POWER_CUT_IMAGE_BYTES_MAX: u64 = 1 << 30;
-
-/// A power-cut specification: `MODEL:SEED:DELAY_MS` (for example `M2:7:150`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PowerCutSpec {
-    pub model: FaultModel,
-    pub seed: u64,
-    pub delay_ms: u64,
-}
-
-impl PowerCutSpec {
-    pub fn parse(s: &str) -> Result<PowerCutSpec> {
-        let bad = |why: &str| {
-            Error::bad(format!(
-                "power cut '{s}': {why} (expected MODEL:SEED:DELAY_MS, MODEL one of M0, M1, M2)"
-            ))
-        };
-        let parts: Vec<&str> = s.split(':').collect();
-        if parts.len() != 3 {
-            return Err(bad("three fields separated by ':' are needed"));
-        }
-        let model = match FaultModel::parse(parts[0]) {
-            Some(m @ (FaultModel::M0 | FaultModel::M1 | FaultModel::M2)) => m,
-            _ => return Err(bad("unknown fault model")),
-        };
-        let seed = parts[1].parse::<u64>().map_err(|_| bad("bad seed"))?;
-        let delay_ms = parts[2].parse::<u64>().map_err(|_| bad("bad delay"))?;
-        if delay_ms > 3_600_000 {
-            return Err(bad("delay over one hour"));
-        }
-        Ok(PowerCutSpec {
-            model,
-            seed,
-            delay_ms,
-        })
-    }
-}
 
 /// One file loaded into the simulated region: its words are `[word, word + len / 8)`.
 struct Part {
@@ -330,6 +272,52 @@ impl PowerCut {
             std::process::exit(code)
         })
     }
+}
+
+/// Open `image` for serving with `backend` on the simulated region, power cut armed by the
+/// caller ([`PowerCut::arm`]): an nvramdisk image alone, a cache with its backing file.
+pub(crate) fn open_served(
+    backend: Backend,
+    image: &Path,
+    spec: &ServeSpec,
+    cut: PowerCutSpec,
+) -> Result<Served> {
+    let what = |w: &str| format!("{w}simulated region, power cut {}", cut.text());
+    let (pc, dev, cache, what) = match (backend, identify(image)?) {
+        (Backend::Nvramdisk, _) => {
+            let pc = PowerCut::load(image, cut)?;
+            let d = nvstack_nvramdisk::NvramDisk::open(pc.region(), Default::default())?;
+            let dev: Arc<dyn BlockDevice> = Arc::new(d);
+            (pc, dev, None, what(""))
+        }
+        (Backend::Cache, Some(Kind::WriteCache)) => {
+            let pc = PowerCut::load_write_cache(image, spec.backing, cut)?;
+            let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
+            let wc = WriteCache::open(Arc::new(nvram), Arc::new(disk), None)?;
+            let (w, dev, cache) = served_wc(Arc::new(wc), spec.seed_destage);
+            (pc, dev, Some(cache), what(&format!("{w}, ")))
+        }
+        (Backend::Cache, _) => {
+            let pc = PowerCut::load_cache(image, spec.backing, cut)?;
+            let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
+            let ubj = Ubj::open(Arc::new(nvram), Arc::new(disk), spec.ubj_settings)?;
+            let w = ubj_opened_what(&ubj);
+            let (dev, cache) = served_ubj(Arc::new(ubj));
+            (pc, dev, Some(cache), what(&format!("{w}, ")))
+        }
+        (b, _) => {
+            return Err(Error::bad(format!(
+                "backend {}: no power-cut run (nvramdisk and cache images only)",
+                b.name()
+            )))
+        }
+    };
+    Ok(Served {
+        dev,
+        what,
+        power_cut: Some(pc),
+        cache,
+    })
 }
 
 /// `base` with every store of `events` applied in order, memory and disk alike: the durable

@@ -1,0 +1,202 @@
+//! The stack on real image files of every kind: identified, peeked and opened through one
+//! entry point, written and read back after a close, served with the right threads, and each
+//! refusal naming what is wrong.
+
+use crate::kind::{expect_cache, expect_nvramdisk, identify, peek, Kind, Promise};
+use crate::served::{self, Backend, ServeSpec};
+use crate::{Access, Image};
+use nvstack_nvcache::ubj::image::{create_image, CreateOptions};
+use nvstack_nvcache::write::format::{Admit, WcSettings};
+use nvstack_nvcache::write::image::{create_wc_image, WcCreateOptions};
+use std::path::{Path, PathBuf};
+
+const CACHE_BYTES: u64 = 4 << 20;
+const BACKING_BYTES: u64 = 16 << 20;
+
+/// One image of each kind (the caches over their own backing files) in a scratch directory.
+struct Images {
+    _dir: tempfile::TempDir,
+    disk: PathBuf,
+    ubj: PathBuf,
+    wc: PathBuf,
+    junk: PathBuf,
+}
+
+fn images() -> Images {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let p = |n: &str| dir.path().join(n);
+    let fo = nvstack_nvramdisk::FormatOptions::default();
+    nvstack_nvramdisk::image::format_image(&p("disk.img"), 8 << 20, &fo, false).unwrap();
+    let o = CreateOptions {
+        size: CACHE_BYTES,
+        backing: &p("ubj.backing"),
+        backing_size: Some(BACKING_BYTES),
+        settings: Default::default(),
+        force: false,
+    };
+    create_image(&p("ubj.img"), &o).unwrap();
+    let o = WcCreateOptions {
+        size: CACHE_BYTES,
+        sector_bytes: 512,
+        backing: &p("wc.backing"),
+        backing_size: Some(BACKING_BYTES),
+        settings: WcSettings::default(),
+        admit: Admit::All,
+        force: false,
+    };
+    create_wc_image(&p("wc.img"), &o).unwrap();
+    std::fs::write(p("junk"), vec![7u8; 8192]).unwrap();
+    Images {
+        disk: p("disk.img"),
+        ubj: p("ubj.img"),
+        wc: p("wc.img"),
+        junk: p("junk"),
+        _dir: dir,
+    }
+}
+
+#[test]
+fn every_kind_is_identified_and_peeked_with_its_promise() {
+    let im = images();
+    assert_eq!(identify(&im.disk).unwrap(), Some(Kind::Nvramdisk));
+    assert_eq!(identify(&im.ubj).unwrap(), Some(Kind::Ubj));
+    assert_eq!(identify(&im.wc).unwrap(), Some(Kind::WriteCache));
+    assert_eq!(identify(&im.junk).unwrap(), None);
+    let e = identify(Path::new("/dev/shm/no-such-nvstack-image")).unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+    let (d, u, w) = (
+        peek(&im.disk).unwrap(),
+        peek(&im.ubj).unwrap(),
+        peek(&im.wc).unwrap(),
+    );
+    assert_eq!((d.promise, d.block_bytes), (Promise::AtomicOnReturn, 4096));
+    assert_eq!((u.promise, u.block_bytes), (Promise::WholeAtFlush, 4096));
+    assert_eq!((w.promise, w.block_bytes), (Promise::AdmittedOnReturn, 512));
+    assert_eq!(u.blocks, BACKING_BYTES / 4096);
+    assert_eq!(w.blocks, BACKING_BYTES / 512);
+    // A file of no kind is read as an nvramdisk, whose check names the fault.
+    let e = peek(&im.junk).unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+}
+
+#[test]
+fn a_write_through_any_image_survives_its_close_and_reads_back() {
+    let im = images();
+    for path in [&im.disk, &im.ubj, &im.wc] {
+        let shape = peek(path).unwrap();
+        let bb = shape.block_bytes as usize;
+        let data: Vec<u8> = (0..4 * bb).map(|i| (i % 253) as u8).collect();
+        let img = Image::open(path, Access::Write, None).unwrap();
+        assert_eq!(img.kind(), shape.kind);
+        assert_eq!(img.backing().is_some(), shape.kind.is_cache());
+        img.device().write(5, &data).unwrap();
+        let epoch = img.close_written().unwrap();
+        assert_eq!(epoch.is_some(), shape.kind == Kind::Ubj, "{path:?}");
+        let img = Image::open(path, Access::ReadOnly, None).unwrap();
+        let mut back = vec![0u8; data.len()];
+        img.device().read(5, &mut back).unwrap();
+        assert!(back == data, "{path:?}: read back differs");
+    }
+}
+
+#[test]
+fn the_wrong_kind_is_refused_naming_both() {
+    let im = images();
+    let e = expect_cache(&im.disk, "nvstack info reads it").unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+    assert!(
+        e.to_string().contains("an nvramdisk image, not a cache"),
+        "{e}"
+    );
+    for (p, name) in [
+        (&im.ubj, "a UBJ cache image"),
+        (&im.wc, "a write cache image"),
+    ] {
+        let e = expect_nvramdisk(p, "nvstack cache check reads it").unwrap_err();
+        assert!(e.to_string().contains(name), "{e}");
+        expect_cache(p, "-").unwrap();
+    }
+    expect_nvramdisk(&im.disk, "-").unwrap();
+}
+
+#[test]
+fn served_caches_start_their_threads_and_close_as_data() {
+    let im = images();
+    for (path, ubj) in [(&im.ubj, true), (&im.wc, false)] {
+        let spec = ServeSpec {
+            image: Some(path),
+            ..ServeSpec::default()
+        };
+        let s = served::open(Backend::of_kind(identify(path).unwrap()), &spec).unwrap();
+        assert!(s
+            .what
+            .contains(if ubj { "UBJ cache" } else { "write cache" }));
+        let c = s.cache.as_ref().expect("a served cache");
+        s.dev
+            .write(0, &vec![9u8; s.dev.block_bytes() as usize])
+            .unwrap();
+        let closed = c.close().unwrap();
+        assert_eq!(
+            matches!(closed, nvstack_nvcache::Closed::Ubj { .. }),
+            ubj,
+            "{path:?}"
+        );
+    }
+    let s = served::open(
+        Backend::Nvramdisk,
+        &ServeSpec {
+            image: Some(&im.disk),
+            ..ServeSpec::default()
+        },
+    )
+    .unwrap();
+    assert!(s.cache.is_none() && s.what == "clean", "{}", s.what);
+}
+
+#[test]
+fn serving_refuses_missing_parts_and_names_what_raw_would_destroy() {
+    let im = images();
+    let e = served::open(Backend::DirectFile, &ServeSpec::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no backing file"), "{e}");
+    let e = served::open(Backend::Cache, &ServeSpec::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("backend cache: no image"), "{e}");
+    assert_eq!(
+        served::holds_an_image(&im.ubj).unwrap(),
+        Some("a UBJ cache image")
+    );
+    assert_eq!(served::holds_an_image(&im.junk).unwrap(), None);
+    // A cache's backing file is live until the cache detaches.
+    let backing = crate::kind::backing_of(&im.wc, None).unwrap();
+    assert!(served::live_cache_backing(&backing).unwrap().is_some());
+    let raw = ServeSpec {
+        image: Some(&im.junk),
+        raw_block_bytes: Some(1024),
+        ..ServeSpec::default()
+    };
+    let e = served::open(Backend::Raw, &raw).err().unwrap();
+    assert!(e.to_string().contains("512 or 4096"), "{e}");
+}
+
+/// Without the feature `powercut`, a power cut is refused by name; with it (the workspace
+/// build, whose program enables it), the nvramdisk runs on the simulated region.
+#[test]
+fn a_power_cut_is_refused_without_the_feature_and_served_with_it() {
+    let im = images();
+    let spec = ServeSpec {
+        image: Some(&im.disk),
+        power_cut: Some(crate::powercut::PowerCutSpec::parse("M1:3:1000").unwrap()),
+        ..ServeSpec::default()
+    };
+    let r = served::open(Backend::Nvramdisk, &spec);
+    if cfg!(feature = "powercut") {
+        let s = r.unwrap();
+        assert!(s.what.contains("power cut M1:3:1000"), "{}", s.what);
+    } else {
+        let e = r.err().unwrap();
+        assert!(e.to_string().contains("no power-cut machinery"), "{e}");
+    }
+}
