@@ -44,8 +44,6 @@ pub mod pmemblk;
 mod record;
 #[cfg(test)]
 mod tests;
-mod wcache;
-mod wsustain;
 
 use nvstack_core::error::{Error, Result};
 use nvstack_core::report::{fmt_count, render};

@@ -8,13 +8,11 @@ mod crashtest;
 mod demo;
 mod flash;
 mod info;
-mod live;
 mod output;
 mod progress;
 mod serve;
 mod sim;
 mod up;
-mod wcache;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use nvstack_core::error::{Error, Result};

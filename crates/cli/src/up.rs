@@ -66,7 +66,7 @@ pub struct UpArgs {
     pub settings: crate::cache::SettingsArgs,
     /// A new write cache's own settings (--cache write), as for `nvstack cache create`.
     #[command(flatten)]
-    pub write: crate::wcache::WriteArgs,
+    pub write: crate::cache::write::WriteArgs,
     /// File system to make when the device has none.
     #[arg(long, value_enum, default_value_t = FsKind::Ext4)]
     pub fs: FsKind,
@@ -462,7 +462,7 @@ fn create_cache(a: &UpArgs, image: &Path, size: u64) -> Result<String> {
     match a.cache.expect("checked by up_backend") {
         crate::cache::CacheMode::Ubj => {}
         crate::cache::CacheMode::Write => {
-            return crate::wcache::create_for_up(
+            return crate::cache::write::create_for_up(
                 image,
                 size,
                 backing,

@@ -9,12 +9,10 @@
 //! admitted write is durable and atomic in NVRAM when it returns; blocks are destaged to the
 //! backing device by a policy (least recently written by default).
 
-pub mod cache;
 pub mod common;
 pub mod ubj;
 pub mod write;
 
-pub use cache::{Cache, CacheKind, CacheObserver, Closed};
 pub use common::backing::FileDevice;
 pub use common::ticker::{Tick, Ticker};
 pub use ubj::bugs::Bug;
@@ -24,3 +22,63 @@ pub use write::bugs::WcBug;
 pub use write::destage::Trigger;
 pub use write::serve::{ServedWc, WcDestager, WcLive, WcObserver};
 pub use write::{create_wc, WriteCache};
+
+// The contract both caches keep when served (the crate root holds it: both trees implement it,
+// and it names their types, so it sits above them, not beside them).
+//
+// The contract both caches keep when a program serves them (`nvstack serve`, `up`): timed
+// triggers driven by one [`Ticker`](crate::common::ticker::Ticker), one observer told the live
+// state, write back, detach, and a clean close that returns what it did as data (the program
+// words it). A third kind of cache implements this trait in its own tree and is served with
+// no change to the program's serve loop.
+
+use crate::write::format::WcCounters;
+use nvstack_core::error::Result;
+use std::sync::Arc;
+
+/// Which cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheKind {
+    /// UBJ (seed 001): durable at the next commit.
+    Ubj,
+    /// The write cache (seed 004, dm-writecache's controls): durable when a write returns.
+    Write,
+}
+
+/// Told a cache's live state after every change, whichever the kind (the serve daemon's
+/// counters file implements both halves).
+pub trait CacheObserver: Observer + WcObserver {}
+
+impl<T: Observer + WcObserver> CacheObserver for T {}
+
+/// What a clean close did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// A final commit at `epoch`; the counters over the cache's life, as stored.
+    Ubj { epoch: u64, life: Stats },
+    /// The backing device flushed; `cached_blocks` stay in NVRAM; the counters over the
+    /// cache's life, as stored.
+    Write {
+        cached_blocks: u64,
+        life: WcCounters,
+    },
+}
+
+/// A cache as served.
+pub trait Cache: Tick {
+    fn kind(&self) -> CacheKind;
+    /// Set the observer (once) and tell it the state now; false if one was already set.
+    fn observe(&self, o: Arc<dyn CacheObserver>) -> bool;
+    /// Write what the cache holds back to the backing device and flush it; returns the
+    /// blocks written back. UBJ writes its committed (frozen) blocks back (a checkpoint: what
+    /// is not yet committed stays, as the user's transaction has not ended); the write cache
+    /// writes every cached block back and empties.
+    fn writeback(&self) -> Result<u64>;
+    /// `writeback`, then the backing label says detached: the backing device alone is the
+    /// whole state from now on. Returns the blocks written back.
+    fn detach(&self) -> Result<u64>;
+    /// The end of a clean serve: what must be durable made so, the counters stored. Nothing is
+    /// written back that a trigger would not have.
+    fn close(&self) -> Result<Closed>;
+}

@@ -166,13 +166,50 @@ pub fn open(backend: Backend, spec: &ServeSpec) -> Result<Served> {
 }
 
 #[cfg(feature = "powercut")]
+/// Open `image` for serving with `backend` on the simulated region, power cut armed by the
+/// caller ([`PowerCut::arm`]): an nvramdisk image alone, a cache with its backing file.
 fn open_power_cut(
     backend: Backend,
     image: &Path,
     spec: &ServeSpec,
     cut: crate::powercut::PowerCutSpec,
 ) -> Result<Served> {
-    crate::powercut::open_served(backend, image, spec, cut)
+    let what = |w: &str| format!("{w}simulated region, power cut {}", cut.text());
+    let (pc, dev, cache, what) = match (backend, identify(image)?) {
+        (Backend::Nvramdisk, _) => {
+            let pc = crate::powercut::PowerCut::load(image, cut)?;
+            let d = nvstack_nvramdisk::NvramDisk::open(pc.region(), Default::default())?;
+            let dev: Arc<dyn BlockDevice> = Arc::new(d);
+            (pc, dev, None, what(""))
+        }
+        (Backend::Cache, Some(Kind::WriteCache)) => {
+            let pc = crate::powercut::PowerCut::load_write_cache(image, spec.backing, cut)?;
+            let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
+            let wc = WriteCache::open(Arc::new(nvram), Arc::new(disk), None)?;
+            let (w, dev, cache) = served_wc(Arc::new(wc), spec.seed_destage);
+            (pc, dev, Some(cache), what(&format!("{w}, ")))
+        }
+        (Backend::Cache, _) => {
+            let pc = crate::powercut::PowerCut::load_cache(image, spec.backing, cut)?;
+            let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
+            let ubj = Ubj::open(Arc::new(nvram), Arc::new(disk), spec.ubj_settings)?;
+            let w = ubj_opened_what(&ubj);
+            let (dev, cache) = served_ubj(Arc::new(ubj));
+            (pc, dev, Some(cache), what(&format!("{w}, ")))
+        }
+        (b, _) => {
+            return Err(Error::bad(format!(
+                "backend {}: no power-cut run (nvramdisk and cache images only)",
+                b.name()
+            )))
+        }
+    };
+    Ok(Served {
+        dev,
+        what,
+        power_cut: Some(pc),
+        cache,
+    })
 }
 
 #[cfg(not(feature = "powercut"))]
@@ -221,9 +258,7 @@ fn open_cache(image: &Path, spec: &ServeSpec) -> Result<Served> {
 }
 
 /// UBJ served: its ticker (timed commits and checkpoints) started.
-pub(crate) fn served_ubj<R: Region + 'static>(
-    ubj: Arc<Ubj<R>>,
-) -> (Arc<dyn BlockDevice>, ServedCache) {
+fn served_ubj<R: Region + 'static>(ubj: Arc<Ubj<R>>) -> (Arc<dyn BlockDevice>, ServedCache) {
     let threads: Vec<Box<dyn Any + Send>> = Ticker::start(&ubj)
         .into_iter()
         .map(|t| Box::new(t) as Box<dyn Any + Send>)
@@ -231,7 +266,7 @@ pub(crate) fn served_ubj<R: Region + 'static>(
     (ubj.clone(), ServedCache::new(ubj, threads))
 }
 
-pub(crate) fn ubj_opened_what<R: Region>(u: &Ubj<R>) -> String {
+fn ubj_opened_what<R: Region>(u: &Ubj<R>) -> String {
     match u.dropped_at_open() {
         0 => format!("UBJ cache, epoch {}", u.epoch()),
         n => format!(
@@ -243,7 +278,7 @@ pub(crate) fn ubj_opened_what<R: Region>(u: &Ubj<R>) -> String {
 
 /// A write cache served: dm-writecache's destage defaults unless `seed_destage`, its ticker
 /// and destage thread started. Returns what it is (a phrase), the device and the served half.
-pub(crate) fn served_wc<R: Region + 'static>(
+fn served_wc<R: Region + 'static>(
     cache: Arc<WriteCache<R>>,
     seed_destage: bool,
 ) -> (String, Arc<dyn BlockDevice>, ServedCache) {

@@ -1155,11 +1155,11 @@ impl<R: Region + 'static> crate::common::ticker::Tick for Ubj<R> {
 
 /// UBJ as served: `writeback` is a checkpoint (the committed blocks written back), `close` a
 /// final commit with the counters stored.
-impl<R: Region + 'static> crate::cache::Cache for Ubj<R> {
-    fn kind(&self) -> crate::cache::CacheKind {
-        crate::cache::CacheKind::Ubj
+impl<R: Region + 'static> crate::Cache for Ubj<R> {
+    fn kind(&self) -> crate::CacheKind {
+        crate::CacheKind::Ubj
     }
-    fn observe(&self, o: Arc<dyn crate::cache::CacheObserver>) -> bool {
+    fn observe(&self, o: Arc<dyn crate::CacheObserver>) -> bool {
         Ubj::observe(self, o)
     }
     fn writeback(&self) -> Result<u64> {
@@ -1172,11 +1172,11 @@ impl<R: Region + 'static> crate::cache::Cache for Ubj<R> {
         Ubj::detach(self)?;
         Ok(u64::from(n))
     }
-    fn close(&self) -> Result<crate::cache::Closed> {
+    fn close(&self) -> Result<crate::Closed> {
         self.commit()?;
         self.save_counters();
         let (life, _) = self.lifetime();
-        Ok(crate::cache::Closed::Ubj {
+        Ok(crate::Closed::Ubj {
             epoch: self.epoch(),
             life,
         })

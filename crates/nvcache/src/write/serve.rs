@@ -252,11 +252,11 @@ pub fn wc_backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// The write cache as served: the state reported after `writeback`, `detach` and `close`.
-impl<R: Region + 'static> crate::cache::Cache for ServedWc<R> {
-    fn kind(&self) -> crate::cache::CacheKind {
-        crate::cache::CacheKind::Write
+impl<R: Region + 'static> crate::Cache for ServedWc<R> {
+    fn kind(&self) -> crate::CacheKind {
+        crate::CacheKind::Write
     }
-    fn observe(&self, o: Arc<dyn crate::cache::CacheObserver>) -> bool {
+    fn observe(&self, o: Arc<dyn crate::CacheObserver>) -> bool {
         ServedWc::observe(self, o)
     }
     fn writeback(&self) -> Result<u64> {
@@ -270,12 +270,12 @@ impl<R: Region + 'static> crate::cache::Cache for ServedWc<R> {
     /// The backing device flushed (bypassed writes durable; admitted ones already are, in
     /// NVRAM) and the lifetime counters stored. Nothing is destaged: the cached blocks stay in
     /// NVRAM until a destage trigger, `writeback` or `detach`. Stop the destage thread first.
-    fn close(&self) -> Result<crate::cache::Closed> {
+    fn close(&self) -> Result<crate::Closed> {
         self.cache.flush_blocks()?;
         self.cache.save_counters();
         self.report();
         let (life, _) = self.cache.lifetime();
-        Ok(crate::cache::Closed::Write {
+        Ok(crate::Closed::Write {
             cached_blocks: self.cache.cached_blocks(),
             life,
         })
@@ -285,10 +285,10 @@ impl<R: Region + 'static> crate::cache::Cache for ServedWc<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{Cache, Closed};
     use crate::common::backing::FileDevice;
     use crate::write::format::{Admit, WcSettings};
     use crate::write::image::{create_wc_image, open_wc_image, WcCreateOptions};
+    use crate::{Cache, Closed};
     use std::sync::Mutex;
 
     /// A scratch directory under /dev/shm, removed when dropped.

@@ -1,13 +1,9 @@
 //! The power-cut machinery (feature `powercut`): see the module above.
 
 use super::{PowerCutSpec, POWER_CUT_EXIT, POWER_CUT_IMAGE_BYTES_MAX};
-use crate::kind::{identify, Kind};
-use crate::served::{served_ubj, served_wc, ubj_opened_what, Backend, ServeSpec, Served};
-use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_core::lock::{lock_file, open_file};
 use nvstack_nvcache::FileDevice;
-use nvstack_nvcache::{Ubj, WriteCache};
 use nvstack_nvramdisk::image::open_image_file;
 use nvstack_pmem::crash::{CrashState, ImageSpace, SimEvent, SimRegion};
 use nvstack_pmem::simdisk::{parts, SimDisk, SimNvram};
@@ -272,52 +268,6 @@ impl PowerCut {
             std::process::exit(code)
         })
     }
-}
-
-/// Open `image` for serving with `backend` on the simulated region, power cut armed by the
-/// caller ([`PowerCut::arm`]): an nvramdisk image alone, a cache with its backing file.
-pub(crate) fn open_served(
-    backend: Backend,
-    image: &Path,
-    spec: &ServeSpec,
-    cut: PowerCutSpec,
-) -> Result<Served> {
-    let what = |w: &str| format!("{w}simulated region, power cut {}", cut.text());
-    let (pc, dev, cache, what) = match (backend, identify(image)?) {
-        (Backend::Nvramdisk, _) => {
-            let pc = PowerCut::load(image, cut)?;
-            let d = nvstack_nvramdisk::NvramDisk::open(pc.region(), Default::default())?;
-            let dev: Arc<dyn BlockDevice> = Arc::new(d);
-            (pc, dev, None, what(""))
-        }
-        (Backend::Cache, Some(Kind::WriteCache)) => {
-            let pc = PowerCut::load_write_cache(image, spec.backing, cut)?;
-            let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
-            let wc = WriteCache::open(Arc::new(nvram), Arc::new(disk), None)?;
-            let (w, dev, cache) = served_wc(Arc::new(wc), spec.seed_destage);
-            (pc, dev, Some(cache), what(&format!("{w}, ")))
-        }
-        (Backend::Cache, _) => {
-            let pc = PowerCut::load_cache(image, spec.backing, cut)?;
-            let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
-            let ubj = Ubj::open(Arc::new(nvram), Arc::new(disk), spec.ubj_settings)?;
-            let w = ubj_opened_what(&ubj);
-            let (dev, cache) = served_ubj(Arc::new(ubj));
-            (pc, dev, Some(cache), what(&format!("{w}, ")))
-        }
-        (b, _) => {
-            return Err(Error::bad(format!(
-                "backend {}: no power-cut run (nvramdisk and cache images only)",
-                b.name()
-            )))
-        }
-    };
-    Ok(Served {
-        dev,
-        what,
-        power_cut: Some(pc),
-        cache,
-    })
 }
 
 /// `base` with every store of `events` applied in order, memory and disk alike: the durable

@@ -108,7 +108,7 @@ fn print_text(path: &Path, s: &StatsSnapshot, stored: &Stored) -> Result<()> {
                 sb.slots,
                 sb.blocks
             )?;
-            say!("settings     {}", crate::cache::settings_line(&sb.settings))?;
+            say!("settings     {}", super::ubj::settings_line(&sb.settings))?;
             say!(
                 "live         {} dirty blocks, {} frozen slots, {} commits, {} checkpoints{}",
                 c.dirty_blocks,
@@ -129,10 +129,7 @@ fn print_text(path: &Path, s: &StatsSnapshot, stored: &Stored) -> Result<()> {
                 sb.slots,
                 sb.sector_bytes
             )?;
-            say!(
-                "settings     {}",
-                crate::wcache::settings_line(&sb.settings)
-            )?;
+            say!("settings     {}", super::write::settings_line(&sb.settings))?;
             say!(
                 "live         {} blocks cached, {} slots used, destaged {} for room, {} by \
                  watermark, {} by max-age, {} by the cleaner, {} by writeback; {} bypassed, {} \

@@ -13,9 +13,9 @@
 //!   sectors written. Reads are skipped (a write cache's destages depend on writes only, and
 //!   on reads only through LRU and CLOCK's use bits: those rows replay the reads too).
 
-use super::measure::{random_indices, timing, Bar};
-use super::place::{create_region, mapped_page_bytes};
-use super::{BenchResult, Ctx, Row, Suite, Target, Timing};
+use crate::measure::{random_indices, timing, Bar};
+use crate::place::{create_region, mapped_page_bytes};
+use crate::{BenchResult, Ctx, Row, Suite, Target, Timing};
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
 use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcLayout, WcSettings};
@@ -122,7 +122,7 @@ fn time_each(
 fn latency_rows(ctx: &mut Ctx) -> Result<()> {
     let (ops, warm) = (ctx.ops(S), ctx.warmup(ctx.ops(S)));
     let lbas = random_indices(ctx.opts.seed, SALT, ops + warm, SPAN_SECTORS);
-    let buf = super::devices::payload(ctx.opts.seed, S as usize);
+    let buf = crate::devices::payload(ctx.opts.seed, S as usize);
     // The write cache: every sector of the span fits (plus the spare slot).
     let slots = u32::try_from(SPAN_SECTORS + 64).expect("small");
     let image = ctx.image("wc-512");
@@ -287,7 +287,7 @@ fn replay(
 /// writes through a full write cache (wsustain.rs).
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
     let mut out = Vec::new();
-    for page in super::page_sizes(rows) {
+    for page in crate::page_sizes(rows) {
         let find = |n: &str| {
             rows.iter()
                 .find(|r| r.suite == SUITE.name() && r.name == n && r.page_bytes == page)
@@ -299,7 +299,7 @@ pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
             (find("wc-write-512"), find("nvramdisk-fast-512")),
             1.2,
         ));
-        out.extend(super::wsustain::page_targets(page, &find));
+        out.extend(super::sustain::page_targets(page, &find));
     }
     out
 }

@@ -4,7 +4,7 @@
 //! `writeback`, `detach`, `clear-stats` and `check` act on an image. The library is
 //! nvstack_nvcache (write/mod.rs, write/image.rs).
 
-use crate::cache::{CmdView, PolicyArg, SettingsArgs};
+use super::{CmdView, PolicyArg, SettingsArgs};
 use crate::{print_json, say};
 use clap::Args;
 use nvstack_core::blockdev::BlockDevice;
@@ -295,9 +295,6 @@ struct Destaged {
 }
 
 fn status(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
-    if let Some(code) = crate::live::status(path, json)? {
-        return Ok(code);
-    }
     let o = Image::open(path, Access::ReadOnly, backing)?;
     let c = o.write_cache().expect("routed here as a write cache");
     let o_backing = o.backing().expect("a cache has a backing file");

@@ -39,6 +39,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod sustain;
+mod write;
+
 const SUITE: Suite = Suite::Nvcache;
 const B: u64 = BENCH_BLOCK_BYTES as u64;
 /// Dirty blocks per commit: powers of two to 4096 (the range), 1024 with --quick.
@@ -65,8 +68,8 @@ pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     commit_rows(ctx)?;
     ubj_block_rows(ctx)?;
     nvramdisk_rows(ctx)?;
-    super::wcache::run(ctx)?;
-    super::wsustain::run(ctx)
+    write::run(ctx)?;
+    sustain::run(ctx)
 }
 
 /// A directory on a disk for the backing file: the temporary directory unless it is a memory
@@ -440,7 +443,7 @@ fn nvramdisk_rows(ctx: &mut Ctx) -> Result<()> {
 
 /// Fences per commit, from this run's `ubj-commit` rows: constant in n, and the protocol's two.
 pub(super) fn targets(rows: &[BenchResult]) -> Vec<Target> {
-    let mut out = super::wcache::targets(rows);
+    let mut out = write::targets(rows);
     for page in super::page_sizes(rows) {
         let commits: Vec<&BenchResult> = rows
             .iter()

@@ -18,9 +18,9 @@
 //! write allocates), the images are pre-faulted, and the four alternate within each
 //! repetition; a row's figures are those of its median repetition (by throughput).
 
-use super::measure::{random_indices, timing};
-use super::place::{create_region, mapped_page_bytes, ImageFile};
-use super::{BenchResult, Ctx, Row, Suite, Target, Timing};
+use crate::measure::{random_indices, timing};
+use crate::place::{create_region, mapped_page_bytes, ImageFile};
+use crate::{BenchResult, Ctx, Row, Suite, Target, Timing};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_nvcache::ubj::format::{Layout, Settings};
@@ -209,7 +209,7 @@ fn bench_wc(
     sector_bytes: u32,
     data: &[u8],
 ) -> Result<(WcSink, ImageFile, ImageFile)> {
-    let dir = super::nvcache::backing_dir();
+    let dir = super::backing_dir();
     let (back, dev) = backing_file(
         &dir,
         &format!("sustain-wc{sector_bytes}"),
@@ -238,7 +238,7 @@ fn bench_wc(
 
 /// UBJ (default settings) over its own backing file, filled (untimed).
 fn bench_ubj(ctx: &Ctx, z: &Sizes, data: &[u8]) -> Result<(UbjSink, ImageFile, ImageFile)> {
-    let dir = super::nvcache::backing_dir();
+    let dir = super::backing_dir();
     let (back, dev) = backing_file(&dir, "sustain-ubj", z.span_bytes, data)?;
     let slots = u32::try_from(z.cache_bytes / 4096).expect("small");
     let (image, region) = prefaulted(ctx, "ubj-sustain", Layout::new(slots).region_bytes)?;
@@ -259,12 +259,12 @@ const DEVICES: [&str; 4] = [
 
 pub(super) fn run(ctx: &mut Ctx) -> Result<()> {
     let z = sizes(ctx);
-    let dir = super::nvcache::backing_dir();
+    let dir = super::backing_dir();
     // Aligned as O_DIRECT requires: the floor's requests go out in one pwrite each, uncopied.
     let (mut buf, at) =
         nvstack_nvcache::common::backing::aligned_buffer(SEQ_REQUEST_BYTES as usize);
     let data = &mut buf[at..at + SEQ_REQUEST_BYTES as usize];
-    let payload = super::devices::payload(ctx.opts.seed, SEQ_REQUEST_BYTES as usize);
+    let payload = crate::devices::payload(ctx.opts.seed, SEQ_REQUEST_BYTES as usize);
     data.copy_from_slice(&payload);
     let data = &*data;
     let (_fb, floor) = backing_file(&dir, "sustain-floor", z.span_bytes, data)?;
