@@ -9,9 +9,11 @@
 //! - [`lfs`]: the section-3 LFS segment writer without and with an NVRAM write buffer (Tables 3, 4).
 //! - [`figures`]: SVG figures with the paper's axes.
 //! - [`field`]: settings refused, naming the configuration's fields ([`field::Invalid`]).
+//! - [`csv`]: the sweep's CSV rows of several kinds, shared by the analyses and the LFS model.
 
 pub mod analysis;
 pub mod cache;
+pub mod csv;
 pub mod field;
 pub mod figures;
 pub mod lfs;

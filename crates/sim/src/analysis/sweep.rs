@@ -8,11 +8,11 @@ use super::tables::{
     policies_table,
 };
 use super::{
-    csv_table, delays_default_ns, lifetimes, model_points, nvram_size_points, policy_points,
-    run_points, CsvRecord, Figure, Lifetimes, Point, PointSpec, TraceSpec, VOLATILE_BASE2_BYTES,
-    VOLATILE_BASE_BYTES,
+    delays_default_ns, lifetimes, model_points, nvram_size_points, policy_points, run_points,
+    Figure, Lifetimes, Point, PointSpec, TraceSpec, VOLATILE_BASE2_BYTES, VOLATILE_BASE_BYTES,
 };
 use crate::cache::Model;
+use crate::csv::{csv_table, CsvRecord};
 use crate::field::{Field, Invalid};
 use crate::figures;
 use crate::lfs::{self, LfsConfig, LfsRun};
