@@ -8,7 +8,13 @@
 //! pessimistic convention); "net total traffic" adds read misses and divides by all block
 //! accesses. Every grid point is one [`cache::simulate`] run over the streamed trace; points
 //! run in parallel (rayon), one trace reader each.
+//!
+//! This module holds the results' vocabulary ([`TraceSpec`], [`Point`], [`Lifetimes`],
+//! [`LfsRow`]) that its children share: [`grid`] (the grids a sweep plan names), [`tables`]
+//! (the text tables), [`figures`] (the SVG figures) and the sweep (every analysis over a plan,
+//! [`sweep()`]), which uses the other three.
 
+pub mod figures;
 pub mod grid;
 mod sweep;
 pub mod tables;
@@ -16,12 +22,13 @@ pub mod tables;
 /// The sweep's CSV, in [`crate::csv`] (here too, beside the results that make its rows).
 pub use crate::csv::{csv_table, CsvRecord};
 pub use sweep::{
-    split_results, sweep, sweep_records, write_results, LfsRow, SweepPlan, SweepReport, Task,
-    TaskResult, LFS_FSYNC_EVERY, SEEDS_MAX,
+    split_results, sweep, sweep_records, write_results, SweepPlan, SweepReport, Task, TaskResult,
+    LFS_FSYNC_EVERY, SEEDS_MAX,
 };
 
 use crate::cache::{self, CacheConfig, CacheStats, Model, DELAYED_WRITEBACK_DEFAULT_S};
 use crate::field::{Field, Invalid};
+use crate::lfs::LfsRun;
 use crate::trace::{self, BlockAccesses, Op, ReaderOptions, TraceFormat};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::Progress;
@@ -364,6 +371,34 @@ impl Lifetimes {
                 r
             })
             .collect()
+    }
+}
+
+/// One LFS comparison of the sweep: the paper's segment writer without and with a 512 KiB
+/// buffer, for one trace and one sync source.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct LfsRow {
+    /// The trace's file name.
+    pub trace: String,
+    /// The added sync source: a sync after every N-th write request; None = the trace's flags.
+    pub fsync_every: Option<u64>,
+    /// Both runs and their comparison.
+    #[serde(flatten)]
+    pub run: LfsRun,
+}
+
+impl LfsRow {
+    /// This comparison as a row of the sweep's CSV (kind `lfs`); `fsync_every` is `off` when
+    /// the syncs come from the trace's own flags.
+    pub fn csv_record(&self) -> CsvRecord {
+        let mut r = CsvRecord::new("lfs");
+        r.push("trace", &self.trace).push(
+            "fsync_every",
+            self.fsync_every
+                .map_or_else(|| "off".to_string(), |n| n.to_string()),
+        );
+        self.run.csv_push(&mut r);
+        r
     }
 }
 
