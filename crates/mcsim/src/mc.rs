@@ -25,7 +25,7 @@
 //! pass that issues nothing.
 //!
 //! What reaches the controller is its vocabulary, [`Input`] (`mc/input.rs`): recorded when
-//! asked, so that [`crate::replay`] can replay a run's inputs on the controller alone.
+//! asked, so that [`mod@crate::replay`] can replay a run's inputs on the controller alone.
 
 use crate::config::{Config, Mode};
 use crate::event::Log;

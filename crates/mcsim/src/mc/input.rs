@@ -1,5 +1,5 @@
 //! The controller's inputs ([`Input`]): what reaches it in a run, in order, each at the cycle
-//! it arrives. The controller records them when asked; [`crate::replay`] replays them.
+//! it arrives. The controller records them when asked; [`mod@crate::replay`] replays them.
 
 use super::Arrival;
 
