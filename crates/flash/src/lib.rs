@@ -5,9 +5,9 @@
 //! - [`nand`]: the chip: pages programmed once per erase and in ascending order within a block
 //!   (a broken rule panics, naming it), counts per page and block; where the bytes live
 //!   ([`nand::Media`]: nowhere, memory, or the state file).
-//! - [`logblock`]: the log-block FTL of Kim et al. (switch, partial and full merges);
-//!   [`pageftl`]: a page-mapped FTL with greedy garbage collection; [`ftl`]: both behind one
-//!   type.
+//! - [`ftl`]: the FTLs behind one type: [`ftl::logblock`], the log-block FTL of Kim et al.
+//!   (switch, partial and full merges), and [`ftl::page`], a page-mapped FTL with greedy garbage
+//!   collection.
 //! - [`file`]: the state file (docs/format.md section 11) and [`device`]: the
 //!   [`nvstack_core::blockdev::BlockDevice`] over it, its mapping rebuilt from the spare areas at
 //!   open.
@@ -20,7 +20,5 @@ pub mod device;
 pub mod file;
 pub mod ftl;
 pub mod geometry;
-pub mod logblock;
 pub mod nand;
-pub mod pageftl;
 pub mod replay;

@@ -23,14 +23,19 @@
 //! At equal times the controller acts before the cores, completions before commands, and
 //! channels in order. Every action is O(sub-queues + units of a channel) at most: there is no
 //! pass that issues nothing.
+//!
+//! What reaches the controller is its vocabulary, [`Input`] (`mc/input.rs`): recorded when
+//! asked, so that [`mod@crate::replay`] can replay a run's inputs on the controller alone.
 
 use crate::config::{Config, Mode};
 use crate::event::Log;
 use crate::ranges::Ranges;
-use crate::replay::Input;
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+
+mod input;
+pub use input::Input;
 
 /// Times dropped from the front of a `Times` before they are cleared out.
 const TIMES_DROPPED_MAX: usize = 64;

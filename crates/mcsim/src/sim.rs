@@ -17,8 +17,7 @@
 use crate::cache::{Hierarchy, Served};
 use crate::config::{Config, Mode};
 use crate::event::Log;
-use crate::mc::{Done, Mc, McStats};
-use crate::replay::Input;
+use crate::mc::{Done, Input, Mc, McStats};
 use crate::rob::{Id, Rob};
 use crate::trace::{Op, OpBuffer, Workload};
 use nvstack_core::error::{Error, Result};

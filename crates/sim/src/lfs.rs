@@ -71,8 +71,8 @@
 //! larger buffer's write forces the smaller's too, and pending data from an earlier start
 //! reaches a full segment no later.
 
-use crate::analysis::CsvRecord;
 use crate::cache::CLEANER_PERIOD_NS;
+use crate::csv::CsvRecord;
 use crate::field::{Field, Invalid};
 use crate::trace::{BlockAccess, Op};
 use nvstack_core::error::{Error, Result};

@@ -8,18 +8,27 @@
 //! pessimistic convention); "net total traffic" adds read misses and divides by all block
 //! accesses. Every grid point is one [`cache::simulate`] run over the streamed trace; points
 //! run in parallel (rayon), one trace reader each.
+//!
+//! This module holds the results' vocabulary ([`TraceSpec`], [`Point`], [`Lifetimes`],
+//! [`LfsRow`]) that its children share: [`grid`] (the grids a sweep plan names), [`tables`]
+//! (the text tables), [`figures`] (the SVG figures) and the sweep (every analysis over a plan,
+//! [`sweep()`]), which uses the other three.
 
+pub mod figures;
 pub mod grid;
 mod sweep;
 pub mod tables;
 
+/// The sweep's CSV, in [`crate::csv`] (here too, beside the results that make its rows).
+pub use crate::csv::{csv_table, CsvRecord};
 pub use sweep::{
-    split_results, sweep, sweep_records, write_results, LfsRow, SweepPlan, SweepReport, Task,
-    TaskResult, LFS_FSYNC_EVERY, SEEDS_MAX,
+    split_results, sweep, sweep_records, write_results, SweepPlan, SweepReport, Task, TaskResult,
+    LFS_FSYNC_EVERY, SEEDS_MAX,
 };
 
 use crate::cache::{self, CacheConfig, CacheStats, Model, DELAYED_WRITEBACK_DEFAULT_S};
 use crate::field::{Field, Invalid};
+use crate::lfs::LfsRun;
 use crate::trace::{self, BlockAccesses, Op, ReaderOptions, TraceFormat};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::Progress;
@@ -365,75 +374,31 @@ impl Lifetimes {
     }
 }
 
-/// One row of a CSV that holds results of several kinds: a `kind` and (column, cell) pairs.
-/// A column of the same name means the same thing in every kind (`trace`, `block_accesses`,
-/// `writes`, `net_write_traffic`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct CsvRecord {
-    pub cells: Vec<(String, String)>,
+/// One LFS comparison of the sweep: the paper's segment writer without and with a 512 KiB
+/// buffer, for one trace and one sync source.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct LfsRow {
+    /// The trace's file name.
+    pub trace: String,
+    /// The added sync source: a sync after every N-th write request; None = the trace's flags.
+    pub fsync_every: Option<u64>,
+    /// Both runs and their comparison.
+    #[serde(flatten)]
+    pub run: LfsRun,
 }
 
-impl CsvRecord {
-    pub fn new(kind: &str) -> CsvRecord {
-        CsvRecord {
-            cells: vec![("kind".to_string(), kind.to_string())],
-        }
-    }
-
-    pub fn push(&mut self, column: &str, value: impl std::fmt::Display) -> &mut CsvRecord {
-        debug_assert!(
-            self.cells.iter().all(|(c, _)| c != column),
-            "column {column} twice"
+impl LfsRow {
+    /// This comparison as a row of the sweep's CSV (kind `lfs`); `fsync_every` is `off` when
+    /// the syncs come from the trace's own flags.
+    pub fn csv_record(&self) -> CsvRecord {
+        let mut r = CsvRecord::new("lfs");
+        r.push("trace", &self.trace).push(
+            "fsync_every",
+            self.fsync_every
+                .map_or_else(|| "off".to_string(), |n| n.to_string()),
         );
-        self.cells.push((column.to_string(), value.to_string()));
-        self
-    }
-
-    /// A ratio or percentage, to six decimals.
-    pub fn real(&mut self, column: &str, value: f64) -> &mut CsvRecord {
-        self.push(column, format!("{value:.6}"))
-    }
-
-    /// An optional real: `NA` when undefined (as the paper's tables write it).
-    pub fn real_or_na(&mut self, column: &str, value: Option<f64>) -> &mut CsvRecord {
-        match value {
-            Some(v) => self.real(column, v),
-            None => self.push(column, "NA"),
-        }
-    }
-}
-
-/// Records of several kinds as one CSV: the header is the union of their columns in the order
-/// first seen, and each row leaves empty the cells of the columns its kind does not have.
-pub fn csv_table(records: &[CsvRecord]) -> String {
-    let mut columns: Vec<&str> = Vec::new();
-    let mut at: FxHashMap<&str, usize> = FxHashMap::default();
-    for r in records {
-        for (c, _) in &r.cells {
-            at.entry(c.as_str()).or_insert_with(|| {
-                columns.push(c.as_str());
-                columns.len() - 1
-            });
-        }
-    }
-    let mut out = columns.join(",");
-    out.push('\n');
-    for r in records {
-        let mut row = vec![String::new(); columns.len()];
-        for (c, v) in &r.cells {
-            row[at[c.as_str()]] = csv_field(v);
-        }
-        out.push_str(&row.join(","));
-        out.push('\n');
-    }
-    out
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
+        self.run.csv_push(&mut r);
+        r
     }
 }
 

@@ -3,19 +3,20 @@
 //! Tables 3 and 4, and the files they make (`sweep.csv`, `sweep.json`, `tables.txt`, the SVG
 //! figures). `nvstack sim sweep` parses a [`SweepPlan`], calls [`sweep`] and prints the report.
 
+use super::figures;
 use super::tables::{
     bus_table, fate_rows, fate_table, lfs_table, lifetimes_table, models_table, points_table,
     policies_table,
 };
 use super::{
-    csv_table, delays_default_ns, lifetimes, model_points, nvram_size_points, policy_points,
-    run_points, CsvRecord, Figure, Lifetimes, Point, PointSpec, TraceSpec, VOLATILE_BASE2_BYTES,
+    delays_default_ns, lifetimes, model_points, nvram_size_points, policy_points, run_points,
+    Figure, LfsRow, Lifetimes, Point, PointSpec, TraceSpec, VOLATILE_BASE2_BYTES,
     VOLATILE_BASE_BYTES,
 };
 use crate::cache::Model;
+use crate::csv::{csv_table, CsvRecord};
 use crate::field::{Field, Invalid};
-use crate::figures;
-use crate::lfs::{self, LfsConfig, LfsRun};
+use crate::lfs::{self, LfsConfig};
 use nvstack_core::error::{Error, Result};
 use nvstack_core::Progress;
 use nvstack_policy::PolicyKind;
@@ -65,34 +66,6 @@ pub struct SweepReport {
 /// The sync sources of the sweep's LFS runs (Tables 3 and 4): the trace's own flags, then an
 /// fsync after every N-th write request (the shared traces carry no sync flags).
 pub const LFS_FSYNC_EVERY: [Option<u64>; 4] = [None, Some(1), Some(10), Some(100)];
-
-/// One LFS comparison of the sweep: the paper's segment writer without and with a 512 KiB
-/// buffer, for one trace and one sync source.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct LfsRow {
-    /// The trace's file name.
-    pub trace: String,
-    /// The added sync source: a sync after every N-th write request; None = the trace's flags.
-    pub fsync_every: Option<u64>,
-    /// Both runs and their comparison.
-    #[serde(flatten)]
-    pub run: LfsRun,
-}
-
-impl LfsRow {
-    /// This comparison as a row of the sweep's CSV (kind `lfs`); `fsync_every` is `off` when
-    /// the syncs come from the trace's own flags.
-    pub fn csv_record(&self) -> CsvRecord {
-        let mut r = CsvRecord::new("lfs");
-        r.push("trace", &self.trace).push(
-            "fsync_every",
-            self.fsync_every
-                .map_or_else(|| "off".to_string(), |n| n.to_string()),
-        );
-        self.run.csv_push(&mut r);
-        r
-    }
-}
 
 impl SweepPlan {
     /// The grid's cache runs, in order: per trace, Figure 3; every model and policy over the

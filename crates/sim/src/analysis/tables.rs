@@ -1,8 +1,7 @@
 //! The analyses as text tables, as `nvstack sim` prints them and the sweep writes them to
 //! `tables.txt`: one function per figure or table of seed 002, over the points a grid ran.
 
-use super::sweep::LfsRow;
-use super::{random_summary, Lifetimes, Point, TraceSpec};
+use super::{random_summary, LfsRow, Lifetimes, Point, TraceSpec};
 use crate::cache::Model;
 use nvstack_core::report::{fmt_count, render};
 use nvstack_core::size::format_size;

@@ -25,7 +25,7 @@
 //! written as a log page, and a sequence number, so [`LogBlockFtl::rebuild`] recovers the
 //! mapping from the pages alone, also after a crash in the middle of a merge (see there).
 
-use crate::ftl::{MergeKind, MergeStep, Merges};
+use super::{MergeKind, MergeStep, Merges};
 use crate::nand::{Media, Nand, Oob, Scan};
 use nvstack_core::error::{Error, Result};
 use std::collections::VecDeque;

@@ -1,7 +1,7 @@
 //! SVG figures that mirror seed 002's: the same axes as the paper's Figures 2-6 and the
 //! section 2.6 comparison, drawn from analysis results.
 
-use crate::analysis::{random_summary, Figure, Lifetimes, Point};
+use super::{random_summary, Figure, Lifetimes, Point};
 use crate::cache::Model;
 use nvstack_core::error::Result;
 use nvstack_plot::{LineChart, Scale, Series};

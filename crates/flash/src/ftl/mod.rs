@@ -1,10 +1,18 @@
 //! The FTLs behind one type, [`Ftl`], and what they count beyond the chip's operations.
+//!
+//! - [`logblock`]: the log-block FTL of Kim et al. (switch, partial and full merges);
+//! - [`page`]: a page-mapped FTL with greedy garbage collection.
+//!
+//! Both take their merge vocabulary ([`MergeKind`], [`MergeStep`], [`Merges`]) from here.
+
+pub mod logblock;
+pub mod page;
 
 use crate::geometry::{Field, Geometry, Invalid, SPARE_BLOCKS_BEYOND_LOGS};
-use crate::logblock::LogBlockFtl;
 use crate::nand::{Counters, Media, Nand};
-use crate::pageftl::PageFtl;
+use logblock::LogBlockFtl;
 use nvstack_core::error::Result;
+use page::PageFtl;
 
 /// Which FTL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

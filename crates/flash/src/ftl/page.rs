@@ -10,7 +10,7 @@
 //! Free blocks are taken first-in first-out. The spare area carries the logical page and a
 //! sequence number; [`PageFtl::rebuild`] keeps each logical page's newest copy.
 
-use crate::ftl::{MergeKind, MergeStep, Merges};
+use super::{MergeKind, MergeStep, Merges};
 use crate::nand::{Media, Nand, Oob, Scan};
 use nvstack_core::error::{Error, Result};
 use std::collections::{BTreeSet, VecDeque};
