@@ -140,11 +140,27 @@ fn main() {
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
+            let e = e.name_fields(&flag_of);
             eprintln!("nvstack: {e}");
             e.exit_code()
         }
     };
     std::process::exit(code);
+}
+
+/// The flag that sets a library's field (`Error::Invalid` names fields; the program says its
+/// flags). One table for every command: a field has one flag (the design brief's rule).
+fn flag_of(field: &'static str) -> Option<&'static str> {
+    Some(match field {
+        "force" => "--force",
+        "backing" => "--backing",
+        "backing_size" => "--backing-size",
+        "sector_bytes" => "--sector",
+        "admit" => "--admit",
+        "high_watermark_pct" => "--high-watermark",
+        "low_watermark_pct" => "--low-watermark",
+        _ => return None,
+    })
 }
 
 fn run(cli: Cli) -> Result<i32> {

@@ -243,7 +243,7 @@ fn bad_input_is_refused_with_exit_2_changing_nothing() {
         (&["--autocommit-ms", "5"], "--autocommit-ms is UBJ's"),
         (
             &["--low-watermark", "10"],
-            "--low-watermark 10 % without --high-watermark",
+            "--low-watermark 10 % without a high watermark",
         ),
         (
             &["--high-watermark", "40", "--low-watermark", "40"],

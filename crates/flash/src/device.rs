@@ -12,7 +12,7 @@ use crate::file::{FileMedia, Header, Saved, StateFile};
 use crate::ftl::{Ftl, MergeStep};
 use crate::nand::Nand;
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::{Error, Result, FIELD};
 use nvstack_core::lock::lock_file;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -51,10 +51,10 @@ pub fn create(path: &Path, header: Header, force: bool) -> Result<()> {
         o.create_new(true);
     }
     let file = o.open(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => Error::bad(format!(
-            "{}: exists (pass --force to replace it)",
-            path.display()
-        )),
+        std::io::ErrorKind::AlreadyExists => Error::invalid(
+            "force",
+            format!("{}: exists (pass {FIELD} to replace it)", path.display()),
+        ),
         _ => Error::env(format!("{}: cannot create: {e}", path.display())),
     })?;
     lock_file(&file, path, "flash state file", true)?;

@@ -11,7 +11,7 @@
 use crate::common::backing::FileDevice;
 use crate::common::format::Label;
 use nvstack_core::blockdev::BlockDevice;
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::{Error, Result, FIELD};
 use nvstack_core::lock::{lock_file, open_file};
 use nvstack_pmem::mmap::allocate_file;
 use nvstack_pmem::{Access, MmapRegion};
@@ -30,10 +30,13 @@ pub(crate) fn claim_existing(path: &Path, force: bool) -> Result<Option<File>> {
         return Ok(None);
     }
     if !force {
-        return Err(Error::bad(format!(
-            "{}: file exists; pass --force to replace it",
-            path.display()
-        )));
+        return Err(Error::invalid(
+            "force",
+            format!(
+                "{}: file exists; pass {FIELD} to replace it",
+                path.display()
+            ),
+        ));
     }
     let f = open_file(path, true, "image")?;
     lock_file(&f, path, "image", true)?;
@@ -49,10 +52,13 @@ pub(crate) fn prepare_backing(
 ) -> Result<(FileDevice, bool)> {
     if !p.exists() {
         let size = backing_size.ok_or_else(|| {
-            Error::bad(format!(
-                "{}: no such backing file; give --backing-size to create it",
-                p.display()
-            ))
+            Error::invalid(
+                "backing_size",
+                format!(
+                    "{}: no such backing file; give {FIELD} to create it",
+                    p.display()
+                ),
+            )
         })?;
         if size == 0 || !size.is_multiple_of(B) {
             return Err(Error::bad(format!(
@@ -77,13 +83,16 @@ pub(crate) fn prepare_backing(
     let dev = FileDevice::open(p)?;
     if let Some(size) = backing_size {
         if dev.blocks() * B != size + B {
-            return Err(Error::bad(format!(
-                "{}: {} bytes, but --backing-size {size} needs {} (the device and one label \
-                 block)",
-                p.display(),
-                dev.blocks() * B,
-                size + B
-            )));
+            return Err(Error::invalid(
+                "backing_size",
+                format!(
+                    "{}: {} bytes, but {FIELD} {size} needs {} (the device and one label \
+                     block)",
+                    p.display(),
+                    dev.blocks() * B,
+                    size + B
+                ),
+            ));
         }
     }
     if !force {
@@ -99,17 +108,23 @@ fn check_last_block_free(dev: &FileDevice) -> Result<()> {
     let p = dev.path().display();
     match Label::decode(&b) {
         Ok(l) if l.detached => Ok(()),
-        Ok(l) => Err(Error::bad(format!(
-            "{p}: it is the backing file of another cache (identity {:032x}, not detached): its \
-             newest data may be only in that cache's NVRAM; detach that cache first, or pass \
-             --force",
-            l.identity
-        ))),
+        Ok(l) => Err(Error::invalid(
+            "force",
+            format!(
+                "{p}: it is the backing file of another cache (identity {:032x}, not \
+                 detached): its newest data may be only in that cache's NVRAM; detach that \
+                 cache first, or pass {FIELD}",
+                l.identity
+            ),
+        )),
         Err(_) if b.iter().all(|&x| x == 0) => Ok(()),
-        Err(_) => Err(Error::bad(format!(
-            "{p}: its last block (block {last}) holds data, and the cache keeps its label there; \
-             pass --force to overwrite it, or make the file 4096 bytes longer"
-        ))),
+        Err(_) => Err(Error::invalid(
+            "force",
+            format!(
+                "{p}: its last block (block {last}) holds data, and the cache keeps its label \
+                 there; pass {FIELD} to overwrite it, or make the file 4096 bytes longer"
+            ),
+        )),
     }
 }
 
@@ -195,9 +210,10 @@ pub(crate) fn backing_path<S>(v: &Validated<S>, over: Option<&Path>) -> Result<P
     match (over, &v.path_record) {
         (Some(p), _) => Ok(p.to_path_buf()),
         (None, Ok(p)) => Ok(p.clone()),
-        (None, Err(e)) => Err(Error::bad(format!(
-            "{e}; name the backing file with --backing"
-        ))),
+        (None, Err(e)) => Err(Error::invalid(
+            "backing",
+            format!("{e}; name the backing file with {FIELD}"),
+        )),
     }
 }
 

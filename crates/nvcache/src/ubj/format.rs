@@ -9,7 +9,7 @@
 //! input (the pair assertion at the write; the decoders' checks are the one at the read).
 
 use crate::common::format::{check16, LBA_MAX, SEQ_MAX};
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::{Error, Result, FIELD};
 
 /// The superblock's magic: "NVSCACHE".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NVSCACHE");
@@ -220,16 +220,19 @@ impl Settings {
     /// Refuse settings that cannot work, naming the field.
     pub fn validate(&self) -> Result<()> {
         if self.high_watermark_pct == 0 || self.high_watermark_pct > 100 {
-            return Err(Error::bad(format!(
-                "high-watermark {} %: must be 1 to 100",
-                self.high_watermark_pct
-            )));
+            return Err(Error::invalid(
+                "high_watermark_pct",
+                format!("{FIELD} {} %: must be 1 to 100", self.high_watermark_pct),
+            ));
         }
         if self.low_watermark_pct >= self.high_watermark_pct {
-            return Err(Error::bad(format!(
-                "low-watermark {} % must be below high-watermark {} %",
-                self.low_watermark_pct, self.high_watermark_pct
-            )));
+            return Err(Error::invalid(
+                "low_watermark_pct",
+                format!(
+                    "{FIELD} {} % must be below the high watermark ({} %)",
+                    self.low_watermark_pct, self.high_watermark_pct
+                ),
+            ));
         }
         Ok(())
     }

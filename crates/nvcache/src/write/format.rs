@@ -6,7 +6,7 @@
 use crate::common::format::COMMIT_OFF;
 use crate::common::format::{SLOTS_MAX, TABLE_OFF};
 use crate::write::entry::WC_ENTRY_BYTES as ENTRY_BYTES;
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::{Error, Result, FIELD};
 use std::ops::Range;
 
 /// The write cache superblock's magic: "NVSWCACH".
@@ -148,11 +148,14 @@ impl Admit {
     pub fn ranges(mut ranges: Vec<Range<u64>>, blocks: u64) -> Result<Admit> {
         for r in &ranges {
             if r.start >= r.end || r.end > blocks {
-                return Err(Error::bad(format!(
-                    "--admit {}..{}: a range must be nonempty (start below end) and inside the \
-                     device's {blocks} blocks",
-                    r.start, r.end
-                )));
+                return Err(Error::invalid(
+                    "admit",
+                    format!(
+                        "{FIELD} {}..{}: a range must be nonempty (start below end) and inside \
+                         the device's {blocks} blocks",
+                        r.start, r.end
+                    ),
+                ));
             }
         }
         ranges.sort_by_key(|r| r.start);
@@ -164,10 +167,13 @@ impl Admit {
             }
         }
         if merged.is_empty() || merged.len() > WC_RANGES_MAX {
-            return Err(Error::bad(format!(
-                "--admit: {} ranges; give 1 to {WC_RANGES_MAX}",
-                merged.len()
-            )));
+            return Err(Error::invalid(
+                "admit",
+                format!(
+                    "{FIELD}: {} ranges; give 1 to {WC_RANGES_MAX}",
+                    merged.len()
+                ),
+            ));
         }
         Ok(Admit::Ranges(merged))
     }
@@ -301,19 +307,22 @@ impl WcSettings {
     pub fn validate(&self) -> Result<()> {
         let (h, l) = (self.high_watermark_pct, self.low_watermark_pct);
         if h > 100 {
-            return Err(Error::bad(format!(
-                "--high-watermark {h} %: must be 1 to 100"
-            )));
+            return Err(Error::invalid(
+                "high_watermark_pct",
+                format!("{FIELD} {h} %: must be 1 to 100"),
+            ));
         }
         if h == 0 && l > 0 {
-            return Err(Error::bad(format!(
-                "--low-watermark {l} % without --high-watermark"
-            )));
+            return Err(Error::invalid(
+                "low_watermark_pct",
+                format!("{FIELD} {l} % without a high watermark"),
+            ));
         }
         if h > 0 && l >= h {
-            return Err(Error::bad(format!(
-                "--low-watermark {l} % must be below --high-watermark {h} %"
-            )));
+            return Err(Error::invalid(
+                "low_watermark_pct",
+                format!("{FIELD} {l} % must be below the high watermark ({h} %)"),
+            ));
         }
         Ok(())
     }

@@ -12,7 +12,7 @@ use crate::write::format::{
     Admit, WcLayout, WcSettings, WcSuperblock, WC_PATH_BYTES, WC_PATH_OFF, WC_SLOTS_MIN,
 };
 use crate::write::{create_wc, WriteCache};
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::{Error, Result, FIELD};
 use nvstack_pmem::{MmapRegion, Region};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -43,10 +43,13 @@ pub struct WcOpened {
 pub fn create_wc_image(path: &Path, o: &WcCreateOptions) -> Result<(WcSuperblock, PathBuf, bool)> {
     o.settings.validate()?;
     if !crate::write::format::valid_sector(o.sector_bytes) {
-        return Err(Error::bad(format!(
-            "--sector {}: 512 (the seed's) or 4096 (the backing device's block)",
-            o.sector_bytes
-        )));
+        return Err(Error::invalid(
+            "sector_bytes",
+            format!(
+                "{FIELD} {}: 512 (the seed's) or 4096 (the backing device's block)",
+                o.sector_bytes
+            ),
+        ));
     }
     if !o.size.is_multiple_of(4096) || WcLayout::fitting(o.size, o.sector_bytes).is_none() {
         return Err(Error::bad(format!(

@@ -39,7 +39,7 @@ use crate::write::format::{
     WC_COUNTERS_BYTES, WC_COUNTERS_OFF,
 };
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::{Error, Result, FIELD};
 use nvstack_pmem::Region;
 use nvstack_policy::{Policy, PolicyKind, Touch, NEVER};
 use std::collections::HashMap;
@@ -555,10 +555,13 @@ impl<R: Region> WriteCache<R> {
         let first = off / s;
         let last = (off + buf.len() as u64).div_ceil(s);
         if last > self.sb.blocks {
-            return Err(Error::bad(format!(
-                "--admit fat-metadata: the volume names bytes past the device's end \
-                 (offset {off})"
-            )));
+            return Err(Error::invalid(
+                "admit",
+                format!(
+                    "{FIELD} fat-metadata: the volume names bytes past the device's end \
+                     (offset {off})"
+                ),
+            ));
         }
         if off.is_multiple_of(s) && buf.len().is_multiple_of(s as usize) {
             for (i, chunk) in buf.chunks_mut(s as usize).enumerate() {

@@ -12,7 +12,7 @@
 use crate::write::format::WC_PATH_OFF;
 use crate::write::WriteCache;
 use nvstack_core::blockdev::{BlockDevice, Caps};
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::{Error, Result, FIELD};
 use nvstack_pmem::Region;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -244,10 +244,13 @@ pub fn wc_backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
     crate::common::format::decode_path(&block[WC_PATH_OFF as usize..])
         .map(PathBuf::from)
         .map_err(|e| {
-            Error::bad(format!(
-                "{}: {e}; name the backing file with --backing",
-                path.display()
-            ))
+            Error::invalid(
+                "backing",
+                format!(
+                    "{}: {e}; name the backing file with {FIELD}",
+                    path.display()
+                ),
+            )
         })
 }
 

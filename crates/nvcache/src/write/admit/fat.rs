@@ -8,7 +8,7 @@
 //! made since the last walk is admitted from then on. A misclassified block costs speed only:
 //! writes to cached blocks always go to the cache.
 
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::{Error, Result, FIELD};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
@@ -55,14 +55,17 @@ impl Bpb {
             && b[16] >= 1;
         if !bpb_ok {
             let partitioned = signed && (0..4).any(|i| b[446 + 16 * i + 4] != 0);
-            return Err(Error::bad(if partitioned {
-                "--admit fat-metadata: block 0 holds a partition table, not a FAT boot sector; \
-                 the volume must start at block 0 (make it with mkfs.fat on the whole device), \
-                 or give --admit LBA..LBA ranges"
-            } else {
-                "--admit fat-metadata: block 0 is not a FAT boot sector (no jump, or a BIOS \
-                 parameter block out of range)"
-            }));
+            return Err(Error::invalid(
+                "admit",
+                if partitioned {
+                    "{field} fat-metadata: block 0 holds a partition table, not a FAT boot \
+                     sector; the volume must start at block 0 (make it with mkfs.fat on the \
+                     whole device), or give {field} LBA..LBA ranges"
+                } else {
+                    "{field} fat-metadata: block 0 is not a FAT boot sector (no jump, or a \
+                     BIOS parameter block out of range)"
+                },
+            ));
         }
         let fat_sectors = if u16_at(22) != 0 {
             u16_at(22)
@@ -77,10 +80,13 @@ impl Bpb {
         let root_dir_sectors = (u16_at(17) * 32).div_ceil(bps);
         let data_start = u16_at(14) + u64::from(b[16]) * fat_sectors + root_dir_sectors;
         if fat_sectors == 0 || total <= data_start {
-            return Err(Error::bad(format!(
-                "--admit fat-metadata: a FAT of {fat_sectors} sectors and {total} sectors in \
-                 all leave no data region"
-            )));
+            return Err(Error::invalid(
+                "admit",
+                format!(
+                    "{FIELD} fat-metadata: a FAT of {fat_sectors} sectors and {total} sectors \
+                     in all leave no data region"
+                ),
+            ));
         }
         let clusters = (total - data_start) / spc;
         let kind = match clusters {
@@ -204,11 +210,14 @@ impl FatMap {
         let bpb = Bpb::parse(&boot)?;
         let bps = bpb.bytes_per_sector;
         if bpb.total_sectors * bps > blocks * block_bytes {
-            return Err(Error::bad(format!(
-                "--admit fat-metadata: the volume's {} sectors of {bps} B are longer than the \
-                 device",
-                bpb.total_sectors
-            )));
+            return Err(Error::invalid(
+                "admit",
+                format!(
+                    "{FIELD} fat-metadata: the volume's {} sectors of {bps} B are longer than \
+                     the device",
+                    bpb.total_sectors
+                ),
+            ));
         }
         let mut fat = vec![0u8; (bpb.fat_sectors * bps) as usize];
         read(bpb.reserved * bps, &mut fat)?;
