@@ -120,6 +120,30 @@ if found=$(grep -rnE "$opens" crates/cli/src sqlite-vfs/src crates/python/src); 
   fail=1
 fi
 
+# Library errors name fields, not flags (core's Error::Invalid; the program maps a field to
+# its flag): no command-line flag in the device layers' code outside their tests.
+if found=$(python3 - crates/{core,pmem,nvramdisk,nvcache,flash,stack,export}/src <<'PY'
+import os, re, sys
+for src in sys.argv[1:]:
+    for root, _, files in os.walk(src):
+        if "/tests" in root[len(src):]:
+            continue
+        for f in files:
+            if not f.endswith(".rs") or f == "tests.rs":
+                continue
+            path = os.path.join(root, f)
+            text = open(path, encoding="utf-8").read().split("#[cfg(test)]")[0]
+            for n, line in enumerate(text.splitlines(), 1):
+                code = re.sub(r"//.*", "", line)
+                if re.search(r"(^|[\s\"(`])--[a-z][a-z-]+", code):
+                    print(f"{path}:{n}: {line.strip()}")
+PY
+); [ -n "$found" ]; then
+  echo "layering: a library names a command-line flag (name the field: Error::invalid):" >&2
+  echo "$found" >&2
+  fail=1
+fi
+
 if [ "$fail" -ne 0 ]; then
   echo "layering: the crate graph breaks the architecture invariants (ARCHITECTURE.md)" >&2
   exit 1
