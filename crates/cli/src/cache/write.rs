@@ -10,8 +10,9 @@ use clap::Args;
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_core::size::format_size;
-use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcCounters, WcSettings};
+use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcSettings};
 use nvstack_nvcache::write::image::{self as wimage, WcCreateOptions};
+use nvstack_nvcache::write::inspect::{status_of, WcStatus};
 use nvstack_stack::{identify, Access, Image, Kind};
 use std::path::Path;
 
@@ -253,93 +254,11 @@ pub(crate) fn settings_line(s: &WcSettings) -> String {
     t
 }
 
-/// dm-writecache's 14 status fields, named and ordered as in its documentation, then the
-/// destages by trigger.
-#[derive(serde::Serialize)]
-struct Status {
-    image: String,
-    backing: String,
-    sector_bytes: u32,
-    settings: WcSettings,
-    admit: String,
-    admitted_ranges: Vec<[u64; 2]>,
-    /// The 14 fields.
-    error: u64,
-    blocks: u64,
-    free_blocks: u64,
-    writeback_blocks: u64,
-    read_blocks: u64,
-    read_hits: u64,
-    write_blocks: u64,
-    write_hits_uncommitted: u64,
-    write_hits_committed: u64,
-    write_bypass: u64,
-    write_allocated: u64,
-    writes_blocked_on_freelist: u64,
-    flushes: u64,
-    discarded_blocks: u64,
-    /// Blocks destaged, by trigger.
-    destaged: Destaged,
-    backing_bytes_written: u64,
-    /// The counters record was readable (false: a crash during a close; counting restarted).
-    counters_readable: bool,
-}
-
-#[derive(serde::Serialize)]
-struct Destaged {
-    room: u64,
-    watermark: u64,
-    max_age: u64,
-    cleaner: u64,
-    writeback: u64,
-}
-
 fn status(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
     let o = Image::open(path, Access::ReadOnly, backing)?;
     let c = o.write_cache().expect("routed here as a write cache");
     let o_backing = o.backing().expect("a cache has a backing file");
-    let sb = *c.superblock();
-    let (k, readable): (WcCounters, bool) = c.lifetime();
-    let admit = c.admit_record()?;
-    let s = Status {
-        image: path.display().to_string(),
-        backing: o_backing.display().to_string(),
-        sector_bytes: sb.sector_bytes,
-        settings: c.settings(),
-        admit: admit.name(),
-        admitted_ranges: match admit {
-            Admit::All => Vec::new(),
-            _ => c
-                .admission()
-                .ranges()
-                .iter()
-                .map(|r| [r.start, r.end])
-                .collect(),
-        },
-        error: u64::from(c.error().is_some()),
-        blocks: u64::from(sb.slots),
-        free_blocks: u64::from(sb.slots) - c.cached_blocks(),
-        writeback_blocks: 0,
-        read_blocks: k.read_blocks,
-        read_hits: k.read_hits,
-        write_blocks: k.write_blocks,
-        write_hits_uncommitted: k.write_hits_uncommitted,
-        write_hits_committed: k.write_hits_committed,
-        write_bypass: k.write_bypass,
-        write_allocated: k.write_allocated,
-        writes_blocked_on_freelist: k.writes_blocked_on_freelist,
-        flushes: k.flushes,
-        discarded_blocks: k.discarded_blocks,
-        destaged: Destaged {
-            room: k.destaged_room,
-            watermark: k.destaged_watermark,
-            max_age: k.destaged_max_age,
-            cleaner: k.destaged_cleaner,
-            writeback: k.destaged_writeback,
-        },
-        backing_bytes_written: k.backing_bytes_written,
-        counters_readable: readable,
-    };
+    let s = status_of(c, path, o_backing)?;
     if json {
         print_json(&s)?;
     } else {
@@ -348,7 +267,7 @@ fn status(path: &Path, backing: Option<&Path>, json: bool) -> Result<i32> {
     Ok(0)
 }
 
-fn print_status(s: &Status) -> Result<()> {
+fn print_status(s: &WcStatus) -> Result<()> {
     say!(
         "image                       {} (write cache, format v{})",
         s.image,

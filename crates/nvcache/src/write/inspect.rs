@@ -5,8 +5,9 @@
 
 use crate::write::format::{Admit, WcCounters, WcSettings, WC_VERSION};
 use crate::write::image::validate;
+use crate::write::WriteCache;
 use nvstack_core::error::Result;
-use nvstack_pmem::{Access, MmapRegion};
+use nvstack_pmem::{Access, MmapRegion, Region};
 use std::path::Path;
 
 /// Slots by what recovery would do with them.
@@ -127,4 +128,96 @@ fn inspect_table(
         ));
     }
     r.findings.extend(w.findings);
+}
+
+/// dm-writecache's 14 status fields, named and ordered as in its documentation, then the
+/// destages by trigger.
+#[derive(serde::Serialize)]
+pub struct WcStatus {
+    pub image: String,
+    pub backing: String,
+    pub sector_bytes: u32,
+    pub settings: WcSettings,
+    pub admit: String,
+    pub admitted_ranges: Vec<[u64; 2]>,
+    /// The 14 fields.
+    pub error: u64,
+    pub blocks: u64,
+    pub free_blocks: u64,
+    pub writeback_blocks: u64,
+    pub read_blocks: u64,
+    pub read_hits: u64,
+    pub write_blocks: u64,
+    pub write_hits_uncommitted: u64,
+    pub write_hits_committed: u64,
+    pub write_bypass: u64,
+    pub write_allocated: u64,
+    pub writes_blocked_on_freelist: u64,
+    pub flushes: u64,
+    pub discarded_blocks: u64,
+    /// Blocks destaged, by trigger.
+    pub destaged: Destaged,
+    pub backing_bytes_written: u64,
+    /// The counters record was readable (false: a crash during a close; counting restarted).
+    pub counters_readable: bool,
+}
+
+#[derive(serde::Serialize)]
+pub struct Destaged {
+    pub room: u64,
+    pub watermark: u64,
+    pub max_age: u64,
+    pub cleaner: u64,
+    pub writeback: u64,
+}
+
+/// A write cache's status (`nvstack cache status`): dm-writecache's 14 fields, the destages
+/// by trigger and the settings, from a cache opened read-only.
+pub fn status_of<R: Region>(c: &WriteCache<R>, image: &Path, backing: &Path) -> Result<WcStatus> {
+    let sb = *c.superblock();
+    let (k, readable): (WcCounters, bool) = c.lifetime();
+    let admit = c.admit_record()?;
+    assert!(
+        c.cached_blocks() <= u64::from(sb.slots),
+        "no more cached blocks than slots"
+    );
+    Ok(WcStatus {
+        image: image.display().to_string(),
+        backing: backing.display().to_string(),
+        sector_bytes: sb.sector_bytes,
+        settings: c.settings(),
+        admit: admit.name(),
+        admitted_ranges: match admit {
+            Admit::All => Vec::new(),
+            _ => c
+                .admission()
+                .ranges()
+                .iter()
+                .map(|r| [r.start, r.end])
+                .collect(),
+        },
+        error: u64::from(c.error().is_some()),
+        blocks: u64::from(sb.slots),
+        free_blocks: u64::from(sb.slots) - c.cached_blocks(),
+        writeback_blocks: 0,
+        read_blocks: k.read_blocks,
+        read_hits: k.read_hits,
+        write_blocks: k.write_blocks,
+        write_hits_uncommitted: k.write_hits_uncommitted,
+        write_hits_committed: k.write_hits_committed,
+        write_bypass: k.write_bypass,
+        write_allocated: k.write_allocated,
+        writes_blocked_on_freelist: k.writes_blocked_on_freelist,
+        flushes: k.flushes,
+        discarded_blocks: k.discarded_blocks,
+        destaged: Destaged {
+            room: k.destaged_room,
+            watermark: k.destaged_watermark,
+            max_age: k.destaged_max_age,
+            cleaner: k.destaged_cleaner,
+            writeback: k.destaged_writeback,
+        },
+        backing_bytes_written: k.backing_bytes_written,
+        counters_readable: readable,
+    })
 }
