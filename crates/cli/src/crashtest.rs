@@ -7,7 +7,7 @@ use clap::Args;
 use nvstack_core::error::{Error, Result};
 use nvstack_crashtest::{
     CrashTarget, Layer, NvramTarget, Orderings, Plan, PlanError, Replay, ReplayPlan, Report,
-    UbjTarget, WcTarget,
+    UbjTarget, WriteTarget,
 };
 use nvstack_nvramdisk::Protocol;
 use nvstack_pmem::crash::FaultModel;
@@ -105,7 +105,7 @@ fn flag_error(e: PlanError) -> Error {
             format!("unknown seeded bug '{n}': `nvstack crashtest --seeded-bug list` names them")
         }
         PlanError::Scenario(n) => format!("unknown scenario '{n}'"),
-        PlanError::NotForUbj(f) => {
+        PlanError::NotForCache(f) => {
             format!("--{f} names an nvramdisk configuration; a cache (--cache) has one")
         }
         PlanError::M3NeedsRandomOnly => {
@@ -117,7 +117,7 @@ fn flag_error(e: PlanError) -> Error {
 pub fn run(a: CrashArgs) -> Result<i32> {
     if a.seeded_bug.as_deref() == Some("list") {
         return match a.cache {
-            Some(crate::cache::CacheMode::Write) => list_bugs(&WcTarget::new(), a.json),
+            Some(crate::cache::CacheMode::Write) => list_bugs(&WriteTarget::new(), a.json),
             Some(_) => list_bugs(&UbjTarget::new(), a.json),
             None => list_bugs(&NvramTarget::new(), a.json),
         };

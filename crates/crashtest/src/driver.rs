@@ -6,9 +6,8 @@
 
 use crate::exhaustive;
 use crate::random::{self, RandomJob, CHAIN_CYCLES};
-use crate::target::nvcache::{UbjConfig, UbjTarget};
+use crate::target::cache::{CacheConfig, CacheTarget, SimCache, UbjTarget, WriteTarget};
 use crate::target::nvramdisk::{NvramConfig, NvramTarget};
-use crate::target::wcache::{WcConfig, WcTarget};
 use crate::target::{BugSpec, CrashTarget};
 use crate::{lock, Counters, Violation};
 use nvstack_core::error::{Error, Result};
@@ -46,8 +45,8 @@ pub enum Layer {
     Write,
 }
 
-/// What to check: a layer (nvramdisk's protocols and ordering policies, or UBJ), the tiers and
-/// fault models.
+/// What to check: a layer (nvramdisk's protocols and ordering policies, or a cache), the
+/// tiers and fault models.
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub layer: Layer,
@@ -109,9 +108,9 @@ pub enum PlanError {
     /// `scenario` names no scenario of the target.
     #[error("scenario '{0}': no such scenario")]
     Scenario(String),
-    /// `protocol` or `ordering` is set for a layer that has none (UBJ).
-    #[error("{0} names an nvramdisk configuration: UBJ has one configuration")]
-    NotForUbj(&'static str),
+    /// `protocol` or `ordering` is set for a layer that has none (a cache).
+    #[error("{0} names an nvramdisk configuration: a cache has one configuration")]
+    NotForCache(&'static str),
     /// `fault` is M3 but the plan runs the exhaustive tier.
     #[error("fault M3 is for the randomized tier only: set random_cycles, not exhaustive")]
     M3NeedsRandomOnly,
@@ -129,26 +128,18 @@ impl Plan {
         if self.threads == 0 || self.threads > THREADS_MAX {
             return Err(PlanError::Threads(self.threads));
         }
-        let (bugs, scenarios): (Vec<&str>, &[&str]) = match self.layer {
-            Layer::Nvramdisk => {
-                let t = NvramTarget::new();
-                (t.bugs().iter().map(|b| b.name).collect(), t.scenarios())
+        if self.layer != Layer::Nvramdisk {
+            if self.protocol.is_some() {
+                return Err(PlanError::NotForCache("protocol"));
             }
-            Layer::Ubj | Layer::Write => {
-                if self.protocol.is_some() {
-                    return Err(PlanError::NotForUbj("protocol"));
-                }
-                if self.ordering != Orderings::Default {
-                    return Err(PlanError::NotForUbj("ordering"));
-                }
-                if self.layer == Layer::Write {
-                    let t = WcTarget::new();
-                    (t.bugs().iter().map(|b| b.name).collect(), t.scenarios())
-                } else {
-                    let t = UbjTarget::new();
-                    (t.bugs().iter().map(|b| b.name).collect(), t.scenarios())
-                }
+            if self.ordering != Orderings::Default {
+                return Err(PlanError::NotForCache("ordering"));
             }
+        }
+        let (bugs, scenarios) = match self.layer {
+            Layer::Nvramdisk => names(&NvramTarget::new()),
+            Layer::Ubj => names(&UbjTarget::new()),
+            Layer::Write => names(&WriteTarget::new()),
         };
         if let Some(n) = &self.seeded_bug {
             if !bugs.contains(&n.as_str()) {
@@ -170,6 +161,11 @@ impl Plan {
     pub fn random_only(&self) -> bool {
         self.random_cycles.is_some() && !self.exhaustive
     }
+}
+
+/// A target's seeded bugs and scenarios, by name.
+fn names<T: CrashTarget>(t: &T) -> (Vec<&'static str>, &'static [&'static str]) {
+    (t.bugs().iter().map(|b| b.name).collect(), t.scenarios())
 }
 
 /// A checked plan, in the target's terms.
@@ -213,23 +209,14 @@ fn setup(target: &NvramTarget, plan: &Plan) -> Result<Setup<NvramTarget>> {
     Ok(setup_models(plan, configs, bug))
 }
 
-/// Resolve `plan` for UBJ: its one configuration and seeded bug.
-fn setup_ubj(target: &UbjTarget, plan: &Plan) -> Result<Setup<UbjTarget>> {
+/// Resolve `plan` for a cache: its one configuration and seeded bug.
+fn setup_cache<C: SimCache>(target: &CacheTarget<C>, plan: &Plan) -> Result<Setup<CacheTarget<C>>> {
     plan.check()?;
     let bug = match &plan.seeded_bug {
         None => None,
         Some(n) => target.bugs().iter().find(|b| b.name == n).copied(),
     };
-    Ok(setup_models(plan, vec![UbjConfig], bug))
-}
-
-fn setup_wc(target: &WcTarget, plan: &Plan) -> Result<Setup<WcTarget>> {
-    plan.check()?;
-    let bug = match &plan.seeded_bug {
-        None => None,
-        Some(n) => target.bugs().iter().find(|b| b.name == n).copied(),
-    };
-    Ok(setup_models(plan, vec![WcConfig], bug))
+    Ok(setup_models(plan, vec![CacheConfig], bug))
 }
 
 /// The tiers and models of `plan` over `configs`: a checked plan in a target's terms.
@@ -340,12 +327,12 @@ pub fn run(plan: &Plan, progress: &dyn Progress) -> Result<Report> {
         }
         Layer::Ubj => {
             let target = UbjTarget::new();
-            let s = setup_ubj(&target, plan)?;
+            let s = setup_cache(&target, plan)?;
             pool(s.threads)?.install(|| run_in_pool(&target, &s, progress))
         }
         Layer::Write => {
-            let target = WcTarget::new();
-            let s = setup_wc(&target, plan)?;
+            let target = WriteTarget::new();
+            let s = setup_cache(&target, plan)?;
             pool(s.threads)?.install(|| run_in_pool(&target, &s, progress))
         }
     }
@@ -581,10 +568,13 @@ fn report<T: CrashTarget>(r: Run<'_, T>, seconds: f64) -> Report {
     let images_run = load(&total.images_run);
     // Images shared by M0, M1 and M2 are judged under each but run once.
     debug_assert!(images_run <= load(&total.images_checked));
+    // An equivalent point (`CrashTarget::skip_unread_points`) counts as a crash point too.
     debug_assert_eq!(
-        load(&total.points_exhaustive) + load(&total.points_sampled),
+        load(&total.points_exhaustive)
+            + load(&total.points_sampled)
+            + load(&total.points_equivalent),
         load(&total.crash_points),
-        "every crash point is enumerated in full or sampled"
+        "every crash point is enumerated in full, sampled, or equivalent to the one before"
     );
     let images_possible = format!("{}", *lock(&total.images_possible));
     Report {
@@ -743,12 +733,12 @@ pub fn replay(rp: &ReplayPlan) -> Result<Replay> {
         }
         Layer::Ubj => {
             let target = UbjTarget::new();
-            let s = setup_ubj(&target, &rp.plan)?;
+            let s = setup_cache(&target, &rp.plan)?;
             Ok(replay_on(&target, &s, rp))
         }
         Layer::Write => {
-            let target = WcTarget::new();
-            let s = setup_wc(&target, &rp.plan)?;
+            let target = WriteTarget::new();
+            let s = setup_cache(&target, &rp.plan)?;
             Ok(replay_on(&target, &s, rp))
         }
     }

@@ -2,16 +2,17 @@
 //! that logs every store, flush and fence; the checker crashes it at every point (exhaustive
 //! tier) or at random points of random workloads (randomized tier), builds the post-crash
 //! images a fault model allows, runs the real recovery on each, and judges every touched block
-//! with a generic oracle. docs/crashtest.md describes the models, tiers and reports.
+//! with the oracle of the layer's promise (`oracle::Promise`: per operation, epochs, ordered).
+//! docs/crashtest.md describes the models, tiers and reports.
 //!
 //! The entry points are [`run`] (a [`Plan`] in, a [`Report`] out, progress through
 //! `nvstack_core::Progress`) and [`replay`]. The checker drives a [`CrashTarget`], the layer
-//! under test; [`NvramTarget`] is nvramdisk's.
+//! under test; [`NvramTarget`] is nvramdisk's, and [`CacheTarget`] nvcache's caches'
+//! ([`UbjTarget`], [`WriteTarget`]).
 
 pub mod driver;
 pub mod exhaustive;
 pub mod oracle;
-mod ordered;
 pub mod random;
 pub mod target;
 
@@ -19,9 +20,8 @@ pub use driver::{
     replay, run, BugResult, Layer, Orderings, Plan, PlanError, Replay, ReplayLine, ReplayPlan,
     Report, Row,
 };
-pub use target::nvcache::UbjTarget;
+pub use target::cache::{CacheTarget, UbjTarget, WriteTarget};
 pub use target::nvramdisk::NvramTarget;
-pub use target::wcache::WcTarget;
 pub use target::CrashTarget;
 
 use nvstack_pmem::crash::FaultModel;

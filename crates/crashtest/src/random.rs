@@ -4,8 +4,8 @@
 //! recovery, verifies every touched block, recovers again (recovery must be idempotent) and
 //! carries the recovered image to the next cycle. One seed reproduces everything.
 
-use super::oracle::{block, decode_block, BlockError, Expect, Finding, OpRecord};
-use super::target::{CrashTarget, Labels, OracleRules, Shape, Workload};
+use super::oracle::{decode_block, BlockError, Expect, Finding};
+use super::target::{CrashTarget, Labels, Shape, Workload};
 use super::{Counters, Violation};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Error;
@@ -49,15 +49,6 @@ fn mix(a: u64, b: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Blocks a discard or a read covers at most.
-const SPAN_BLOCKS_MAX: u64 = 4;
-/// Where in the window a discard or a read may start, so that it stays inside the window.
-const SPAN_STARTS: u64 = WINDOW_BLOCKS - SPAN_BLOCKS_MAX;
-/// Draws allowed to find the distinct blocks of one atomic write (at most 8 of a window of 64:
-/// each draw repeats a block with probability at most 7/64, so a working generator never
-/// needs this many; past it the generator is broken, not the device).
-const DISTINCT_DRAWS_MAX: usize = 1024;
-
 /// Run the cycles of one chain, `chain` numbering it within the run. `cycles` limits the
 /// cycles (replay). Returns the first violation, if any (boxed: it is rare and large).
 pub fn run_chain<T: CrashTarget>(
@@ -76,11 +67,6 @@ pub fn run_chain<T: CrashTarget>(
         shape.blocks > WINDOW_BLOCKS,
         "the window fits in the region"
     );
-    let rules = target.rules();
-    assert!(
-        rules.atomic_unit_blocks >= 1,
-        "a write of one block is atomic"
-    );
     let (region, layout) = target
         .format(job.config, shape)
         .expect("format a fresh sim region");
@@ -88,7 +74,6 @@ pub fn run_chain<T: CrashTarget>(
         target,
         job,
         shape,
-        rules,
         labels: target.labels(job.config),
         layout,
         base: region.snapshot(),
@@ -102,13 +87,11 @@ pub fn run_chain<T: CrashTarget>(
     Ok(())
 }
 
-/// One chain: the region's shape and the target's rules, and what it carries from cycle to
-/// cycle.
+/// One chain: the region's shape and labels, and what it carries from cycle to cycle.
 struct Chain<'a, T: CrashTarget> {
     target: &'a T,
     job: &'a RandomJob<T>,
     shape: Shape,
-    rules: OracleRules,
     labels: Labels,
     layout: T::Layout,
     /// The durable image the next cycle starts from (the last cycle's twice-recovered one).
@@ -238,41 +221,10 @@ impl<T: CrashTarget> Chain<'_, T> {
             version: &mut self.version,
             rng,
         };
-        if let Some(r) = self.target.random_workload(&dev, region, w) {
-            let exp = r.map_err(|v| id.running(v.what, v.lba, v.step))?;
-            drop(dev); // whatever it stores on its way out counts
-            return Ok(exp);
-        }
-        let mut ops = Ops {
-            target: self.target,
-            dev: &dev,
-            region,
-            id,
-            known: &self.known,
-            rules: self.rules,
-            block_bytes: self.shape.block_bytes as usize,
-            window,
-            exp: Expect::default(),
-        };
-        for _ in 0..n_ops {
-            let kind = rng.gen_range(0..100);
-            if kind < 40 {
-                self.version += 1;
-                ops.write_one(self.version, rng)?;
-            } else if kind < 60 {
-                self.version += 1;
-                ops.write_atomic(self.version, rng)?;
-            } else if kind < 70 {
-                ops.discard(rng)?;
-            } else {
-                ops.read(rng)?;
-            }
-        }
-        debug_assert!(
-            ops.exp.ops.len() <= n_ops,
-            "one record per operation at most"
-        );
-        let exp = ops.exp;
+        let exp = self
+            .target
+            .random_workload(&dev, region, w)
+            .map_err(|v| id.running(v.what, v.lba, v.step))?;
         // The device goes before the log is taken: whatever it stores on its way out counts.
         drop(dev);
         Ok(exp)
@@ -328,171 +280,6 @@ impl<T: CrashTarget> Chain<'_, T> {
             )
         })
     }
-}
-
-/// The operations of one cycle's workload, in a window of `WINDOW_BLOCKS` blocks: each
-/// records what the oracle expects of it, or fails as a violation of the running device.
-struct Ops<'a, T: CrashTarget> {
-    target: &'a T,
-    dev: &'a T::Device,
-    region: &'a SimRegion,
-    id: &'a CycleId,
-    known: &'a BTreeMap<u64, Option<u64>>,
-    rules: OracleRules,
-    block_bytes: usize,
-    window: u64,
-    exp: Expect,
-}
-
-impl<T: CrashTarget> Ops<'_, T> {
-    /// Before an operation touches block `lba`: what it held, if this workload had not
-    /// touched it yet.
-    fn note_initial(&mut self, lba: u64) {
-        self.exp
-            .initial
-            .entry(lba)
-            .or_insert_with(|| self.known.get(&lba).copied().flatten());
-    }
-
-    /// The operation begun at event `start` returned: record it for the oracle.
-    fn done(&mut self, blocks: Vec<(u64, Option<u64>)>, atomic: bool, start: usize) {
-        let ack = self.region.event_count();
-        debug_assert!(start <= ack, "an operation returns after it starts");
-        debug_assert!(
-            blocks
-                .iter()
-                .all(|b| (self.window..self.window + WINDOW_BLOCKS).contains(&b.0)),
-            "operations stay in the window"
-        );
-        self.exp.ops.push(OpRecord {
-            blocks,
-            atomic,
-            start,
-            ack,
-        });
-    }
-
-    /// A single-block write of `version`.
-    fn write_one(&mut self, version: u64, rng: &mut SmallRng) -> Result<(), Box<Violation>> {
-        let start = self.region.event_count();
-        let l = self.window + rng.gen_range(0..WINDOW_BLOCKS);
-        self.note_initial(l);
-        self.dev
-            .write(l, &block(l, version, self.block_bytes))
-            .map_err(|e| {
-                self.id
-                    .running(format!("write failed: {e}"), Some(l), start)
-            })?;
-        self.done(vec![(l, Some(version))], false, start);
-        Ok(())
-    }
-
-    /// An atomic write of `version` to 2 to 8 distinct blocks.
-    fn write_atomic(&mut self, version: u64, rng: &mut SmallRng) -> Result<(), Box<Violation>> {
-        let start = self.region.event_count();
-        let n = rng.gen_range(2..=8);
-        let lbas = self.distinct_blocks(n, rng);
-        let mut data = Vec::with_capacity(n * self.block_bytes);
-        for &l in &lbas {
-            self.note_initial(l);
-            data.extend_from_slice(&block(l, version, self.block_bytes));
-        }
-        self.target
-            .write_atomic(self.dev, &lbas, &data)
-            .map_err(|e| {
-                self.id
-                    .running(format!("atomic write failed: {e}"), Some(lbas[0]), start)
-            })?;
-        let atomic = atomic(&self.rules, n as u64, false);
-        self.done(
-            lbas.iter().map(|&l| (l, Some(version))).collect(),
-            atomic,
-            start,
-        );
-        Ok(())
-    }
-
-    /// `n` distinct blocks of the window, drawn at random.
-    fn distinct_blocks(&self, n: usize, rng: &mut SmallRng) -> Vec<u64> {
-        debug_assert!(n as u64 <= WINDOW_BLOCKS, "the window holds {n} blocks");
-        let mut lbas: Vec<u64> = Vec::with_capacity(n);
-        for _ in 0..DISTINCT_DRAWS_MAX {
-            if lbas.len() == n {
-                break;
-            }
-            let l = self.window + rng.gen_range(0..WINDOW_BLOCKS);
-            if !lbas.contains(&l) {
-                lbas.push(l);
-            }
-        }
-        assert_eq!(
-            lbas.len(),
-            n,
-            "{n} distinct blocks of {WINDOW_BLOCKS} not found in {DISTINCT_DRAWS_MAX} draws"
-        );
-        lbas
-    }
-
-    /// A discard of 1 to 4 blocks (atomic if more than one, under the target's rules).
-    fn discard(&mut self, rng: &mut SmallRng) -> Result<(), Box<Violation>> {
-        let start = self.region.event_count();
-        let l = self.window + rng.gen_range(0..SPAN_STARTS);
-        let n = rng.gen_range(1..=SPAN_BLOCKS_MAX);
-        for x in l..l + n {
-            self.note_initial(x);
-        }
-        self.dev.discard(l, n).map_err(|e| {
-            self.id
-                .running(format!("discard failed: {e}"), Some(l), start)
-        })?;
-        let atomic = atomic(&self.rules, n, true);
-        self.done((l..l + n).map(|x| (x, None)).collect(), atomic, start);
-        Ok(())
-    }
-
-    /// A read of 1 to 4 blocks while nothing is in flight: each must return the latest
-    /// acknowledged value.
-    fn read(&mut self, rng: &mut SmallRng) -> Result<(), Box<Violation>> {
-        let start = self.region.event_count();
-        let l = self.window + rng.gen_range(0..SPAN_STARTS);
-        let n = rng.gen_range(1..=SPAN_BLOCKS_MAX as usize);
-        let bs = self.block_bytes;
-        let mut buf = vec![0u8; n * bs];
-        self.dev
-            .read(l, &mut buf)
-            .map_err(|e| self.id.running(format!("read failed: {e}"), Some(l), start))?;
-        for (i, b) in buf.chunks_exact(bs).enumerate() {
-            let x = l + i as u64;
-            let want = self.latest(x);
-            let got = decode_block(x, b).map_err(|w| {
-                self.id
-                    .running(format!("read while running: {w}"), Some(x), start)
-            })?;
-            if got != want {
-                return Err(self.id.running(
-                    format!("read while running returned {got:?}, expected {want:?}"),
-                    Some(x),
-                    start,
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// What block `lba` holds now: the last operation's value for it, else what it held.
-    fn latest(&self, lba: u64) -> Option<u64> {
-        self.exp
-            .ops
-            .iter()
-            .rev()
-            .find_map(|o| o.blocks.iter().find(|b| b.0 == lba).map(|b| b.1))
-            .unwrap_or_else(|| self.known.get(&lba).copied().flatten())
-    }
-}
-
-/// Whether an operation on `blocks` blocks is all-or-nothing under the target's rules.
-fn atomic(rules: &OracleRules, blocks: u64, discard: bool) -> bool {
-    blocks > 1 && blocks <= rules.atomic_unit_blocks && (!discard || rules.atomic_discard)
 }
 
 /// Recover `img` in place (recovery's stores land in it) and judge every touched block.
@@ -589,27 +376,4 @@ fn judge_media_fault<T: CrashTarget>(
     } else {
         MediaOutcome::NoEffect
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn atomicity_follows_the_targets_rules() {
-        let nvram = OracleRules {
-            atomic_unit_blocks: 64,
-            atomic_discard: true,
-        };
-        assert!(!atomic(&nvram, 1, false), "one block: nothing to tear");
-        assert!(atomic(&nvram, 8, false));
-        assert!(atomic(&nvram, 3, true));
-        assert!(!atomic(&nvram, 65, false), "past the unit");
-        let plain = OracleRules {
-            atomic_unit_blocks: 1,
-            atomic_discard: false,
-        };
-        assert!(!atomic(&plain, 2, false));
-        assert!(!atomic(&plain, 2, true));
-    }
 }

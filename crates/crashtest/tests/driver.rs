@@ -4,7 +4,9 @@
 
 use nvstack_core::error::Error;
 use nvstack_core::{NoProgress, Progress};
-use nvstack_crashtest::{replay, run, CrashTarget, NvramTarget, Plan, ReplayPlan};
+use nvstack_crashtest::{
+    replay, run, CrashTarget, Layer, NvramTarget, Plan, ReplayPlan, UbjTarget, WriteTarget,
+};
 use nvstack_nvramdisk::Protocol;
 use nvstack_pmem::crash::FaultModel;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +48,59 @@ fn a_small_clean_plan_checks_crash_points_and_finds_nothing() {
     );
     assert!(r.seeded_bug.is_none());
     assert_eq!((r.threads, r.seed), (2, 1));
+}
+
+/// Both caches go through one generic target: each is clean on a scenario and on random
+/// cycles (every model of the exhaustive tier and M3's media faults), and catches a seeded bug
+/// under M0. (The full runs are crates/cli/tests/crashtest_ubj.rs and crashtest_wcache.rs.)
+#[test]
+fn both_caches_run_through_the_generic_target() {
+    let caches = [
+        (
+            Layer::Ubj,
+            "ubj",
+            UbjTarget::new().scenarios()[0],
+            "commit-word-unfenced",
+        ),
+        (
+            Layer::Write,
+            "write",
+            WriteTarget::new().scenarios()[0],
+            "commit-unfenced",
+        ),
+    ];
+    for (layer, label, scenario, bug) in caches {
+        let plan = Plan {
+            layer,
+            protocol: None,
+            scenario: Some(scenario.to_string()),
+            threads: 2,
+            ..Plan::default()
+        };
+        let r = run(&plan, &NoProgress).expect("the plan runs");
+        assert_eq!(r.violations, 0, "{label}: {:?}", r.violation_details);
+        assert!(r.crash_points > 0 && r.points_equivalent > 0, "{label}");
+        assert!(r.rows.iter().all(|row| row.protocol == label), "{label}");
+        let random = Plan {
+            random_cycles: Some(64),
+            fault: Some(FaultModel::M3),
+            ..plan.clone()
+        };
+        let r = run(&random, &NoProgress).expect("the plan runs");
+        assert_eq!(r.violations, 0, "{label}: {:?}", r.violation_details);
+        assert_eq!((r.cycles, r.media_faults), (64, 64), "{label}");
+        let buggy = Plan {
+            seeded_bug: Some(bug.to_string()),
+            ..plan
+        };
+        let b = run(&buggy, &NoProgress).expect("the plan runs").seeded_bug;
+        let b = b.expect("a seeded-bug result");
+        assert_eq!(
+            (b.caught, b.caught_under),
+            (true, Some("M0")),
+            "{label} {bug}"
+        );
+    }
 }
 
 /// Counts what the driver reports, as a drawn bar would.

@@ -2,7 +2,7 @@
 //! index rebuilt at open, the seed's destage trigger and each policy's victim, dm-writecache's
 //! triggers, admission by ranges (bypass, write-through of cached blocks), tombstones, and the
 //! error state after a backing-device failure. Crashes are the crash checker's
-//! (crates/crashtest/src/target/wcache, `nvstack crashtest --cache write`).
+//! (crates/crashtest/src/target/cache/write, `nvstack crashtest --cache write`).
 
 mod common;
 

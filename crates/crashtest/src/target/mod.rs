@@ -1,48 +1,28 @@
 //! What the checker needs from the layer it checks: [`CrashTarget`]. The tiers, fault models,
 //! counters and reports are the checker's; formatting a region, opening it (recovery runs), the
-//! workloads, the seeded bugs and the rules a block obeys after a crash are the layer's.
+//! workloads, the seeded bugs and the promise a block's reads keep after a crash
+//! (`oracle::Promise`, chosen by the layer's recorders) are the layer's.
 //!
-//! nvramdisk fills it in ([`nvramdisk::NvramTarget`]); a new layer (the coming nvcache UBJ
-//! buffer cache) is crash-checked by implementing it too: it names its own scenarios, the
-//! states they pass through, the media faults it must detect, its seeded bugs, and its oracle
-//! rules. The device crates never depend on the checker: the implementations live here.
+//! nvramdisk fills it in ([`nvramdisk::NvramTarget`], durable per operation); nvcache's caches
+//! share one generic implementation ([`cache::CacheTarget`], one small impl per kind: UBJ,
+//! durable at commits, and the write cache, durable per write in program order). A new layer
+//! is crash-checked by implementing it too: it names its own scenarios, the states they pass
+//! through, the media faults it must detect, its seeded bugs, and records its workloads under
+//! its promise. The device crates never depend on the checker: the implementations live here.
 
-pub mod nvcache;
+pub mod cache;
 pub mod nvramdisk;
-pub mod wcache;
+pub mod workload;
+
+pub use workload::{RunningViolation, Workload};
 
 use crate::oracle::Expect;
 use nvstack_core::blockdev::BlockDevice;
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::Result;
 use nvstack_pmem::crash::{FaultModel, SimEvent, SimRegion};
 use rand::rngs::SmallRng;
-use rand::Rng;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
-
-/// A cache target's atomic write: blocks must be contiguous (the caches' unit), written by
-/// one `write` from the first. `who` names the cache in the refusal.
-pub(crate) fn write_contiguous(
-    lbas: &[u64],
-    data: &[u8],
-    who: &str,
-    write: impl FnOnce(u64, &[u8]) -> Result<()>,
-) -> Result<()> {
-    let contiguous = lbas.windows(2).all(|w| w[1] == w[0] + 1);
-    if lbas.is_empty() || !contiguous {
-        return Err(nvstack_core::error::Error::bad(format!(
-            "{who} writes contiguous blocks"
-        )));
-    }
-    write(lbas[0], data)
-}
-
-/// A cache target's step at a crash point: the name of the last mark at or before it
-/// ("setup" before the first).
-pub(crate) fn step_of_marks(marks: &[(usize, &'static str)], crash: usize) -> String {
-    let m = marks.iter().rev().find(|m| m.0 <= crash);
-    m.map_or("setup", |m| m.1).to_string()
-}
 
 /// The size of a simulated region a tier formats: small, so that each crash point is cheap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,21 +33,6 @@ pub struct Shape {
     pub block_bytes: u32,
     /// Concurrent writers the layer provides for (nvramdisk: journal lanes).
     pub lanes: u32,
-}
-
-/// What the oracle may expect of a layer's multi-block operations after a crash. The rest of
-/// the oracle's rules (`oracle::Expect::judge`) hold for every target: a block reads zeros or a
-/// version some operation wrote to it, never torn or another block's; and an operation is
-/// durable once it returned (a layer that is durable only after a flush, as the coming UBJ
-/// cache, needs the oracle to learn flushes first).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OracleRules {
-    /// Largest number of blocks one write covers all-or-nothing (64 for nvramdisk; 1 for a
-    /// layer without atomic multi-block writes). An operation in flight over 2 to this many
-    /// blocks reads all old or all new after a crash, together.
-    pub atomic_unit_blocks: u64,
-    /// A discard of several blocks (within the atomic unit) is all-or-nothing too.
-    pub atomic_discard: bool,
 }
 
 /// The report's names of one configuration: the `protocol` and `ordering` columns.
@@ -96,76 +61,6 @@ pub struct BugSpec<B> {
     pub weakest: FaultModel,
     /// Only a crash inside recovery (depth 2) exposes it.
     pub needs_depth2: bool,
-}
-
-/// What a layer's own randomized workload gets (`CrashTarget::random_workload`).
-pub struct Workload<'a> {
-    /// What each block durably holds at the cycle's start (absent: never written, zeros).
-    pub known: &'a BTreeMap<u64, Option<u64>>,
-    /// The cycle's window of blocks: `window` to `window + window_blocks - 1`.
-    pub window: u64,
-    pub window_blocks: u64,
-    /// Operations to run.
-    pub ops: usize,
-    /// The last version written: every write takes a new one.
-    pub version: &'a mut u64,
-    pub rng: &'a mut SmallRng,
-}
-
-/// Blocks read while running (`buf`, blocks of `block_bytes`) against what they should read
-/// (`want`, in order): Err(Finding) names the first wrong one (the cache targets' reads).
-pub fn check_read_blocks(
-    want: &[(u64, Option<u64>)],
-    buf: &[u8],
-    block_bytes: usize,
-) -> Result<()> {
-    for ((l, w), b) in want.iter().zip(buf.chunks(block_bytes)) {
-        let got = crate::oracle::decode_block(*l, b)
-            .map_err(|e| Error::finding(format!("block {l}: {e}")))?;
-        if got != *w {
-            return Err(Error::finding(format!(
-                "block {l} reads {got:?} while running, not {w:?}"
-            )));
-        }
-    }
-    Ok(())
-}
-
-impl Workload<'_> {
-    /// The randomized loop the cache targets share: `ops` operations, each of a kind drawn
-    /// from 0..100 and of 1 to 8 blocks when the kind is below `long_below` (the writes), else
-    /// 1 to 4, at a random LBA of the window (the draws in that order, so a seed replays the
-    /// same run); `op(kind, lba, n)` runs one. An error it returns is a violation at `lba`.
-    pub fn run_random_ops(
-        &mut self,
-        region: &SimRegion,
-        long_below: i32,
-        mut op: impl FnMut(i32, u64, u64) -> Result<()>,
-    ) -> std::result::Result<(), RunningViolation> {
-        for _ in 0..self.ops {
-            let kind = self.rng.gen_range(0..100);
-            let n = if kind < long_below {
-                self.rng.gen_range(1..=8)
-            } else {
-                self.rng.gen_range(1..=4)
-            };
-            let lba = self.window + self.rng.gen_range(0..=self.window_blocks - n);
-            op(kind, lba, n).map_err(|e| RunningViolation {
-                what: format!("while running: {e}"),
-                lba: Some(lba),
-                step: region.event_count(),
-            })?;
-        }
-        Ok(())
-    }
-}
-
-/// A violation of the running device (no crash involved), at event index `step`.
-#[derive(Debug)]
-pub struct RunningViolation {
-    pub what: String,
-    pub lba: Option<u64>,
-    pub step: usize,
 }
 
 /// A scenario run once on a recording region: what the exhaustive tier crashes.
@@ -199,8 +94,6 @@ pub trait CrashTarget: Sync {
 
     /// The report's names of `config`.
     fn labels(&self, config: Self::Config) -> Labels;
-    /// The rules the oracle applies to this layer's blocks.
-    fn rules(&self) -> OracleRules;
 
     /// Format a fresh simulated region of `shape` under `config`.
     fn format(&self, config: Self::Config, shape: Shape) -> Result<(SimRegion, Self::Layout)>;
@@ -223,8 +116,6 @@ pub trait CrashTarget: Sync {
     /// Recovery of `device` wrote something (a redo or undo): the checker then also crashes
     /// inside that recovery (depth 2).
     fn recovery_did_work(&self, device: &Self::Device) -> bool;
-    /// Write `data` to `lbas` as one atomic operation (at most `rules().atomic_unit_blocks`).
-    fn write_atomic(&self, device: &Self::Device, lbas: &[u64], data: &[u8]) -> Result<()>;
 
     /// The exhaustive tier's workloads, by name (`--scenario`), in the order they run.
     fn scenarios(&self) -> &'static [&'static str];
@@ -267,17 +158,16 @@ pub trait CrashTarget: Sync {
     /// workload.
     fn bug_in_recovery(&self, bug: Self::Bug) -> bool;
 
-    /// The randomized tier's workload of one cycle on `device` (recording on `region`), when
-    /// the layer has its own; None (the default): the generic one of random.rs, whose writes
-    /// are durable on return.
+    /// The randomized tier's workload of one cycle on `device` (recording on `region`):
+    /// `w.ops` operations in the window, and the oracle's expectations of them under the
+    /// layer's promise. A layer durable on return runs [`workload::per_operation`] with its
+    /// rules; the caches run their own operations. Err: the running device itself was wrong.
     fn random_workload(
         &self,
-        _device: &Self::Device,
-        _region: &SimRegion,
-        _w: Workload<'_>,
-    ) -> Option<std::result::Result<Expect, RunningViolation>> {
-        None
-    }
+        device: &Self::Device,
+        region: &SimRegion,
+        w: Workload<'_>,
+    ) -> std::result::Result<Expect, RunningViolation>;
 
     /// Let the exhaustive tier skip a crash point equivalent to the one before it: the event
     /// between them is a non-temporal store (or a disk sector) that no image checked at the

@@ -6,7 +6,9 @@
 pub mod scenario;
 pub mod weakest;
 
-use super::{BugSpec, CrashTarget, Labels, OracleRules, Recorded, Shape};
+use super::workload::{self, RunningViolation, Workload};
+use super::{BugSpec, CrashTarget, Labels, Recorded, Shape};
+use crate::oracle::{Expect, OracleRules};
 use nvstack_core::error::Result;
 use nvstack_nvramdisk::bugs::{self, SeededBug};
 use nvstack_nvramdisk::journal::LBA_NULL;
@@ -62,6 +64,13 @@ pub const RANDOM_SHAPE: Shape = Shape {
     lanes: 4,
 };
 
+/// nvramdisk's promise: every operation durable on return, a write or discard of up to 64
+/// blocks all-or-nothing.
+pub const RULES: OracleRules = OracleRules {
+    atomic_unit_blocks: ATOMIC_BLOCKS_MAX as u64,
+    atomic_discard: true,
+};
+
 /// nvramdisk, checked on simulated regions.
 pub struct NvramTarget {
     bugs: Vec<BugSpec<SeededBug>>,
@@ -114,13 +123,6 @@ impl CrashTarget for NvramTarget {
         }
     }
 
-    fn rules(&self) -> OracleRules {
-        OracleRules {
-            atomic_unit_blocks: ATOMIC_BLOCKS_MAX as u64,
-            atomic_discard: true,
-        }
-    }
-
     fn format(&self, c: NvramConfig, shape: Shape) -> Result<(SimRegion, Geometry)> {
         let len = Geometry::region_bytes_for(shape.blocks, shape.block_bytes, shape.lanes)?;
         let region = SimRegion::zeroed(len);
@@ -159,8 +161,16 @@ impl CrashTarget for NvramTarget {
         !device.recovery_report().was_clean()
     }
 
-    fn write_atomic(&self, device: &Self::Device, lbas: &[u64], data: &[u8]) -> Result<()> {
-        device.write_atomic(lbas, data)
+    /// The per-operation workload under nvramdisk's rules, its atomic writes scattered.
+    fn random_workload(
+        &self,
+        device: &Self::Device,
+        region: &SimRegion,
+        w: Workload<'_>,
+    ) -> std::result::Result<Expect, RunningViolation> {
+        workload::per_operation(device, region, w, RULES, |lbas, data| {
+            device.write_atomic(lbas, data)
+        })
     }
 
     fn scenarios(&self) -> &'static [&'static str] {

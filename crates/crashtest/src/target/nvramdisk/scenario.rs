@@ -2,7 +2,7 @@
 //! and the checker then crashes it at every event it logged.
 
 use super::NvramTrace;
-use crate::oracle::{block, Expect, OpRecord};
+use crate::oracle::{block, Expect, OpRecord, Promise};
 use crate::target::Recorded;
 use nvstack_core::error::{Error, Result};
 use nvstack_nvramdisk::bugs::SeededBug;
@@ -270,16 +270,21 @@ pub fn record(
         dev,
         oo,
         region: &region,
-        exp: Expect::default(),
+        exp: Expect::new(Default::default(), Promise::PerOperation(super::RULES)),
         version: 0,
         started: false,
         probes: vec![],
         g,
     };
     let start = run_workload(&mut cx, kind, &gate)?;
-    let expect = std::mem::take(&mut cx.exp);
-    let probes = std::mem::take(&mut cx.probes);
-    drop(cx);
+    // The device closes before the log is taken: whatever it stores on its way out counts.
+    let Ctx {
+        dev,
+        exp: expect,
+        probes,
+        ..
+    } = cx;
+    drop(dev);
     let events = region.take_events();
     debug_assert!(start <= events.len(), "the workload starts inside the log");
     debug_assert!(

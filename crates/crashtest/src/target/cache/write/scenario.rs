@@ -3,16 +3,15 @@
 //! write is acknowledged when it returns, a bypassed one when the next flush returns (until
 //! then it is in flight).
 
-use super::{format_sim, open_sim, random_setup, WcDevice, WcTrace, SECTOR};
-use crate::oracle::{block, Expect, OpRecord};
-use crate::target::{check_read_blocks, Recorded, RunningViolation, Workload};
+use super::{format_sim, WriteDevice};
+use crate::oracle::{Expect, OpRecord};
+use crate::target::cache::{read_checked, recorded, start_recording, CacheTrace, Recording};
+use crate::target::{Recorded, RunningViolation, Workload};
 use nvstack_core::error::Result;
 use nvstack_nvcache::write::format::{Admit, WcSettings};
 use nvstack_nvcache::WcBug;
 use nvstack_pmem::crash::SimRegion;
 use std::collections::BTreeMap;
-
-const S: usize = SECTOR as usize;
 
 /// The exhaustive tier's scenarios, in the order they run (`--scenario NAME`).
 pub const NAMES: [&str; 12] = [
@@ -30,39 +29,23 @@ pub const NAMES: [&str; 12] = [
     "writeback",
 ];
 
-/// Runs operations and keeps what the oracle expects of them.
+/// Runs operations on the write cache and keeps what the oracle expects of them.
 pub struct Recorder<'a> {
-    dev: &'a WcDevice,
-    region: &'a SimRegion,
-    /// What every block the recorder knows reads now (absent: zeros).
-    cur: BTreeMap<u64, Option<u64>>,
-    pub exp: Expect,
-    version: u64,
-    /// Bypassed operations not yet covered by a flush (indices into `exp.ops`).
+    r: Recording<'a, WriteDevice>,
+    /// Bypassed operations not yet covered by a flush (indices into `r.exp.ops`).
     unflushed: Vec<usize>,
-    pub marks: Vec<(usize, &'static str)>,
 }
 
 impl<'a> Recorder<'a> {
     pub fn new(
-        dev: &'a WcDevice,
+        dev: &'a WriteDevice,
         region: &'a SimRegion,
         initial: BTreeMap<u64, Option<u64>>,
         version: u64,
     ) -> Recorder<'a> {
         Recorder {
-            dev,
-            region,
-            cur: initial.clone(),
-            exp: Expect {
-                initial,
-                ops: Vec::new(),
-                epochs: None,
-                ordered: true,
-            },
-            version,
+            r: Recording::new(dev, region, initial, version),
             unflushed: Vec::new(),
-            marks: Vec::new(),
         }
     }
 
@@ -72,25 +55,25 @@ impl<'a> Recorder<'a> {
         &mut self,
         name: &'static str,
         blocks: Vec<(u64, Option<u64>)>,
-        f: impl FnOnce(&WcDevice) -> Result<()>,
+        f: impl FnOnce(&WriteDevice) -> Result<()>,
     ) -> Result<()> {
-        let start = self.region.event_count();
-        self.marks.push((start, name));
+        let r = &mut self.r;
+        let start = r.begin(name);
         let (taken, passed): (Vec<_>, Vec<_>) =
-            blocks.iter().copied().partition(|b| self.dev.takes(b.0));
-        f(self.dev)?;
-        let ack = self.region.event_count();
-        self.cur.extend(blocks.iter().copied());
+            blocks.iter().copied().partition(|b| r.dev.takes(b.0));
+        f(r.dev)?;
+        let ack = r.region.event_count();
+        r.cur.extend(blocks.iter().copied());
         if !passed.is_empty() {
-            self.unflushed.push(self.exp.ops.len());
-            self.exp.ops.push(OpRecord {
+            self.unflushed.push(r.exp.ops.len());
+            r.exp.ops.push(OpRecord {
                 blocks: passed,
                 atomic: false,
                 start,
                 ack: usize::MAX,
             });
         }
-        self.exp.ops.push(OpRecord {
+        r.exp.ops.push(OpRecord {
             blocks: taken,
             atomic: true,
             start,
@@ -101,26 +84,23 @@ impl<'a> Recorder<'a> {
 
     /// Write `n` blocks from `lba`, each a new version, as one write.
     pub fn write(&mut self, lba: u64, n: u64) -> Result<()> {
-        self.version += 1;
-        let v = self.version;
-        let data: Vec<u8> = (lba..lba + n).flat_map(|l| block(l, v, S)).collect();
-        let blocks = (lba..lba + n).map(|l| (l, Some(v))).collect();
+        let (data, blocks) = self.r.new_version(lba, n);
         self.op("write", blocks, |d| d.write_blocks(lba, &data))
     }
 
     pub fn discard(&mut self, lba: u64, n: u64) -> Result<()> {
         let blocks: Vec<_> = (lba..lba + n).map(|l| (l, None)).collect();
-        if n <= u64::from(self.dev.unit_blocks()) {
+        if n <= u64::from(self.r.dev.unit_blocks()) {
             return self.op("discard", blocks, |d| d.discard_blocks(lba, n));
         }
         // Past the unit a discard is not atomic (as a longer write), and every block of it,
         // taken or not, is durable on return (the backing device is flushed before it).
-        let start = self.region.event_count();
-        self.marks.push((start, "discard"));
-        self.dev.discard_blocks(lba, n)?;
-        let ack = self.region.event_count();
-        self.cur.extend(blocks.iter().copied());
-        self.exp.ops.push(OpRecord {
+        let r = &mut self.r;
+        let start = r.begin("discard");
+        r.dev.discard_blocks(lba, n)?;
+        let ack = r.region.event_count();
+        r.cur.extend(blocks.iter().copied());
+        r.exp.ops.push(OpRecord {
             blocks,
             atomic: false,
             start,
@@ -132,9 +112,10 @@ impl<'a> Recorder<'a> {
     /// A flush: every bypassed write before it is acknowledged when it returns.
     pub fn flush(&mut self) -> Result<()> {
         self.op("flush", Vec::new(), |d| d.flush_blocks())?;
-        let ack = self.region.event_count();
+        let ack = self.r.region.event_count();
         for i in std::mem::take(&mut self.unflushed) {
-            self.exp.ops[i].ack = ack;
+            debug_assert_eq!(self.r.exp.ops[i].ack, usize::MAX, "acknowledged once");
+            self.r.exp.ops[i].ack = ack;
         }
         Ok(())
     }
@@ -147,12 +128,9 @@ impl<'a> Recorder<'a> {
     /// copies are read, written back and cleared) block `lba`, being destaged, is written
     /// again: its new copy must stay cached.
     pub fn writeback_rewriting(&mut self, lba: u64) -> Result<()> {
-        let start = self.region.event_count();
-        self.marks.push((start, "writeback"));
-        self.version += 1;
-        let v = self.version;
-        let data = block(lba, v, S);
-        let (dev, region) = (self.dev, self.region);
+        self.r.begin("writeback");
+        let (data, blocks) = self.r.new_version(lba, 1);
+        let (dev, region) = (self.r.dev, self.r.region);
         assert!(dev.takes(lba), "the block rewritten is cached");
         let mut write = (0, 0);
         dev.writeback_during(&mut || {
@@ -162,11 +140,12 @@ impl<'a> Recorder<'a> {
             Ok(())
         })?;
         assert!(write.1 > write.0, "the write ran during the destage");
-        self.marks.push((write.0, "write during the destage"));
-        self.marks.push((write.1, "writeback: clears"));
-        self.cur.insert(lba, Some(v));
-        self.exp.ops.push(OpRecord {
-            blocks: vec![(lba, Some(v))],
+        let r = &mut self.r;
+        r.marks.push((write.0, "write during the destage"));
+        r.marks.push((write.1, "writeback: clears"));
+        r.cur.extend(blocks.iter().copied());
+        r.exp.ops.push(OpRecord {
+            blocks,
             atomic: true,
             start: write.0,
             ack: write.1,
@@ -180,15 +159,11 @@ impl<'a> Recorder<'a> {
 
     /// Read `n` blocks and check them against what they should read now.
     pub fn read(&mut self, lba: u64, n: u64) -> Result<()> {
-        let want: Vec<(u64, Option<u64>)> = (lba..lba + n)
-            .map(|l| (l, self.cur.get(&l).copied().unwrap_or(None)))
-            .collect();
-        let mut buf = vec![0u8; n as usize * S];
-        self.dev.read_blocks(lba, &mut buf)?;
-        check_read_blocks(&want, &buf, S)?;
+        let want = self.r.reads_now(lba, n);
+        read_checked(self.r.dev, &want)?;
         // The blocks read are judged after every crash too.
         for (l, _) in want {
-            self.exp.initial.entry(l).or_insert(None);
+            self.r.exp.initial.entry(l).or_insert(None);
         }
         Ok(())
     }
@@ -216,30 +191,21 @@ fn shape(name: &str) -> (u32, WcSettings, Admit) {
 }
 
 /// Record scenario `index` of NAMES: format, its setup, then its workload from event `start`.
-pub fn record(index: usize, bug: Option<WcBug>) -> Result<Recorded<WcTrace>> {
+pub fn record(index: usize, bug: Option<WcBug>) -> Result<Recorded<CacheTrace>> {
     let name = NAMES[index];
     let (slots, settings, admit) = shape(name);
     let (region, _) = format_sim(slots, 128, settings, &admit)?;
-    let base = region.snapshot();
-    region.start_recording();
-    let dev = open_sim(region.clone(), None, bug)?;
+    let (base, dev) = start_recording::<WriteDevice>(&region, bug)?;
     let mut r = Recorder::new(&dev, &region, BTreeMap::new(), 0);
     setup(&mut r, name)?;
     r.flush()?; // the setup's bypassed writes are durable: the workload starts settled
     let start = region.event_count();
-    let mut w = Recorder::new(&dev, &region, r.cur.clone(), r.version);
+    let mut w = Recorder::new(&dev, &region, r.r.cur.clone(), r.r.version);
     workload(&mut w, name)?;
-    let (expect, marks) = (w.exp, w.marks);
-    drop(dev);
-    Ok(Recorded {
-        base,
-        events: region.take_events(),
-        start,
-        expect,
-        trace: WcTrace { marks },
-    })
+    Ok(recorded(w.r.finish(), dev, &region, base, start))
 }
 
+/// Each scenario's setup: the cache's starting state.
 fn setup(r: &mut Recorder<'_>, name: &str) -> Result<()> {
     match name {
         "overwrite" => r.write(5, 1),
@@ -330,10 +296,23 @@ fn workload(r: &mut Recorder<'_>, name: &str) -> Result<()> {
     }
 }
 
+/// The randomized tier's settings and admission: dm-writecache's watermarks (destaging with
+/// neighbours, two blocks between backing flushes) and the first 192 sectors admitted, the
+/// rest bypassing the cache.
+pub fn random_setup() -> (WcSettings, Admit) {
+    let s = WcSettings {
+        high_watermark_pct: 50,
+        low_watermark_pct: 25,
+        writeback_jobs: 2,
+        ..WcSettings::default()
+    };
+    (s, Admit::one_range(0..192))
+}
+
 /// The randomized tier's workload: writes of 1 to 8 blocks, discards and verified reads of 1
 /// to 4, flushes and write-backs, in the cycle's window (partly outside the admitted range).
 pub fn random_workload(
-    dev: &WcDevice,
+    dev: &WriteDevice,
     region: &SimRegion,
     mut w: Workload<'_>,
 ) -> std::result::Result<Expect, RunningViolation> {
@@ -346,6 +325,6 @@ pub fn random_workload(
         75..92 => r.flush(),
         _ => r.writeback(),
     })?;
-    *w.version = r.version;
-    Ok(r.exp)
+    *w.version = r.r.version;
+    Ok(r.r.exp)
 }

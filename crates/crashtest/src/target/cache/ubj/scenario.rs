@@ -4,16 +4,15 @@
 //! cache: the state before the operation) or after it (autocommit or a flush: the state after),
 //! so every commit's state is exact.
 
-use super::{format_sim, open_sim, UbjDevice, UbjTrace, RANDOM_SLOTS};
-use crate::oracle::{block, Epochs, Expect, OpRecord, Punch};
-use crate::target::{check_read_blocks, Recorded, RunningViolation, Workload};
+use super::{format_sim, UbjDevice, RANDOM_SLOTS};
+use crate::oracle::{Epochs, Expect, OpRecord, Promise, Punch};
+use crate::target::cache::{read_checked, recorded, start_recording, CacheTrace, Recording};
+use crate::target::{Recorded, RunningViolation, Workload};
 use nvstack_core::error::Result;
-use nvstack_nvcache::ubj::format::{PolicyName, Settings, BLOCK_BYTES};
+use nvstack_nvcache::ubj::format::{PolicyName, Settings};
 use nvstack_nvcache::Bug;
 use nvstack_pmem::crash::SimRegion;
 use std::collections::BTreeMap;
-
-const B: usize = BLOCK_BYTES as usize;
 
 /// The exhaustive tier's scenarios, in the order they run (`--scenario NAME`).
 pub const NAMES: [&str; 10] = [
@@ -51,15 +50,10 @@ pub fn random_settings() -> Settings {
     }
 }
 
-/// Runs operations and keeps what the oracle expects of them.
+/// Runs operations on UBJ and keeps what the oracle expects of them, the commits' states
+/// included.
 pub struct Recorder<'a> {
-    dev: &'a UbjDevice,
-    region: &'a SimRegion,
-    /// What every block the recorder knows reads now (absent: zeros).
-    cur: BTreeMap<u64, Option<u64>>,
-    pub exp: Expect,
-    version: u64,
-    pub marks: Vec<(usize, &'static str)>,
+    r: Recording<'a, UbjDevice>,
 }
 
 impl<'a> Recorder<'a> {
@@ -71,21 +65,7 @@ impl<'a> Recorder<'a> {
         version: u64,
     ) -> Recorder<'a> {
         Recorder {
-            dev,
-            region,
-            cur: initial.clone(),
-            exp: Expect {
-                initial: initial.clone(),
-                ops: Vec::new(),
-                epochs: Some(Epochs {
-                    states: vec![initial],
-                    commits: Vec::new(),
-                    punched: Vec::new(),
-                }),
-                ordered: false,
-            },
-            version,
-            marks: Vec::new(),
+            r: Recording::new(dev, region, initial, version),
         }
     }
 
@@ -96,28 +76,28 @@ impl<'a> Recorder<'a> {
         blocks: Vec<(u64, Option<u64>)>,
         f: impl FnOnce(&UbjDevice) -> Result<()>,
     ) -> Result<()> {
-        let start = self.region.event_count();
-        self.marks.push((start, name));
-        let (epoch0, forced0) = (self.dev.epoch(), self.dev.stats().commits_forced);
-        f(self.dev)?;
-        let ack = self.region.event_count();
-        let forced = self.dev.stats().commits_forced - forced0;
-        let commits = self.dev.epoch() - epoch0;
+        let r = &mut self.r;
+        let start = r.begin(name);
+        let (epoch0, forced0) = (r.dev.epoch(), r.dev.stats().commits_forced);
+        f(r.dev)?;
+        let ack = r.region.event_count();
+        let forced = r.dev.stats().commits_forced - forced0;
+        let commits = r.dev.epoch() - epoch0;
         assert!(
             forced <= 1 && commits >= forced && commits - forced <= 1,
             "{name}: {commits} commits, {forced} forced"
         );
-        let ep = self.exp.epochs.as_mut().expect("UBJ is judged by epochs");
+        let ep = epochs(&mut r.exp);
         if forced == 1 {
-            ep.states.push(self.cur.clone());
+            ep.states.push(r.cur.clone());
             ep.commits.push((start, ack));
         }
-        self.cur.extend(blocks.iter().copied());
+        r.cur.extend(blocks.iter().copied());
         if commits > forced {
-            ep.states.push(self.cur.clone());
+            ep.states.push(r.cur.clone());
             ep.commits.push((start, ack));
         }
-        self.exp.ops.push(OpRecord {
+        r.exp.ops.push(OpRecord {
             blocks,
             atomic: true,
             start,
@@ -128,10 +108,7 @@ impl<'a> Recorder<'a> {
 
     /// Write `n` blocks from `lba`, each a new version, as one write.
     pub fn write(&mut self, lba: u64, n: u64) -> Result<()> {
-        self.version += 1;
-        let v = self.version;
-        let data: Vec<u8> = (lba..lba + n).flat_map(|l| block(l, v, B)).collect();
-        let blocks = (lba..lba + n).map(|l| (l, Some(v))).collect();
+        let (data, blocks) = self.r.new_version(lba, n);
         self.op("write", blocks, |d| d.write_blocks(lba, &data))
     }
 
@@ -139,14 +116,13 @@ impl<'a> Recorder<'a> {
     /// discarded on the backing device outside every epoch: the oracle's punches.
     pub fn discard(&mut self, lba: u64, n: u64) -> Result<()> {
         let blocks = (lba..lba + n).map(|l| (l, None)).collect();
-        let long = n > u64::from(self.dev.unit_blocks());
-        let unheld: Vec<u64> = (lba..lba + n)
-            .filter(|&l| long && !self.dev.holds(l))
-            .collect();
+        let dev = self.r.dev;
+        let long = n > u64::from(dev.unit_blocks());
+        let unheld: Vec<u64> = (lba..lba + n).filter(|&l| long && !dev.holds(l)).collect();
         self.op("discard", blocks, |d| d.discard_blocks(lba, n))?;
-        let op = self.exp.ops.last().expect("the discard's record");
+        let op = self.r.exp.ops.last().expect("the discard's record");
         let (start, ack) = (op.start, op.ack);
-        let ep = self.exp.epochs.as_mut().expect("UBJ is judged by epochs");
+        let ep = epochs(&mut self.r.exp);
         ep.punched
             .extend(unheld.into_iter().map(|lba| Punch { lba, start, ack }));
         Ok(())
@@ -163,20 +139,22 @@ impl<'a> Recorder<'a> {
     /// Read `n` blocks and check them against what they should read now: Err(Finding) names
     /// the first wrong one. The blocks are then judged after every crash too.
     pub fn read(&mut self, lba: u64, n: u64) -> Result<()> {
-        let want: Vec<(u64, Option<u64>)> = (lba..lba + n)
-            .map(|l| (l, self.cur.get(&l).copied().unwrap_or(None)))
-            .collect();
-        let mut buf = vec![0u8; n as usize * B];
+        let want = self.r.reads_now(lba, n);
         let check = want.clone();
-        self.op("read", want, |d| {
-            d.read_blocks(lba, &mut buf)?;
-            check_read_blocks(&check, &buf, B)
-        })
+        self.op("read", want, |d| read_checked(d, &check))
+    }
+}
+
+/// The promise a UBJ recorder keeps: the epochs.
+fn epochs(exp: &mut Expect) -> &mut Epochs {
+    match &mut exp.promise {
+        Promise::Epochs(e) => e,
+        other => unreachable!("UBJ is judged by its epochs, not {other:?}"),
     }
 }
 
 /// Record scenario `index` of NAMES: format, its setup, then its workload from event `start`.
-pub fn record(index: usize, bug: Option<Bug>) -> Result<Recorded<UbjTrace>> {
+pub fn record(index: usize, bug: Option<Bug>) -> Result<Recorded<CacheTrace>> {
     let (slots, autocommit) = match NAMES[index] {
         "write-64" => (128, 0),
         "evict-clean" | "discard-long" | "full" => (16, 0),
@@ -186,27 +164,14 @@ pub fn record(index: usize, bug: Option<Bug>) -> Result<Recorded<UbjTrace>> {
     let full = NAMES[index] == "full";
     // A full cache must be able to force a commit: autocommit on, at a count never reached.
     let (region, _) = format_sim(slots, 128, settings(if full { 1000 } else { autocommit }))?;
-    let base = region.snapshot();
-    region.start_recording();
-    let dev = open_sim(region.clone(), None, bug)?;
+    let (base, dev) = start_recording::<UbjDevice>(&region, bug)?;
     let mut r = Recorder::new(&dev, &region, BTreeMap::new(), 0);
     setup(&mut r, NAMES[index])?;
     // The workload's oracle starts from the setup's committed state.
     let start = region.event_count();
-    let initial = r.cur.clone();
-    let version = r.version;
-    let mut w = Recorder::new(&dev, &region, initial, version);
+    let mut w = Recorder::new(&dev, &region, r.r.cur.clone(), r.r.version);
     workload(&mut w, NAMES[index])?;
-    let (expect, marks) = (w.exp, w.marks);
-    drop(dev);
-    let events = region.take_events();
-    Ok(Recorded {
-        base,
-        events,
-        start,
-        expect,
-        trace: UbjTrace { marks },
-    })
+    Ok(recorded(w.r.finish(), dev, &region, base, start))
 }
 
 /// Each scenario's setup: its committed starting state (commits and checkpoints included).
@@ -331,6 +296,6 @@ pub fn random_workload(
         70..90 => r.commit(),
         _ => r.checkpoint(),
     })?;
-    *w.version = r.version;
-    Ok(r.exp)
+    *w.version = r.r.version;
+    Ok(r.r.exp)
 }
