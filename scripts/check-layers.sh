@@ -144,6 +144,10 @@ PY
   fail=1
 fi
 
+# No module import circles inside any crate (siblings that use each other: nest one under the
+# other, or move what both use below both).
+python3 scripts/module-circles.py crates/*/src sqlite-vfs/src >/dev/null || fail=1
+
 if [ "$fail" -ne 0 ]; then
   echo "layering: the crate graph breaks the architecture invariants (ARCHITECTURE.md)" >&2
   exit 1
