@@ -93,7 +93,7 @@ fn bad_geometry_and_damaged_files_are_refused_naming_what() {
     );
     device::create(&path, header(FtlKind::LogBlock), false).unwrap();
     let e = device::create(&path, header(FtlKind::LogBlock), false).unwrap_err();
-    assert!(e.to_string().contains("exists (pass --force"), "{e}");
+    assert!(e.to_string().contains("exists (pass `force`"), "{e}");
     device::create(&path, header(FtlKind::Page), true).unwrap();
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     let slot = header(FtlKind::Page).layout().slot_bytes;
