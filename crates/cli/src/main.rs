@@ -159,6 +159,7 @@ fn flag_of(field: &'static str) -> Option<&'static str> {
         "admit" => "--admit",
         "high_watermark_pct" => "--high-watermark",
         "low_watermark_pct" => "--low-watermark",
+        "raw_block_bytes" => "--block-size",
         _ => return None,
     })
 }

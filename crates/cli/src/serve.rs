@@ -395,11 +395,6 @@ fn open_backend(a: &ServeArgs, backend: Backend) -> Result<Served> {
         (Backend::Raw, false) => refuse_raw_over_image(a)?,
         _ => {}
     }
-    if let (Backend::Raw, Some(bb)) = (backend, a.block_size) {
-        if !nvstack_stack::raw::RAW_BLOCK_BYTES_CHOICES.contains(&bb) {
-            return Err(Error::bad(format!("--block-size {bb}: 512 or 4096")));
-        }
-    }
     let ubj_settings = match (backend, a.image.as_deref()) {
         (Backend::Cache, Some(img)) => settings_over(a, img)?,
         _ => None,

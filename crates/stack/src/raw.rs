@@ -6,7 +6,7 @@
 //! device).
 
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
-use nvstack_core::error::{Error, Result};
+use nvstack_core::error::{Error, Result, FIELD};
 use nvstack_pmem::Region;
 use std::sync::Arc;
 
@@ -31,9 +31,10 @@ impl<R: Region> RawDevice<R> {
     /// The whole region in blocks of `block_bytes` (one of [`RAW_BLOCK_BYTES_CHOICES`]).
     pub fn with_block_bytes(region: Arc<R>, block_bytes: u32) -> Result<RawDevice<R>> {
         if !RAW_BLOCK_BYTES_CHOICES.contains(&block_bytes) {
-            return Err(Error::bad(format!(
-                "raw block size {block_bytes} B: 512 or 4096"
-            )));
+            return Err(Error::invalid(
+                "raw_block_bytes",
+                format!("{FIELD} {block_bytes}: 512 or 4096"),
+            ));
         }
         let blocks = region.len() / u64::from(block_bytes);
         if blocks == 0 {
