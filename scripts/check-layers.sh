@@ -113,6 +113,14 @@ if found=$(grep -rnE '\b(layout::MAGIC|format::MAGIC|WC_MAGIC)\b' crates/*/src s
   echo "$found" >&2
   fail=1
 fi
+# ...and no front end or transport names a kind of image to branch on it: a kind's facts are
+# its impl in crates/stack/src/kinds/ (a new kind is a file there and one arm in Kind::ops).
+if found=$(grep -rnE '\bKind::(Nvramdisk|Ubj|WriteCache)\b' crates/*/src sqlite-vfs/src |
+  grep -vE '^crates/stack/' | grep -vE '/tests?(\.rs)?[:/]'); then
+  echo "layering: a kind of image named outside the stack (ask the stack: Kind::is_cache, takes_run_settings, nvstack_stack::cache):" >&2
+  echo "$found" >&2
+  fail=1
+fi
 opens='\b(open_image|open_image_readonly|open_image_file|open_wc_image|open_wc_readonly|peek_wc)\(|(ubj|nvramdisk)::image::(open_readonly|peek|backing_of)\b|wc_backing_of\('
 if found=$(grep -rnE "$opens" crates/cli/src sqlite-vfs/src crates/python/src); then
   echo "layering: a front end opens an image without the stack (nvstack_stack::Image, peek, served::open):" >&2

@@ -115,13 +115,16 @@ pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
         Some(p) => Some(nvstack_stack::identify(p)?),
         None => None,
     };
-    let write_cache = kind == Some(Some(Kind::WriteCache));
-    if write_cache && !a.settings.is_empty() {
+    let fixed_settings = kind
+        .flatten()
+        .is_some_and(|k| k.is_cache() && !k.takes_run_settings());
+    if fixed_settings && !a.settings.is_empty() {
         return Err(Error::bad(format!(
-            "{}: a write cache image: it is served with the settings stored at create (cache \
-             settings such as --policy or --high-watermark are not taken by serve; make the \
-             cache again with `nvstack cache create --cache write ...`)",
-            a.image.as_deref().unwrap_or(Path::new("")).display()
+            "{}: {}: it is served with the settings stored at create (cache settings such as \
+             --policy or --high-watermark are not taken by serve; make the cache again with \
+             `nvstack cache create ...`)",
+            a.image.as_deref().unwrap_or(Path::new("")).display(),
+            kind.flatten().map_or("", |k| k.name())
         )));
     }
     let backend = match (a.backend, kind) {

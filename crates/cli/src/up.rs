@@ -205,11 +205,13 @@ fn check_write_args(a: &UpArgs, image_kind: Option<Kind>) -> Result<()> {
     if new_write_cache {
         return Ok(());
     }
-    if image_kind == Some(Kind::WriteCache) && !a.settings.is_empty() {
+    let fixed = image_kind.filter(|k| k.is_cache() && !k.takes_run_settings());
+    if let (Some(k), false) = (fixed, a.settings.is_empty()) {
         return Err(Error::bad(format!(
-            "{}: an existing write cache is served with the settings stored at create; omit \
-             the cache settings",
-            a.image.as_deref().expect("an image").display()
+            "{}: {}: an existing one is served with the settings stored at create; omit the \
+             cache settings",
+            a.image.as_deref().expect("an image").display(),
+            k.name()
         )));
     }
     a.write.refuse_for_ubj().map_err(|e| {
@@ -508,9 +510,10 @@ fn start_daemon(
     dir: &Path,
     st: &mut UpState,
 ) -> Result<()> {
-    // A write cache is served with the settings stored at create (they were given there).
-    let write_cache =
-        backend == Backend::Cache && nvstack_stack::identify(&st.image)? == Some(Kind::WriteCache);
+    // A cache that runs with the settings stored at create (the write cache) was given them
+    // there.
+    let fixed_settings = backend == Backend::Cache
+        && nvstack_stack::identify(&st.image)?.is_some_and(|k| !k.takes_run_settings());
     let pid_file = dir.join("serve.pid");
     let mut serve = Command::new(exe);
     serve.arg("serve");
@@ -520,7 +523,7 @@ fn start_daemon(
     if let Some(b) = &a.backing {
         serve.arg("--backing").arg(b);
     }
-    if !write_cache {
+    if !fixed_settings {
         serve.args(a.settings.to_args());
     }
     serve

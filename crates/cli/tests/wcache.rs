@@ -310,7 +310,6 @@ fn bad_input_is_refused_with_exit_2_changing_nothing() {
         );
     }
     assert_eq!(std::fs::read(&img).unwrap(), v1, "nothing changed");
-    // clear-stats is the write cache's.
     let (u, ub) = (t.image("u.img"), t.backing("u.img"));
     expect(
         0,
@@ -328,8 +327,21 @@ fn bad_input_is_refused_with_exit_2_changing_nothing() {
             "1MiB",
         ],
     );
-    let out = expect(2, &["cache", "clear-stats", s(&u)]);
-    assert!(out.contains("clear-stats is the write cache's"), "{out}");
+    // clear-stats zeroes UBJ's lifetime counters too (the same verb through the contract).
+    let input = t.backing("u.in");
+    std::fs::write(&input, pattern(2, 8192)).unwrap();
+    expect(0, &["write", s(&u), "--lba", "0", "--input", s(&input)]);
+    let before = common::json(&["cache", "status", s(&u), "--json"]);
+    assert!(
+        before["counters"]["user_bytes_written"].as_u64().unwrap() > 0,
+        "{before}"
+    );
+    let out = expect(0, &["cache", "clear-stats", s(&u)]);
+    assert!(out.contains("counters cleared"), "{out}");
+    let after = common::json(&["cache", "status", s(&u), "--json"]);
+    for field in ["user_bytes_written", "commits", "read_hits"] {
+        assert_eq!(after["counters"][field], 0, "{field}: {after}");
+    }
 }
 
 fn tool(cmd: &str, args: &[&str]) {

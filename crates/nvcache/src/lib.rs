@@ -78,6 +78,13 @@ pub trait Cache: Tick {
     /// `writeback`, then the backing label says detached: the backing device alone is the
     /// whole state from now on. Returns the blocks written back.
     fn detach(&self) -> Result<u64>;
+    /// Bytes written to the backing device over the cache's life (what a writeback cost).
+    fn backing_bytes_written(&self) -> u64;
+    /// Store the lifetime counters in the image (after a verb run offline).
+    fn save_counters(&self);
+    /// Zero the lifetime counters (dm-writecache's clear_stats message); refused, as bad
+    /// input, by a cache that keeps no such counters for a user to clear.
+    fn clear_stats(&self) -> Result<()>;
     /// The end of a clean serve: what must be durable made so, the counters stored. Nothing is
     /// written back that a trigger would not have.
     fn close(&self) -> Result<Closed>;

@@ -3,29 +3,20 @@
 //! written is durable and the cache's counters are stored.
 
 use crate::kind::{identify, Kind};
+use crate::kinds::Opened;
+pub use crate::spec::Access;
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
+use nvstack_nvcache::Cache;
 use nvstack_nvramdisk::image::Disk;
 use nvstack_nvramdisk::OpenOptions;
-use std::path::{Path, PathBuf};
-
-/// Whether the command writes. Read-only opens recover nothing on the image (an nvramdisk's
-/// recovery runs in memory; a cache's image is not written).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    ReadOnly,
-    Write,
-}
-
-enum Opened {
-    Nvramdisk(Box<Disk>),
-    Ubj(nvstack_nvcache::ubj::image::Opened),
-    WriteCache(nvstack_nvcache::write::image::WcOpened),
-}
+use std::path::Path;
+use std::sync::Arc;
 
 /// An opened image of any kind.
 pub struct Image {
-    opened: Opened,
+    opened: Box<dyn Opened>,
+    kind: Kind,
     access: Access,
 }
 
@@ -33,75 +24,56 @@ impl Image {
     /// Open the image at `path`; a cache over its recorded backing file, or `backing` when it
     /// moved. A file of no known kind is opened as an nvramdisk, whose check names the fault.
     pub fn open(path: &Path, access: Access, backing: Option<&Path>) -> Result<Image> {
-        use nvstack_nvcache::ubj::image as ubj;
-        use nvstack_nvcache::write::image as wc;
         let kind = identify(path)?.unwrap_or(Kind::Nvramdisk);
-        let opened = match (kind, access) {
-            (Kind::Ubj, Access::Write) => Opened::Ubj(ubj::open_image(path, backing, None)?),
-            (Kind::Ubj, Access::ReadOnly) => Opened::Ubj(ubj::open_readonly(path, backing)?),
-            (Kind::WriteCache, Access::Write) => {
-                Opened::WriteCache(wc::open_wc_image(path, backing, None)?)
-            }
-            (Kind::WriteCache, Access::ReadOnly) => {
-                Opened::WriteCache(wc::open_wc_readonly(path, backing)?)
-            }
-            (Kind::Nvramdisk, Access::Write) => Opened::Nvramdisk(Box::new(
-                nvstack_nvramdisk::image::open_image(path, OpenOptions::default())?,
-            )),
-            (Kind::Nvramdisk, Access::ReadOnly) => Opened::Nvramdisk(Box::new(
-                nvstack_nvramdisk::image::open_image_readonly(path, OpenOptions::default())?,
-            )),
-        };
-        Ok(Image { opened, access })
+        let opened = kind.ops().open(path, access, backing)?;
+        assert_eq!(
+            opened.backing().is_some(),
+            kind.is_cache(),
+            "a cache, and only a cache, opens over a backing file"
+        );
+        Ok(Image {
+            opened,
+            kind,
+            access,
+        })
     }
 
     pub fn kind(&self) -> Kind {
-        match self.opened {
-            Opened::Nvramdisk(_) => Kind::Nvramdisk,
-            Opened::Ubj(_) => Kind::Ubj,
-            Opened::WriteCache(_) => Kind::WriteCache,
-        }
+        self.kind
     }
 
     pub fn device(&self) -> &dyn BlockDevice {
-        match &self.opened {
-            Opened::Nvramdisk(d) => &**d,
-            Opened::Ubj(c) => &*c.cache,
-            Opened::WriteCache(c) => &*c.cache,
-        }
+        self.opened.device()
     }
 
     /// The nvramdisk, when the image is one (its recovery report, superblock, hooks).
     pub fn nvramdisk(&self) -> Option<&Disk> {
-        match &self.opened {
-            Opened::Nvramdisk(d) => Some(d),
-            _ => None,
-        }
+        self.opened.as_any().downcast_ref::<Disk>()
     }
 
-    /// The UBJ cache, when the image is one (its census, checkpoint, detach).
-    pub fn ubj(&self) -> Option<&std::sync::Arc<nvstack_nvcache::ubj::image::UbjImage>> {
-        match &self.opened {
-            Opened::Ubj(c) => Some(&c.cache),
-            _ => None,
-        }
+    /// The UBJ cache, when the image is one (its census, checkpoint).
+    pub fn ubj(&self) -> Option<&Arc<nvstack_nvcache::ubj::image::UbjImage>> {
+        let o = self.opened.as_any();
+        o.downcast_ref::<nvstack_nvcache::ubj::image::Opened>()
+            .map(|o| &o.cache)
     }
 
-    /// The write cache, when the image is one (its writeback, detach, counters).
-    pub fn write_cache(&self) -> Option<&std::sync::Arc<nvstack_nvcache::write::image::WcImage>> {
-        match &self.opened {
-            Opened::WriteCache(c) => Some(&c.cache),
-            _ => None,
-        }
+    /// The write cache, when the image is one (its counters, admission).
+    pub fn write_cache(&self) -> Option<&Arc<nvstack_nvcache::write::image::WcImage>> {
+        let o = self.opened.as_any();
+        o.downcast_ref::<nvstack_nvcache::write::image::WcOpened>()
+            .map(|o| &o.cache)
+    }
+
+    /// A cache through the library's contract (writeback, detach, counters); None for an
+    /// nvramdisk.
+    pub fn cache(&self) -> Option<Arc<dyn Cache>> {
+        self.opened.cache()
     }
 
     /// A cache's backing file (the one it opened over); None for an nvramdisk.
-    pub fn backing(&self) -> Option<&PathBuf> {
-        match &self.opened {
-            Opened::Nvramdisk(_) => None,
-            Opened::Ubj(c) => Some(&c.backing),
-            Opened::WriteCache(c) => Some(&c.backing),
-        }
+    pub fn backing(&self) -> Option<&Path> {
+        self.opened.backing()
     }
 
     /// Close after writing: a cache flushes (UBJ commits: its writes are durable at the next
@@ -109,20 +81,7 @@ impl Image {
     /// nvramdisk's writes were durable on return. Returns UBJ's epoch after the commit.
     pub fn close_written(self) -> Result<Option<u64>> {
         assert_eq!(self.access, Access::Write, "only a writer's close commits");
-        let epoch = match self.opened {
-            Opened::Nvramdisk(_) => None,
-            Opened::WriteCache(c) => {
-                c.cache.flush()?;
-                c.cache.save_counters();
-                None
-            }
-            Opened::Ubj(c) => {
-                c.cache.flush()?;
-                c.cache.save_counters();
-                Some(c.cache.epoch())
-            }
-        };
-        Ok(epoch)
+        self.opened.close_written()
     }
 }
 

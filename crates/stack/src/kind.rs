@@ -1,33 +1,30 @@
 //! Which kind of image a file is, told apart by its first eight bytes (each format's magic),
-//! and its shape read from its superblock without opening it. The one place outside the
-//! formats' own crates that knows the magics (`scripts/check-layers.sh` fails on another).
+//! and its shape read from its superblock without opening it. Each kind's facts are its impl
+//! in `kinds/` (the one place outside the formats' own crates that knows the magics:
+//! `scripts/check-layers.sh` fails on another); here the questions asked of any image.
 
+pub use crate::spec::{Kind, Promise, Shape};
 use nvstack_core::error::{Error, Result};
 use std::io::Read;
 use std::path::Path;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// A transactional block device on persistent memory (seed 002).
-    Nvramdisk,
-    /// A UBJ cache: the NVRAM buffer cache that is also the journal (seed 001).
-    Ubj,
-    /// A write cache in front of a disk (seed 004's NVRAM write cache, dm-writecache's role).
-    WriteCache,
-}
-
 impl Kind {
+    /// An image of this kind, as a phrase ("a UBJ cache image").
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::Nvramdisk => "an nvramdisk image",
-            Kind::Ubj => "a UBJ cache image",
-            Kind::WriteCache => "a write cache image",
-        }
+        self.ops().name()
     }
 
     /// Either cache (an image with a backing file).
     pub fn is_cache(self) -> bool {
-        matches!(self, Kind::Ubj | Kind::WriteCache)
+        self.ops().as_cache().is_some()
+    }
+
+    /// Whether a run may override a cache's stored settings (false for an nvramdisk, which
+    /// has none, and for a cache that runs with what create stored).
+    pub fn takes_run_settings(self) -> bool {
+        self.ops()
+            .as_cache()
+            .is_some_and(|c| c.takes_run_settings())
     }
 }
 
@@ -45,23 +42,16 @@ pub fn identify(path: &Path) -> Result<Option<Kind>> {
     if f.read_exact(&mut magic).is_err() {
         return Ok(None);
     }
-    Ok(if magic == nvstack_nvramdisk::layout::MAGIC {
-        Some(Kind::Nvramdisk)
-    } else if u64::from_le_bytes(magic) == nvstack_nvcache::ubj::format::MAGIC {
-        Some(Kind::Ubj)
-    } else if u64::from_le_bytes(magic) == nvstack_nvcache::write::format::WC_MAGIC {
-        Some(Kind::WriteCache)
-    } else {
-        None
-    })
+    Ok(Kind::ALL.into_iter().find(|k| k.ops().claims(magic)))
 }
 
 /// Refuse an nvramdisk image where a cache is expected; `reader` names what reads it.
 pub fn expect_cache(path: &Path, reader: &str) -> Result<()> {
     match identify(path)? {
-        Some(Kind::Nvramdisk) => Err(Error::bad(format!(
-            "{}: an nvramdisk image, not a cache ({reader})",
-            path.display()
+        Some(k) if !k.is_cache() => Err(Error::bad(format!(
+            "{}: {}, not a cache ({reader})",
+            path.display(),
+            k.name()
         ))),
         _ => Ok(()),
     }
@@ -79,65 +69,13 @@ pub fn expect_nvramdisk(path: &Path, reader: &str) -> Result<()> {
     }
 }
 
-/// What one write of an image's device lands as, so that a caller can word it and cut
-/// requests to fit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Promise {
-    /// Atomic and durable when it returns, up to `unit_blocks` (nvramdisk).
-    AtomicOnReturn,
-    /// Whole in one epoch, durable at the next flush (a commit), up to `unit_blocks` (UBJ).
-    WholeAtFlush,
-    /// Admitted blocks durable when it returns, the others at the next flush (write cache).
-    AdmittedOnReturn,
-}
-
-/// An image's device as its superblock describes it, read without opening (no recovery, no
-/// lock beyond a shared one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shape {
-    pub kind: Kind,
-    pub blocks: u64,
-    pub block_bytes: u32,
-    /// Most blocks one write lands as its promise says.
-    pub unit_blocks: u64,
-    pub promise: Promise,
-}
-
 /// The shape of the image at `path`. A file of no known kind is read as an nvramdisk image,
 /// whose superblock check names what is wrong.
 pub fn peek(path: &Path) -> Result<Shape> {
-    let shape = match identify(path)? {
-        Some(Kind::Ubj) => {
-            let sb = nvstack_nvcache::ubj::image::peek(path)?;
-            Shape {
-                kind: Kind::Ubj,
-                blocks: sb.blocks,
-                block_bytes: nvstack_nvcache::ubj::format::BLOCK_BYTES,
-                unit_blocks: sb.unit_blocks().into(),
-                promise: Promise::WholeAtFlush,
-            }
-        }
-        Some(Kind::WriteCache) => {
-            let sb = nvstack_nvcache::write::image::peek_wc(path)?;
-            Shape {
-                kind: Kind::WriteCache,
-                blocks: sb.blocks,
-                block_bytes: sb.sector_bytes,
-                unit_blocks: sb.unit_blocks().into(),
-                promise: Promise::AdmittedOnReturn,
-            }
-        }
-        Some(Kind::Nvramdisk) | None => {
-            let sb = nvstack_nvramdisk::image::peek(path)?;
-            Shape {
-                kind: Kind::Nvramdisk,
-                blocks: sb.geometry.blocks,
-                block_bytes: sb.geometry.block_bytes,
-                unit_blocks: nvstack_nvramdisk::ATOMIC_BLOCKS_MAX as u64,
-                promise: Promise::AtomicOnReturn,
-            }
-        }
-    };
+    // No known magic: the nvramdisk's superblock check names what is wrong.
+    let kind = identify(path)?.unwrap_or(Kind::Nvramdisk);
+    let shape = kind.ops().peek(path)?;
+    assert_eq!(shape.kind, kind, "each kind peeks its own");
     assert!(
         shape.blocks > 0 && shape.unit_blocks > 0,
         "validated superblocks"
@@ -149,12 +87,25 @@ pub fn peek(path: &Path) -> Result<Shape> {
 /// A cache image's backing file: the one recorded at create, or `over` when it moved (checked
 /// against the image's label either way when the cache opens).
 pub fn backing_of(image: &Path, over: Option<&Path>) -> Result<std::path::PathBuf> {
-    match identify(image)? {
-        Some(Kind::WriteCache) => nvstack_nvcache::write::serve::wc_backing_of(image, over),
-        Some(Kind::Ubj) => nvstack_nvcache::ubj::image::backing_of(image, over),
-        _ => Err(Error::bad(format!(
+    match identify(image)?.and_then(|k| k.ops().as_cache()) {
+        Some(c) => c.backing_of(image, over),
+        None => Err(Error::bad(format!(
             "{}: not a cache image (no backing file)",
             image.display()
+        ))),
+    }
+}
+
+/// The kind of the cache image at `image`: a file of no known kind is read as UBJ, whose own
+/// check names what is wrong; another kind of image is refused, named.
+pub(crate) fn cache_kind(image: &Path) -> Result<Kind> {
+    match identify(image)? {
+        Some(k) if k.is_cache() => Ok(k),
+        None => Ok(Kind::Ubj),
+        Some(k) => Err(Error::bad(format!(
+            "{}: {}, not a cache image",
+            image.display(),
+            k.name()
         ))),
     }
 }

@@ -200,3 +200,60 @@ fn a_power_cut_is_refused_without_the_feature_and_served_with_it() {
         assert!(e.to_string().contains("no power-cut machinery"), "{e}");
     }
 }
+
+#[test]
+fn the_cache_verbs_answer_reports_whichever_the_kind() {
+    use crate::cache::{act, check, status, stored_json, Verb};
+    let im = images();
+    for (img, block_bytes) in [(&im.ubj, 4096usize), (&im.wc, 512)] {
+        // Written and closed: the cache holds the blocks, the backing file does not yet.
+        let o = Image::open(img, Access::Write, None).unwrap();
+        o.device().write(3, &vec![0x5a; 2 * block_bytes]).unwrap();
+        o.close_written().unwrap();
+        let st = status(img, None).unwrap();
+        assert!(!st.finding && st.exit_code() == 0);
+        assert!(st.text().starts_with("image "), "{}", st.text());
+        assert!(st.json.is_object(), "status JSON: {}", st.json);
+        let c = check(img, None).unwrap();
+        assert_eq!(c.exit_code(), 0, "{}", c.text());
+        assert!(c.text().contains("consistent"), "{}", c.text());
+        let wb = act(img, None, Verb::Writeback).unwrap();
+        assert!(wb.text().contains("wrote back 2 blocks"), "{}", wb.text());
+        let cs = act(img, None, Verb::ClearStats).unwrap();
+        assert!(cs.text().contains("counters cleared"), "{}", cs.text());
+        let sb = stored_json(img).unwrap();
+        assert!(sb["blocks"].as_u64().unwrap() > 0, "{sb}");
+        let d = act(img, None, Verb::Detach).unwrap();
+        assert!(d.text().contains("detached:"), "{}", d.text());
+        // Detached: the cache no longer opens over its backing file.
+        assert!(act(img, None, Verb::Writeback).is_err());
+    }
+    // An nvramdisk is no cache: refused, named, before anything opens.
+    let e = status(&im.disk, None).unwrap_err();
+    assert!(
+        e.exit_code() == 2 && e.to_string().contains("not a cache image"),
+        "{e}"
+    );
+}
+
+#[test]
+fn every_kind_is_its_own_arm_of_the_table() {
+    for k in Kind::ALL {
+        let ops = k.ops();
+        assert_eq!(ops.kind(), k);
+        assert_eq!(k.is_cache(), ops.as_cache().is_some());
+        // No two kinds claim one magic.
+        let others = Kind::ALL.into_iter().filter(|o| *o != k);
+        let im = images();
+        let own = match k {
+            Kind::Nvramdisk => &im.disk,
+            Kind::Ubj => &im.ubj,
+            Kind::WriteCache => &im.wc,
+        };
+        let magic: [u8; 8] = std::fs::read(own).unwrap()[..8].try_into().unwrap();
+        assert!(ops.claims(magic));
+        for o in others {
+            assert!(!o.ops().claims(magic), "{o:?} claims {k:?}'s magic");
+        }
+    }
+}

@@ -108,7 +108,7 @@ fn print_text(path: &Path, s: &StatsSnapshot, stored: &Stored) -> Result<()> {
                 sb.slots,
                 sb.blocks
             )?;
-            say!("settings     {}", super::ubj::settings_line(&sb.settings))?;
+            say!("settings     {}", sb.settings.describe())?;
             say!(
                 "live         {} dirty blocks, {} frozen slots, {} commits, {} checkpoints{}",
                 c.dirty_blocks,
@@ -129,7 +129,7 @@ fn print_text(path: &Path, s: &StatsSnapshot, stored: &Stored) -> Result<()> {
                 sb.slots,
                 sb.sector_bytes
             )?;
-            say!("settings     {}", super::write::settings_line(&sb.settings))?;
+            say!("settings     {}", sb.settings.describe())?;
             say!(
                 "live         {} blocks cached, {} slots used, destaged {} for room, {} by \
                  watermark, {} by max-age, {} by the cleaner, {} by writeback; {} bypassed, {} \

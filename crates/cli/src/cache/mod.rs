@@ -1,14 +1,12 @@
 //! `nvstack cache`: create a cache image (UBJ or the write cache) over a backing file, show its
-//! status, write it back, detach it, check it. Here the flags and the dispatch (a live cache's
-//! status first, `live.rs`); the UBJ cache's verbs in `ubj.rs`, the write cache's in
-//! `write.rs`. The library is nvstack_nvcache (its image and inspect modules), opened through
-//! nvstack_stack.
+//! status, write it back, detach it, check it. Here the flags; every verb but create is the
+//! stack's (`nvstack_stack::cache`, whichever the kind), printed as the report it answers (a
+//! live cache's status first, `live.rs`). Create's flags per cache: `ubj.rs`, `write.rs`.
 
 use crate::size_arg;
 use clap::{Args, Subcommand, ValueEnum};
 use nvstack_core::error::{Error, Result};
 use nvstack_nvcache::ubj::format::{PolicyName, Settings};
-use nvstack_nvcache::ubj::image::CreateOptions;
 use std::path::{Path, PathBuf};
 
 pub mod live;
@@ -226,7 +224,7 @@ enum CacheCmd {
         #[arg(long)]
         backing: Option<PathBuf>,
     },
-    /// Zero a write cache's counters (dm-writecache's clear_stats message).
+    /// Zero a cache's lifetime counters (dm-writecache's clear_stats message).
     ClearStats {
         image: PathBuf,
         #[arg(long)]
@@ -246,131 +244,71 @@ enum CacheCmd {
 const READERS: &str = "nvstack info and nvstack check read it";
 
 pub fn run(a: CacheArgs) -> Result<i32> {
-    // A cache a live daemon serves: its live figures, whichever the kind.
-    if let CacheCmd::Status { image, json, .. } = &a.cmd {
-        if let Some(code) = live::status(image, *json)? {
-            return Ok(code);
-        }
-    }
-    if let Some(code) = write::route(&a.cmd_view())? {
-        return Ok(code);
-    }
-    match a.cmd {
-        CacheCmd::Create {
-            cache: CacheMode::Write,
-            ..
-        } => unreachable!("the write cache's create is routed above"),
-        CacheCmd::ClearStats { image, .. } => {
-            nvstack_stack::kind::expect_cache(&image, READERS)?;
-            Err(Error::bad(format!(
-                "{}: a UBJ cache; clear-stats is the write cache's (--cache write)",
-                image.display()
-            )))
-        }
+    use nvstack_stack::cache::{self as verbs, Verb};
+    let (image, backing) = match &a.cmd {
         CacheCmd::Create {
             image,
             size,
-            cache: CacheMode::Ubj,
+            cache,
             backing,
             backing_size,
             settings,
             write,
             force,
         } => {
-            write.refuse_for_ubj()?;
-            let o = CreateOptions {
-                size,
-                backing: &backing,
-                backing_size,
-                settings: settings.apply(Settings::default())?,
-                force,
-            };
-            ubj::create(&image, &o)
-        }
-        CacheCmd::Status {
-            image,
-            backing,
-            json,
-        } => ubj::status(&image, backing.as_deref(), json),
-        CacheCmd::Writeback { image, backing } => ubj::writeback(&image, backing.as_deref(), false),
-        CacheCmd::Detach { image, backing } => ubj::writeback(&image, backing.as_deref(), true),
-        CacheCmd::Check {
-            image,
-            backing,
-            json,
-        } => ubj::check(&image, backing.as_deref(), json),
-    }
-}
-
-/// What the write cache's routing needs to see of a command.
-pub(crate) enum CmdView<'a> {
-    Create {
-        image: &'a Path,
-        size: u64,
-        backing: &'a Path,
-        backing_size: Option<u64>,
-        settings: &'a SettingsArgs,
-        write: &'a write::WriteArgs,
-        force: bool,
-    },
-    /// status, writeback, detach, clear-stats or check of an image.
-    Other {
-        verb: &'static str,
-        image: &'a Path,
-        backing: Option<&'a Path>,
-        json: bool,
-    },
-}
-
-fn other<'a>(
-    verb: &'static str,
-    image: &'a Path,
-    backing: &'a Option<PathBuf>,
-    json: bool,
-) -> CmdView<'a> {
-    CmdView::Other {
-        verb,
-        image,
-        backing: backing.as_deref(),
-        json,
-    }
-}
-
-impl CacheArgs {
-    fn cmd_view(&self) -> Option<CmdView<'_>> {
-        Some(match &self.cmd {
-            CacheCmd::Create {
-                image,
-                size,
-                cache: CacheMode::Write,
-                backing,
-                backing_size,
-                settings,
-                write,
-                force,
-            } => CmdView::Create {
-                image,
+            let o = Create {
                 size: *size,
                 backing,
                 backing_size: *backing_size,
                 settings,
                 write,
                 force: *force,
-            },
-            CacheCmd::Create { .. } => return None,
-            CacheCmd::Status {
-                image,
-                backing,
-                json,
-            } => other("status", image, backing, *json),
-            CacheCmd::Writeback { image, backing } => other("writeback", image, backing, false),
-            CacheCmd::Detach { image, backing } => other("detach", image, backing, false),
-            CacheCmd::ClearStats { image, backing } => other("clear-stats", image, backing, false),
-            CacheCmd::Check {
-                image,
-                backing,
-                json,
-            } => other("check", image, backing, *json),
-        })
+            };
+            return match cache {
+                CacheMode::Ubj => ubj::create(image, &o),
+                CacheMode::Write => write::create(image, &o),
+            };
+        }
+        CacheCmd::Status { image, backing, .. }
+        | CacheCmd::Writeback { image, backing }
+        | CacheCmd::Detach { image, backing }
+        | CacheCmd::ClearStats { image, backing }
+        | CacheCmd::Check { image, backing, .. } => (image.as_path(), backing.as_deref()),
+    };
+    // A cache a live daemon serves: its live figures, whichever the kind.
+    if let CacheCmd::Status { json, .. } = &a.cmd {
+        if let Some(code) = live::status(image, *json)? {
+            return Ok(code);
+        }
     }
+    nvstack_stack::kind::expect_cache(image, READERS)?;
+    let (report, json) = match &a.cmd {
+        CacheCmd::Status { json, .. } => (verbs::status(image, backing)?, *json),
+        CacheCmd::Check { json, .. } => (verbs::check(image, backing)?, *json),
+        CacheCmd::Writeback { .. } => (verbs::act(image, backing, Verb::Writeback)?, false),
+        CacheCmd::Detach { .. } => (verbs::act(image, backing, Verb::Detach)?, false),
+        CacheCmd::ClearStats { .. } => (verbs::act(image, backing, Verb::ClearStats)?, false),
+        CacheCmd::Create { .. } => unreachable!("created above"),
+    };
+    print_report(&report, json)
+}
+
+/// A report as its rows, or as JSON; its exit code (1 for a finding).
+pub(crate) fn print_report(r: &nvstack_stack::Report, json: bool) -> Result<i32> {
+    if json {
+        crate::print_json(&r.json)?;
+    } else {
+        crate::output::out(r.text().as_bytes())?;
+    }
+    Ok(r.exit_code())
+}
+
+/// `cache create`'s flags, whichever the cache.
+pub(crate) struct Create<'a> {
+    pub size: u64,
+    pub backing: &'a Path,
+    pub backing_size: Option<u64>,
+    pub settings: &'a SettingsArgs,
+    pub write: &'a write::WriteArgs,
+    pub force: bool,
 }

@@ -217,6 +217,26 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The settings in a sentence (status lines, create's report).
+    pub fn describe(&self) -> String {
+        let autocommit = match (self.autocommit_blocks, self.autocommit_ms) {
+            (0, 0) => "autocommit off (only a flush commits)".to_string(),
+            (n, 0) => format!("autocommit at {n} dirty blocks"),
+            (0, t) => format!("autocommit after {t} ms"),
+            (n, t) => format!("autocommit at {n} dirty blocks or after {t} ms"),
+        };
+        let timer = match self.checkpoint_ms {
+            0 => String::new(),
+            t => format!(" and every {t} ms"),
+        };
+        format!(
+            "{autocommit}; checkpoint above {} % frozen down to {} %{timer}; policy {}",
+            self.high_watermark_pct,
+            self.low_watermark_pct,
+            self.policy.name()
+        )
+    }
+
     /// Refuse settings that cannot work, naming the field.
     pub fn validate(&self) -> Result<()> {
         if self.high_watermark_pct == 0 || self.high_watermark_pct > 100 {

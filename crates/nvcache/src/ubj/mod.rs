@@ -318,6 +318,21 @@ impl<R: Region> Ubj<R> {
         self.region.fence();
     }
 
+    /// Restart the lifetime counters from zero (dm-writecache's `clear_stats` message, for
+    /// UBJ's counters), stored at once.
+    pub fn clear_stats(&self) {
+        let mut st = self.lock();
+        st.stats = Stats::default();
+        st.stored = Some(Stats::default());
+        drop(st);
+        self.save_counters();
+        let (life, readable) = self.lifetime();
+        assert!(
+            readable && life == Stats::default(),
+            "the counters restart from zero"
+        );
+    }
+
     /// Store the backing-device error record (one record, one fence; outside every commit).
     fn store_error(&self, epoch: u64, message: &str) {
         let unix_secs = std::time::SystemTime::now()
@@ -1171,6 +1186,16 @@ impl<R: Region + 'static> crate::Cache for Ubj<R> {
         let n = self.census().frozen_up_to_date;
         Ubj::detach(self)?;
         Ok(u64::from(n))
+    }
+    fn backing_bytes_written(&self) -> u64 {
+        self.stats().backing_bytes_written
+    }
+    fn save_counters(&self) {
+        Ubj::save_counters(self)
+    }
+    fn clear_stats(&self) -> Result<()> {
+        Ubj::clear_stats(self);
+        Ok(())
     }
     fn close(&self) -> Result<crate::Closed> {
         self.commit()?;

@@ -280,6 +280,29 @@ pub const SERVED_LOW_WATERMARK_PCT: u8 = 45;
 pub const SERVED_WRITEBACK_BYTES: u32 = 2 << 20;
 
 impl WcSettings {
+    /// The settings in a sentence (status lines, create's report).
+    pub fn describe(&self) -> String {
+        let mut t = format!("policy {}", self.policy.name());
+        if self.high_watermark_pct > 0 {
+            t += &format!(
+                "; destage above {} % used down to {} %",
+                self.high_watermark_pct, self.low_watermark_pct
+            );
+        } else {
+            t += "; destage one block when a new block finds no room (the seed's)";
+        }
+        if self.max_age_ms > 0 {
+            t += &format!("; max-age {} ms", self.max_age_ms);
+        }
+        if self.writeback_jobs > 0 {
+            t += &format!("; {} blocks per backing flush", self.writeback_jobs);
+        }
+        if self.cleaner {
+            t += "; cleaner on";
+        }
+        t
+    }
+
     /// The settings a served cache (`nvstack serve`, `nvstack up`) runs with: these, with
     /// dm-writecache's watermarks (50 %, 45 %) when the high watermark is off and
     /// `SERVED_WRITEBACK_BYTES` of blocks per backing flush when `writeback_jobs` is 0. Why:

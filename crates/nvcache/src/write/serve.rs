@@ -270,6 +270,17 @@ impl<R: Region + 'static> crate::Cache for ServedWc<R> {
         let n = self.cache.detach();
         self.reported(n)
     }
+    fn backing_bytes_written(&self) -> u64 {
+        self.cache.stats().backing_bytes_written
+    }
+    fn save_counters(&self) {
+        self.cache.save_counters()
+    }
+    fn clear_stats(&self) -> Result<()> {
+        self.cache.clear_stats();
+        self.report();
+        Ok(())
+    }
     /// The backing device flushed (bypassed writes durable; admitted ones already are, in
     /// NVRAM) and the lifetime counters stored. Nothing is destaged: the cached blocks stay in
     /// NVRAM until a destage trigger, `writeback` or `detach`. Stop the destage thread first.

@@ -83,35 +83,10 @@ impl PowerCut {
         ))
     }
 
-    /// Load a cache image (validated, locked exclusively) and its backing file (the recorded
-    /// one, or `backing`; locked exclusively) into one region: [`PowerCut::cache_devices`].
-    pub fn load_cache(
-        image: &Path,
-        backing: Option<&Path>,
-        spec: PowerCutSpec,
-    ) -> Result<Arc<PowerCut>> {
-        let bpath = nvstack_nvcache::ubj::image::backing_of(image, backing)?;
-        PowerCut::load_nvram_and_backing(image, &bpath, spec)
-    }
-
-    /// Load a write cache image (validated, locked exclusively) and its backing file the same
-    /// way as [`PowerCut::load_cache`]: the NVRAM the region's head, the backing file its tail.
-    pub fn load_write_cache(
-        image: &Path,
-        backing: Option<&Path>,
-        spec: PowerCutSpec,
-    ) -> Result<Arc<PowerCut>> {
-        let bpath = nvstack_nvcache::write::serve::wc_backing_of(image, backing)?;
-        PowerCut::load_nvram_and_backing(image, &bpath, spec)
-    }
-
-    /// Any cache: the image at `image` (already validated by the caller) and the backing file
-    /// at `bpath`, both locked exclusively, in one region.
-    fn load_nvram_and_backing(
-        image: &Path,
-        bpath: &Path,
-        spec: PowerCutSpec,
-    ) -> Result<Arc<PowerCut>> {
+    /// Load a cache image (validated by the caller's `backing_of`, locked exclusively here)
+    /// and its backing file at `bpath` (locked exclusively) into one region: the NVRAM the
+    /// region's head, the backing file its tail ([`PowerCut::cache_devices`]).
+    pub fn load_cache(image: &Path, bpath: &Path, spec: PowerCutSpec) -> Result<Arc<PowerCut>> {
         let bpath = bpath.to_path_buf();
         let file = open_file(image, true, "image")?;
         lock_file(&file, image, "image", true)?;
