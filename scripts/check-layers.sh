@@ -107,7 +107,7 @@ fi
 # Only the stack dispatches on an image's kind: outside the formats' own crates, no code names
 # a format's magic; and the front ends (the program, the SQLite extension, Python) open and
 # peek images only through the stack (creating one is the format's own call).
-if found=$(grep -rnE '\b(layout::MAGIC|format::MAGIC|WC_MAGIC)\b' crates/*/src sqlite-vfs/src |
+if found=$(grep -rnE '\b(layout::MAGIC|format::MAGIC)\b' crates/*/src sqlite-vfs/src |
   grep -vE '^crates/(stack|nvramdisk|nvcache)/'); then
   echo "layering: an image's magic named outside the stack and its format (identify through nvstack_stack::kind):" >&2
   echo "$found" >&2
@@ -121,7 +121,7 @@ if found=$(grep -rnE '\bKind::(Nvramdisk|Ubj|WriteCache)\b' crates/*/src sqlite-
   echo "$found" >&2
   fail=1
 fi
-opens='\b(open_image|open_image_readonly|open_image_file|open_wc_image|open_wc_readonly|peek_wc)\(|(ubj|nvramdisk)::image::(open_readonly|peek|backing_of)\b|wc_backing_of\('
+opens='\b(open_image|open_image_readonly|open_image_file)\(|(ubj|nvramdisk|write)::image::(open_readonly|peek|backing_of)\b|serve::backing_of\('
 if found=$(grep -rnE "$opens" crates/cli/src sqlite-vfs/src crates/python/src); then
   echo "layering: a front end opens an image without the stack (nvstack_stack::Image, peek, served::open):" >&2
   echo "$found" >&2

@@ -244,7 +244,7 @@ impl ServeStats {
         })
     }
     /// A write cache's live state changed (called under the cache's lock).
-    pub fn wcache_changed(&self, live: &nvstack_nvcache::WcLive) {
+    pub fn wcache_changed(&self, live: &nvstack_nvcache::write::serve::Live) {
         self.update(|s| {
             s.cache = CacheWords {
                 kind: CACHE_KIND_WRITE,
@@ -344,8 +344,8 @@ impl nvstack_nvcache::Observer for ServeStats {
 }
 
 /// The serve daemon's counters as a write cache's observer.
-impl nvstack_nvcache::WcObserver for ServeStats {
-    fn wc_changed(&self, live: &nvstack_nvcache::WcLive) {
+impl nvstack_nvcache::write::serve::Observer for ServeStats {
+    fn changed(&self, live: &nvstack_nvcache::write::serve::Live) {
         self.wcache_changed(live)
     }
 }

@@ -18,10 +18,7 @@ pub use common::ticker::{Tick, Ticker};
 pub use ubj::bugs::Bug;
 pub use ubj::format::{Settings, Superblock};
 pub use ubj::{create, Census, Live, Observer, SlotState, Stats, Ubj};
-pub use write::bugs::WcBug;
-pub use write::destage::Trigger;
-pub use write::serve::{ServedWc, WcDestager, WcLive, WcObserver};
-pub use write::{create_wc, WriteCache};
+pub use write::WriteCache;
 
 // The contract both caches keep when served (the crate root holds it: both trees implement it,
 // and it names their types, so it sits above them, not beside them).
@@ -32,7 +29,7 @@ pub use write::{create_wc, WriteCache};
 // words it). A third kind of cache implements this trait in its own tree and is served with
 // no change to the program's serve loop.
 
-use crate::write::format::WcCounters;
+use crate::write::format::Counters;
 use nvstack_core::error::Result;
 use std::sync::Arc;
 
@@ -48,9 +45,9 @@ pub enum CacheKind {
 
 /// Told a cache's live state after every change, whichever the kind (the serve daemon's
 /// counters file implements both halves).
-pub trait CacheObserver: Observer + WcObserver {}
+pub trait CacheObserver: Observer + write::serve::Observer {}
 
-impl<T: Observer + WcObserver> CacheObserver for T {}
+impl<T: Observer + write::serve::Observer> CacheObserver for T {}
 
 /// What a clean close did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,10 +56,7 @@ pub enum Closed {
     Ubj { epoch: u64, life: Stats },
     /// The backing device flushed; `cached_blocks` stay in NVRAM; the counters over the
     /// cache's life, as stored.
-    Write {
-        cached_blocks: u64,
-        life: WcCounters,
-    },
+    Write { cached_blocks: u64, life: Counters },
 }
 
 /// A cache as served.

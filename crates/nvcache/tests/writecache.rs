@@ -8,8 +8,8 @@ mod common;
 
 use common::MemDisk;
 use nvstack_core::blockdev::{BlockDevice, Durability};
-use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcLayout, WcSettings};
-use nvstack_nvcache::{create_wc, WriteCache};
+use nvstack_nvcache::write::format::{Admit, DestagePolicy, Layout, Settings};
+use nvstack_nvcache::write::{create, WriteCache};
 use nvstack_pmem::crash::SimRegion;
 use std::sync::Arc;
 
@@ -22,12 +22,12 @@ fn sector(tag: u8) -> Vec<u8> {
 /// A cache of `slots` 512-byte slots over a 16-block (128-sector) disk.
 fn fresh(
     slots: u32,
-    settings: WcSettings,
+    settings: Settings,
     admit: Admit,
 ) -> (Arc<SimRegion>, Arc<MemDisk>, WriteCache<SimRegion>) {
-    let region = Arc::new(SimRegion::zeroed(WcLayout::new(slots, 512).region_bytes));
+    let region = Arc::new(SimRegion::zeroed(Layout::new(slots, 512).region_bytes));
     let disk = Arc::new(MemDisk::new(17));
-    create_wc(&*region, &*disk, 512, settings, &admit).unwrap();
+    create(&*region, &*disk, 512, settings, &admit).unwrap();
     let wc = WriteCache::open(region.clone(), disk.clone(), None).unwrap();
     (region, disk, wc)
 }
@@ -46,7 +46,7 @@ fn on_disk(disk: &MemDisk, lba: u64) -> Vec<u8> {
 
 #[test]
 fn writes_are_cached_and_the_index_is_rebuilt_at_open() {
-    let (region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    let (region, disk, wc) = fresh(16, Settings::default(), Admit::All);
     assert_eq!(wc.caps().durability, Durability::OnReturn);
     wc.write_blocks(3, &[sector(1), sector(2)].concat())
         .unwrap();
@@ -76,7 +76,7 @@ fn writes_are_cached_and_the_index_is_rebuilt_at_open() {
 
 #[test]
 fn the_seeds_trigger_destages_the_least_recently_written_block_only() {
-    let (_, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    let (_, disk, wc) = fresh(16, Settings::default(), Admit::All);
     // 15 blocks fill the cache (the 16th slot is the spare an overwrite lands in).
     for lba in 0..15 {
         wc.write_blocks(lba, &sector(lba as u8)).unwrap();
@@ -103,9 +103,9 @@ fn the_seeds_trigger_destages_the_least_recently_written_block_only() {
 #[test]
 fn each_policy_picks_its_own_victim() {
     let victim = |policy| {
-        let s = WcSettings {
+        let s = Settings {
             policy,
-            ..WcSettings::default()
+            ..Settings::default()
         };
         let (_, _, wc) = fresh(16, s, Admit::All);
         for lba in 0..15 {
@@ -135,11 +135,11 @@ fn each_policy_picks_its_own_victim() {
 
 #[test]
 fn watermarks_destage_neighbours_together_and_max_age_and_the_cleaner_empty_the_cache() {
-    let s = WcSettings {
+    let s = Settings {
         high_watermark_pct: 50,
         low_watermark_pct: 25,
         writeback_jobs: 2,
-        ..WcSettings::default()
+        ..Settings::default()
     };
     let (_, disk, wc) = fresh(16, s, Admit::All);
     wc.write_blocks(10, &[sector(1), sector(2), sector(3)].concat())
@@ -151,16 +151,16 @@ fn watermarks_destage_neighbours_together_and_max_age_and_the_cleaner_empty_the_
     assert!(wc.cached_blocks() <= 4);
     assert!(!wc.is_cached(10) && !wc.is_cached(11) && !wc.is_cached(12));
     assert_eq!(on_disk(&disk, 12), sector(3));
-    let s = WcSettings {
+    let s = Settings {
         max_age_ms: 1,
-        ..WcSettings::default()
+        ..Settings::default()
     };
     let (_, _, wc) = fresh(16, s, Admit::All);
     wc.write_blocks(1, &sector(1)).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(5));
     wc.tick(std::time::Instant::now()).unwrap();
     assert_eq!((wc.cached_blocks(), wc.stats().destaged_max_age), (0, 1));
-    let (_, _, wc) = fresh(16, WcSettings::default(), Admit::All);
+    let (_, _, wc) = fresh(16, Settings::default(), Admit::All);
     wc.write_blocks(1, &sector(1)).unwrap();
     wc.set_cleaner(true).unwrap();
     wc.write_blocks(2, &sector(2)).unwrap(); // not cached: bypasses the cache
@@ -173,7 +173,7 @@ fn watermarks_destage_neighbours_together_and_max_age_and_the_cleaner_empty_the_
 
 #[test]
 fn ranges_admit_their_blocks_and_a_cached_block_is_never_left_stale() {
-    let (_, disk, wc) = fresh(16, WcSettings::default(), Admit::one_range(0..8));
+    let (_, disk, wc) = fresh(16, Settings::default(), Admit::one_range(0..8));
     assert_eq!(wc.caps().durability, Durability::OnFlush);
     wc.write_blocks(6, &[sector(1), sector(2), sector(3)].concat())
         .unwrap();
@@ -199,7 +199,7 @@ fn ranges_admit_their_blocks_and_a_cached_block_is_never_left_stale() {
 
 #[test]
 fn a_backing_error_puts_the_cache_in_its_error_state_and_keeps_the_data() {
-    let (_, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    let (_, disk, wc) = fresh(16, Settings::default(), Admit::All);
     wc.write_blocks(1, &sector(5)).unwrap();
     *disk.failing.lock().unwrap() = true;
     let e = wc.writeback().unwrap_err().to_string();
@@ -216,7 +216,7 @@ fn a_backing_error_puts_the_cache_in_its_error_state_and_keeps_the_data() {
 #[test]
 fn a_single_block_write_takes_one_fence_and_stores_nothing_after_it() {
     use nvstack_pmem::crash::SimEvent;
-    let (region, disk, wc) = fresh(32, WcSettings::default(), Admit::All);
+    let (region, disk, wc) = fresh(32, Settings::default(), Admit::All);
     wc.write_blocks(3, &sector(1)).unwrap();
     for (lba, n, fences) in [(3, 1, 1), (4, 1, 1), (8, 4, 2), (3, 1, 1)] {
         let data: Vec<u8> = (0..n).flat_map(|i| sector(i as u8 + 9)).collect();
@@ -247,7 +247,7 @@ fn a_discard_punches_uncached_blocks_on_the_backing_device_and_tombstones_cached
     // A cache of 16 slots and a discard of 127 sectors (mkfs discards whole devices): the
     // uncached sectors go to the backing device as whole-block discards plus zeroed edge
     // sectors, never through the cache, and the cached ones become tombstones.
-    let (_region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    let (_region, disk, wc) = fresh(16, Settings::default(), Admit::All);
     for l in 0..128u64 {
         let mut bytes = disk.bytes.lock().unwrap();
         bytes[l as usize * S..(l as usize + 1) * S].copy_from_slice(&sector(l as u8));
@@ -303,7 +303,7 @@ fn backing_ops(disk: &MemDisk) -> (Vec<(u64, usize)>, usize) {
 
 #[test]
 fn a_destage_writes_each_run_of_contiguous_blocks_in_one_backing_write() {
-    let (region, disk, wc) = fresh(64, WcSettings::default(), Admit::All);
+    let (region, disk, wc) = fresh(64, Settings::default(), Admit::All);
     // Sectors around the runs, on the backing device only: the runs' edge blocks keep them.
     disk.write(0, &sector(0xA0).repeat(8)).unwrap();
     disk.write(1, &sector(0xA1).repeat(8)).unwrap();
@@ -344,7 +344,7 @@ fn a_destage_writes_each_run_of_contiguous_blocks_in_one_backing_write() {
 
 #[test]
 fn a_block_rewritten_during_its_destage_keeps_its_new_copy() {
-    let (region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    let (region, disk, wc) = fresh(16, Settings::default(), Admit::All);
     wc.write_blocks(3, &[sector(1), sector(2), sector(3)].concat())
         .unwrap();
     let n = wc
@@ -371,7 +371,7 @@ fn a_block_rewritten_during_its_destage_keeps_its_new_copy() {
 /// block would take it (the most recently freed slot comes first).
 #[test]
 fn a_slot_being_destaged_is_not_reused_by_a_write_meanwhile() {
-    let (region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    let (region, disk, wc) = fresh(16, Settings::default(), Admit::All);
     wc.write_blocks(3, &[sector(1), sector(2), sector(3)].concat())
         .unwrap();
     let n = wc
@@ -406,7 +406,7 @@ fn a_slot_being_destaged_is_not_reused_by_a_write_meanwhile() {
 
 #[test]
 fn a_clean_close_leaves_nothing_for_recovery_to_clear() {
-    let (region, disk, wc) = fresh(16, WcSettings::default(), Admit::All);
+    let (region, disk, wc) = fresh(16, Settings::default(), Admit::All);
     for t in 0..4 {
         // Each overwrite leaves the replaced copies' clears pending.
         wc.write_blocks(5, &[sector(t), sector(t + 10)].concat())
@@ -425,11 +425,11 @@ fn a_clean_close_leaves_nothing_for_recovery_to_clear() {
 /// find no free slot after room was made, and every block reads as last written.
 #[test]
 fn a_writer_racing_the_destage_thread_loses_nothing_and_takes_no_held_slot() {
-    use nvstack_nvcache::{ServedWc, WcDestager};
-    let settings = WcSettings::default().served(S as u32);
+    use nvstack_nvcache::write::serve::{Destager, Served};
+    let settings = Settings::default().served(S as u32);
     let (_region, _disk, wc) = fresh(48, settings, Admit::All);
-    let served = Arc::new(ServedWc::new(Arc::new(wc)));
-    let destager = WcDestager::start(&served).expect("the served settings' watermarks");
+    let served = Arc::new(Served::new(Arc::new(wc)));
+    let destager = Destager::start(&served).expect("the served settings' watermarks");
     let mut model = vec![None; 120];
     let mut x = 0x2545_f491_4f6c_dd1du64;
     for i in 0..20_000u32 {

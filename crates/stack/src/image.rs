@@ -59,9 +59,9 @@ impl Image {
     }
 
     /// The write cache, when the image is one (its counters, admission).
-    pub fn write_cache(&self) -> Option<&Arc<nvstack_nvcache::write::image::WcImage>> {
+    pub fn write_cache(&self) -> Option<&Arc<nvstack_nvcache::write::image::WriteCacheImage>> {
         let o = self.opened.as_any();
-        o.downcast_ref::<nvstack_nvcache::write::image::WcOpened>()
+        o.downcast_ref::<nvstack_nvcache::write::image::Opened>()
             .map(|o| &o.cache)
     }
 

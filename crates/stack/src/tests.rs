@@ -5,9 +5,8 @@
 use crate::kind::{expect_cache, expect_nvramdisk, identify, peek, Kind, Promise};
 use crate::served::{self, Backend, ServeSpec};
 use crate::{Access, Image};
-use nvstack_nvcache::ubj::image::{create_image, CreateOptions};
-use nvstack_nvcache::write::format::{Admit, WcSettings};
-use nvstack_nvcache::write::image::{create_wc_image, WcCreateOptions};
+use nvstack_nvcache::write::format::Admit;
+use nvstack_nvcache::{ubj, write};
 use std::path::{Path, PathBuf};
 
 const CACHE_BYTES: u64 = 4 << 20;
@@ -27,24 +26,24 @@ fn images() -> Images {
     let p = |n: &str| dir.path().join(n);
     let fo = nvstack_nvramdisk::FormatOptions::default();
     nvstack_nvramdisk::image::format_image(&p("disk.img"), 8 << 20, &fo, false).unwrap();
-    let o = CreateOptions {
+    let o = ubj::image::CreateOptions {
         size: CACHE_BYTES,
         backing: &p("ubj.backing"),
         backing_size: Some(BACKING_BYTES),
         settings: Default::default(),
         force: false,
     };
-    create_image(&p("ubj.img"), &o).unwrap();
-    let o = WcCreateOptions {
+    ubj::image::create_image(&p("ubj.img"), &o).unwrap();
+    let o = write::image::CreateOptions {
         size: CACHE_BYTES,
         sector_bytes: 512,
         backing: &p("wc.backing"),
         backing_size: Some(BACKING_BYTES),
-        settings: WcSettings::default(),
+        settings: write::format::Settings::default(),
         admit: Admit::All,
         force: false,
     };
-    create_wc_image(&p("wc.img"), &o).unwrap();
+    write::image::create_image(&p("wc.img"), &o).unwrap();
     std::fs::write(p("junk"), vec![7u8; 8192]).unwrap();
     Images {
         disk: p("disk.img"),

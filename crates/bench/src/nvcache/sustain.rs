@@ -9,7 +9,7 @@
 //! writes the requests to a `FileDevice` (O_DIRECT) and ends with its flush (fdatasync);
 //! `wc512-sustained-*` and `wc4k-sustained-*` write them into a write cache of 512 B sectors
 //! (the default) and of 4 KiB sectors with the settings a served cache runs with
-//! (`WcSettings::served`: watermarks 50 %/45 %, its destage thread running), filled past its
+//! (`write::format::Settings::served`: watermarks 50 %/45 %, its destage thread running), filled past its
 //! high watermark before timing, so that every timed byte makes room by a destage (durable on
 //! return; the cache holds as much dirty data at the end as at the start); `ubj-sustained-*`
 //! writes them into UBJ (default settings: commits every 64 blocks, checkpoints by its
@@ -23,9 +23,10 @@ use crate::place::{create_region, mapped_page_bytes, ImageFile};
 use crate::{BenchResult, Ctx, Row, Suite, Target, Timing};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
-use nvstack_nvcache::ubj::format::{Layout, Settings};
-use nvstack_nvcache::write::format::{Admit, WcLayout, WcSettings};
-use nvstack_nvcache::{create, create_wc, FileDevice, ServedWc, Ubj, WcDestager, WriteCache};
+use nvstack_nvcache::write::format::Admit;
+use nvstack_nvcache::write::serve::{Destager, Served};
+use nvstack_nvcache::{create, FileDevice, Ubj, WriteCache};
+use nvstack_nvcache::{ubj, write};
 use nvstack_pmem::{MmapRegion, Region};
 use std::path::Path;
 use std::sync::Arc;
@@ -79,8 +80,8 @@ impl Sink for Floor {
 
 /// The write cache as served: its destage thread stops (and is joined) before the cache goes.
 struct WcSink {
-    destager: Option<WcDestager<MmapRegion>>,
-    served: Arc<ServedWc<MmapRegion>>,
+    destager: Option<Destager<MmapRegion>>,
+    served: Arc<Served<MmapRegion>>,
     sector_bytes: u32,
 }
 
@@ -216,19 +217,20 @@ fn bench_wc(
         z.span_bytes,
         data,
     )?;
-    let layout = WcLayout::fitting(z.cache_bytes, sector_bytes).expect("a few MiB fit");
+    let layout =
+        write::format::Layout::fitting(z.cache_bytes, sector_bytes).expect("a few MiB fit");
     let (image, region) = prefaulted(
         ctx,
         &format!("wc{sector_bytes}-sustain"),
         layout.region_bytes,
     )?;
-    let settings = WcSettings::default().served(sector_bytes);
+    let settings = write::format::Settings::default().served(sector_bytes);
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    create_wc(&*region, &*dev, sector_bytes, settings, &Admit::All)?;
+    write::create(&*region, &*dev, sector_bytes, settings, &Admit::All)?;
     let cache = WriteCache::open(region, dev, None)?;
-    let served = Arc::new(ServedWc::new(Arc::new(cache)));
+    let served = Arc::new(Served::new(Arc::new(cache)));
     let wc = WcSink {
-        destager: Some(WcDestager::start(&served).expect("the served settings' watermarks")),
+        destager: Some(Destager::start(&served).expect("the served settings' watermarks")),
         served,
         sector_bytes,
     };
@@ -241,9 +243,13 @@ fn bench_ubj(ctx: &Ctx, z: &Sizes, data: &[u8]) -> Result<(UbjSink, ImageFile, I
     let dir = super::backing_dir();
     let (back, dev) = backing_file(&dir, "sustain-ubj", z.span_bytes, data)?;
     let slots = u32::try_from(z.cache_bytes / 4096).expect("small");
-    let (image, region) = prefaulted(ctx, "ubj-sustain", Layout::new(slots).region_bytes)?;
+    let (image, region) = prefaulted(
+        ctx,
+        "ubj-sustain",
+        ubj::format::Layout::new(slots).region_bytes,
+    )?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    create(&*region, &*dev, Settings::default())?;
+    create(&*region, &*dev, ubj::format::Settings::default())?;
     let ubj = UbjSink(Ubj::open(region, dev, None)?);
     fill(&ubj, z.cache_bytes, data)?;
     Ok((ubj, image, back))

@@ -18,8 +18,8 @@ use crate::place::{create_region, mapped_page_bytes};
 use crate::{BenchResult, Ctx, Row, Suite, Target, Timing};
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result};
-use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcLayout, WcSettings};
-use nvstack_nvcache::{create_wc, WriteCache};
+use nvstack_nvcache::write::format::{Admit, DestagePolicy, Layout, Settings};
+use nvstack_nvcache::write::{create, WriteCache};
 use nvstack_nvramdisk::layout::LANES_DEFAULT;
 use nvstack_nvramdisk::{format_region, FormatOptions, Geometry, NvramDisk, OpenOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,9 +126,9 @@ fn latency_rows(ctx: &mut Ctx) -> Result<()> {
     // The write cache: every sector of the span fits (plus the spare slot).
     let slots = u32::try_from(SPAN_SECTORS + 64).expect("small");
     let image = ctx.image("wc-512");
-    let region = create_region(image.path(), WcLayout::new(slots, 512).region_bytes)?;
+    let region = create_region(image.path(), Layout::new(slots, 512).region_bytes)?;
     let disk = null_disk(SPAN_SECTORS);
-    create_wc(&*region, &*disk, 512, WcSettings::default(), &Admit::All)?;
+    create(&*region, &*disk, 512, Settings::default(), &Admit::All)?;
     let wc = WriteCache::open(region, disk.clone(), None)?;
     let t = time_each(&ctx.bar("wc write 512"), warm, ops, |i| {
         wc.write_blocks(lbas[i], &buf)
@@ -229,14 +229,14 @@ fn replay(
 ) -> Result<BenchResult> {
     let end = trace.iter().map(|r| r.1 + r.2).max().unwrap_or(1);
     let disk = null_disk(end);
-    let layout = WcLayout::fitting(TRACE_CACHE_BYTES, 512).expect("128 KiB holds 16 slots");
+    let layout = Layout::fitting(TRACE_CACHE_BYTES, 512).expect("128 KiB holds 16 slots");
     let image = ctx.image("wc-trace");
     let region = create_region(image.path(), layout.region_bytes)?;
-    let s = WcSettings {
+    let s = Settings {
         policy,
-        ..WcSettings::default()
+        ..Settings::default()
     };
-    create_wc(&*region, &*disk, 512, s, &Admit::All)?;
+    create(&*region, &*disk, 512, s, &Admit::All)?;
     let wc = WriteCache::open(region, disk.clone(), None)?;
     let zeros = vec![0u8; 64 * S as usize];
     let mut buf = vec![0u8; 64 * S as usize];

@@ -5,15 +5,14 @@
 use crate::{print_json, say};
 use nvstack_core::error::{Error, Result};
 use nvstack_export::stats::{StatsSnapshot, CACHE_KIND_UBJ, CACHE_KIND_WRITE};
-use nvstack_nvcache::ubj::format::Superblock;
-use nvstack_nvcache::write::format::WcSuperblock;
+use nvstack_nvcache::{ubj, write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// The superblock as the image's first block holds it now.
 enum Stored {
-    Ubj(Superblock),
-    Write(WcSuperblock),
+    Ubj(ubj::format::Superblock),
+    Write(write::format::Superblock),
 }
 
 /// Print the live status when a daemon serves `path`; None when none does.
@@ -33,7 +32,7 @@ pub fn status(path: &Path, json: bool) -> Result<Option<i32>> {
             "live": true,
             "pid": s.pid,
             "kind": kind,
-            "superblock": stored_json(&stored)?,
+            "superblock": nvstack_stack::cache::stored_json(path)?,
             "daemon": {
                 "writes_acked": s.writes_acked,
                 "writes_durable": s.writes_durable,
@@ -53,27 +52,6 @@ pub fn status(path: &Path, json: bool) -> Result<Option<i32>> {
     Ok(Some(0))
 }
 
-/// The superblock's fields as `cache status --json` names them offline.
-fn stored_json(stored: &Stored) -> Result<serde_json::Value> {
-    let settings =
-        |v: std::result::Result<serde_json::Value, serde_json::Error>| v.map_err(Error::env);
-    Ok(match stored {
-        Stored::Ubj(sb) => serde_json::json!({
-            "slots": sb.slots,
-            "blocks": sb.blocks,
-            "identity": format!("{:032x}", sb.identity),
-            "settings": settings(serde_json::to_value(sb.settings))?,
-        }),
-        Stored::Write(sb) => serde_json::json!({
-            "slots": sb.slots,
-            "sector_bytes": sb.sector_bytes,
-            "blocks": sb.blocks,
-            "identity": format!("{:032x}", sb.identity),
-            "settings": settings(serde_json::to_value(sb.settings))?,
-        }),
-    })
-}
-
 /// The image's superblock by plain reads (no lock: the daemon holds it), of the kind the
 /// daemon says it serves.
 fn stored(path: &Path, s: &StatsSnapshot) -> Result<Stored> {
@@ -84,8 +62,12 @@ fn stored(path: &Path, s: &StatsSnapshot) -> Result<Stored> {
         .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
     let named = |e: Error| e.context(path.display());
     match s.cache.kind {
-        CACHE_KIND_UBJ => Ok(Stored::Ubj(Superblock::decode(&block).map_err(named)?)),
-        CACHE_KIND_WRITE => Ok(Stored::Write(WcSuperblock::decode(&block).map_err(named)?)),
+        CACHE_KIND_UBJ => Ok(Stored::Ubj(
+            ubj::format::Superblock::decode(&block).map_err(named)?,
+        )),
+        CACHE_KIND_WRITE => Ok(Stored::Write(
+            write::format::Superblock::decode(&block).map_err(named)?,
+        )),
         k => Err(Error::bad(format!(
             "{}: its daemon (pid {}) publishes no cache state (kind word {k})",
             path.display(),

@@ -8,8 +8,8 @@ use clap::Args;
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_core::size::format_size;
-use nvstack_nvcache::write::format::{Admit, DestagePolicy, WcSettings};
-use nvstack_nvcache::write::image::{self as wimage, WcCreateOptions};
+use nvstack_nvcache::write::format::{Admit, DestagePolicy, Settings};
+use nvstack_nvcache::write::image::{self as wimage, CreateOptions};
 use std::path::Path;
 
 /// The write cache's own flags of `cache create` (refused with `--cache ubj`).
@@ -57,9 +57,9 @@ impl WriteArgs {
         }
     }
 
-    fn settings(&self, shared: &SettingsArgs) -> Result<WcSettings> {
+    fn settings(&self, shared: &SettingsArgs) -> Result<Settings> {
         let (policy, high, low) = shared.write_cache_view()?;
-        let s = WcSettings {
+        let s = Settings {
             policy: match policy {
                 None | Some(PolicyArg::Lrw) => DestagePolicy::Lrw,
                 Some(PolicyArg::Lru) => DestagePolicy::Lru,
@@ -105,8 +105,8 @@ fn parse_admit(values: &[String]) -> Result<Admit> {
 }
 
 /// The create options `c` gives (`force` as given).
-fn options<'a>(c: &super::Create<'a>) -> Result<WcCreateOptions<'a>> {
-    Ok(WcCreateOptions {
+fn options<'a>(c: &super::Create<'a>) -> Result<CreateOptions<'a>> {
+    Ok(CreateOptions {
         size: c.size,
         sector_bytes: c.write.sector.unwrap_or(512),
         backing: c.backing,
@@ -122,7 +122,7 @@ pub(super) fn create(path: &Path, c: &super::Create) -> Result<i32> {
     if o.admit == Admit::FatMetadata {
         check_fat_volume(o.backing)?;
     }
-    let (sb, abs, created) = wimage::create_wc_image(path, &o)?;
+    let (sb, abs, created) = wimage::create_image(path, &o)?;
     say!(
         "created {}: write cache of {} slots of {} B ({} of NVRAM) over {}{}, {} blocks ({})",
         path.display(),
@@ -160,7 +160,7 @@ pub(crate) fn create_for_up(
         write,
         force: false,
     })?;
-    let (sb, abs, created) = wimage::create_wc_image(image, &o)?;
+    let (sb, abs, created) = wimage::create_image(image, &o)?;
     Ok(format!(
         "created write cache {} ({} slots of {} B; {}; admit {}) over {}{} ({} blocks)",
         image.display(),

@@ -20,8 +20,8 @@ use nvstack_flash::geometry::{Geometry, Timing};
 use nvstack_flash::replay::Replay;
 // The one place the lab names nvcache's modules.
 pub use nvstack_nvcache::write::format::DestagePolicy;
-use nvstack_nvcache::write::format::{Admit, WcLayout, WcSettings};
-use nvstack_nvcache::{create_wc, WriteCache};
+use nvstack_nvcache::write::format::{Admit, Layout, Settings};
+use nvstack_nvcache::write::{create, WriteCache};
 use nvstack_pmem::{MmapRegion, Prefix};
 use nvstack_sim::cache::{Cache, CacheConfig, Model};
 use nvstack_sim::trace::nvstack::DeviceOp;
@@ -250,18 +250,18 @@ fn nvram(input: &Input, job: &Job, dev: &Device) -> LabResult<Option<(Nvram, u32
             format!(" {}: too large", job.nvram_bytes),
         )
     })?;
-    let layout = WcLayout::new(slots, SECTOR_BYTES as u32);
+    let layout = Layout::new(slots, SECTOR_BYTES as u32);
     let region = Arc::new(window(layout.region_bytes)?);
     let backing = Arc::new(volume(&input.image)?);
-    let settings = WcSettings {
+    let settings = Settings {
         policy: job.policy,
-        ..WcSettings::default()
+        ..Settings::default()
     };
     let admit = match job.admit {
         AdmitKind::FatMetadata => Admit::FatMetadata,
         AdmitKind::All => Admit::All,
     };
-    let sb = create_wc(&*region, &*backing, SECTOR_BYTES as u32, settings, &admit)?;
+    let sb = create(&*region, &*backing, SECTOR_BYTES as u32, settings, &admit)?;
     if sb.slots != slots || sb.blocks != input.header.blocks {
         return Err(Error::env(format!(
             "the write cache made {} slots over {} sectors; wanted {slots} over {}",

@@ -4,7 +4,7 @@
 
 /// One deliberate mistake in the write cache's protocol (format version 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum WcBug {
+pub enum Bug {
     /// A write fences its entries (a multi-block write its commit word too) before its data.
     EntryBeforeData,
     /// A write returns before the fence that commits it.
@@ -35,92 +35,92 @@ pub enum WcBug {
     DestageClearsRewritten,
 }
 
-impl WcBug {
-    pub const ALL: [WcBug; 13] = [
-        WcBug::EntryBeforeData,
-        WcBug::CommitUnfenced,
-        WcBug::FreedBeforeBackingFlush,
-        WcBug::BypassKeepsCachedCopy,
-        WcBug::StaleClearUnfenced,
-        WcBug::ReuseBeforeFence,
-        WcBug::RecoveryKeepsUncommitted,
-        WcBug::RecoveryOldestCopy,
-        WcBug::ChecksumSkipsData,
-        WcBug::RecoverySkipsChecksum,
-        WcBug::RecoveryFirstCopy,
-        WcBug::LongDiscardUnflushed,
-        WcBug::DestageClearsRewritten,
+impl Bug {
+    pub const ALL: [Bug; 13] = [
+        Bug::EntryBeforeData,
+        Bug::CommitUnfenced,
+        Bug::FreedBeforeBackingFlush,
+        Bug::BypassKeepsCachedCopy,
+        Bug::StaleClearUnfenced,
+        Bug::ReuseBeforeFence,
+        Bug::RecoveryKeepsUncommitted,
+        Bug::RecoveryOldestCopy,
+        Bug::ChecksumSkipsData,
+        Bug::RecoverySkipsChecksum,
+        Bug::RecoveryFirstCopy,
+        Bug::LongDiscardUnflushed,
+        Bug::DestageClearsRewritten,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
-            WcBug::EntryBeforeData => "entry-before-data",
-            WcBug::CommitUnfenced => "commit-unfenced",
-            WcBug::FreedBeforeBackingFlush => "freed-before-backing-flush",
-            WcBug::BypassKeepsCachedCopy => "bypass-keeps-cached-copy",
-            WcBug::StaleClearUnfenced => "stale-clear-unfenced",
-            WcBug::ReuseBeforeFence => "reuse-before-fence",
-            WcBug::RecoveryKeepsUncommitted => "wc-recovery-keeps-uncommitted",
-            WcBug::RecoveryOldestCopy => "wc-recovery-oldest-copy",
-            WcBug::ChecksumSkipsData => "checksum-skips-data",
-            WcBug::RecoverySkipsChecksum => "wc-recovery-skips-checksum",
-            WcBug::RecoveryFirstCopy => "wc-recovery-first-copy",
-            WcBug::LongDiscardUnflushed => "long-discard-unflushed",
-            WcBug::DestageClearsRewritten => "destage-clears-rewritten",
+            Bug::EntryBeforeData => "entry-before-data",
+            Bug::CommitUnfenced => "commit-unfenced",
+            Bug::FreedBeforeBackingFlush => "freed-before-backing-flush",
+            Bug::BypassKeepsCachedCopy => "bypass-keeps-cached-copy",
+            Bug::StaleClearUnfenced => "stale-clear-unfenced",
+            Bug::ReuseBeforeFence => "reuse-before-fence",
+            Bug::RecoveryKeepsUncommitted => "wc-recovery-keeps-uncommitted",
+            Bug::RecoveryOldestCopy => "wc-recovery-oldest-copy",
+            Bug::ChecksumSkipsData => "checksum-skips-data",
+            Bug::RecoverySkipsChecksum => "wc-recovery-skips-checksum",
+            Bug::RecoveryFirstCopy => "wc-recovery-first-copy",
+            Bug::LongDiscardUnflushed => "long-discard-unflushed",
+            Bug::DestageClearsRewritten => "destage-clears-rewritten",
         }
     }
 
     /// The mistake, in a sentence (the crash checker's catalogue prints it).
     pub fn what(self) -> &'static str {
         match self {
-            WcBug::EntryBeforeData => {
+            Bug::EntryBeforeData => {
                 "a write fences its entries (a multi-block write its commit word too) before its data"
             }
-            WcBug::CommitUnfenced => "a write returns before the fence that commits it",
-            WcBug::FreedBeforeBackingFlush => {
+            Bug::CommitUnfenced => "a write returns before the fence that commits it",
+            Bug::FreedBeforeBackingFlush => {
                 "a destage frees its slots before the destaged copies are flushed on the backing device"
             }
-            WcBug::BypassKeepsCachedCopy => {
+            Bug::BypassKeepsCachedCopy => {
                 "a write that bypasses the cache leaves the block's cached copy in place"
             }
-            WcBug::StaleClearUnfenced => {
+            Bug::StaleClearUnfenced => {
                 "a destage clears a block's entry before the clears of its replaced copies are fenced"
             }
-            WcBug::ReuseBeforeFence => {
+            Bug::ReuseBeforeFence => {
                 "a replaced copy's slot is reused before the write replacing it is fenced (in place)"
             }
-            WcBug::RecoveryKeepsUncommitted => {
+            Bug::RecoveryKeepsUncommitted => {
                 "recovery keeps a multi-block write above the commit word (in flight at the crash)"
             }
-            WcBug::RecoveryOldestCopy => "recovery takes a block's oldest copy instead of its newest",
-            WcBug::ChecksumSkipsData => "an entry's checksum covers its header but not its data",
-            WcBug::RecoverySkipsChecksum => {
+            Bug::RecoveryOldestCopy => "recovery takes a block's oldest copy instead of its newest",
+            Bug::ChecksumSkipsData => "an entry's checksum covers its header but not its data",
+            Bug::RecoverySkipsChecksum => {
                 "recovery keeps an entry whose checksum fails (a write a crash cut)"
             }
-            WcBug::RecoveryFirstCopy => {
+            Bug::RecoveryFirstCopy => {
                 "recovery keeps the first copy of a block it finds, not comparing sequence numbers"
             }
-            WcBug::LongDiscardUnflushed => {
+            Bug::LongDiscardUnflushed => {
                 "a discard past the unit returns before the backing device is flushed"
             }
-            WcBug::DestageClearsRewritten => {
+            Bug::DestageClearsRewritten => {
                 "a destage clears a block rewritten during its backing I/O (the newer copy dropped)"
             }
         }
     }
 
-    pub fn parse(name: &str) -> Option<WcBug> {
-        WcBug::ALL.into_iter().find(|b| b.name() == name)
+    pub fn parse(name: &str) -> Option<Bug> {
+        Bug::ALL.into_iter().find(|b| b.name() == name)
     }
 
     /// The bug acts in recovery (every recovery the checker runs), not only in the workload.
     pub fn in_recovery(self) -> bool {
         matches!(
             self,
-            WcBug::RecoveryKeepsUncommitted
-                | WcBug::RecoveryOldestCopy
-                | WcBug::RecoverySkipsChecksum
-                | WcBug::RecoveryFirstCopy
+            Bug::RecoveryKeepsUncommitted
+                | Bug::RecoveryOldestCopy
+                | Bug::RecoverySkipsChecksum
+                | Bug::RecoveryFirstCopy
         )
     }
 }

@@ -17,7 +17,7 @@
 //! works; one destage runs at a time, and a write that would reach the backing blocks it
 //! writes (bypassed, or a long discard) waits for it.
 
-use crate::write::bugs::WcBug;
+use crate::write::bugs::Bug;
 use crate::write::{Cached, Guard, WState, WriteCache};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
@@ -422,7 +422,7 @@ impl<R: Region> WriteCache<R> {
             self.backing.write(first_blk, window)?;
         }
         // Seeded bug freed-before-backing-flush: the flush comes after the clears.
-        if self.bug != Some(WcBug::FreedBeforeBackingFlush) {
+        if self.bug != Some(Bug::FreedBeforeBackingFlush) {
             self.backing.flush()?;
         }
         Ok(())
@@ -433,7 +433,7 @@ impl<R: Region> WriteCache<R> {
     /// written. A block rewritten during the write keeps its new copy (its slot is not that
     /// one, or holds a later sequence number).
     fn clear_pass(&self, st: &mut WState, pass: Pass, why: Trigger) -> Result<()> {
-        if !st.pending_clears.is_empty() && self.bug != Some(WcBug::StaleClearUnfenced) {
+        if !st.pending_clears.is_empty() && self.bug != Some(Bug::StaleClearUnfenced) {
             self.store_pending_clears(st);
             self.fence(st);
         }
@@ -442,12 +442,12 @@ impl<R: Region> WriteCache<R> {
             let same = st.slots[slot as usize].is_some_and(|c| c.seq == seq && c.lba == lba);
             if same {
                 self.clear_slot(st, slot);
-            } else if self.bug == Some(WcBug::DestageClearsRewritten) {
+            } else if self.bug == Some(Bug::DestageClearsRewritten) {
                 let now = st.index[&lba];
                 self.clear_slot(st, now); // Seeded bug: the newer copy cleared
             }
         }
-        if self.bug == Some(WcBug::FreedBeforeBackingFlush) {
+        if self.bug == Some(Bug::FreedBeforeBackingFlush) {
             self.fence(st); // Seeded bug: freed, then flushed
             self.backing
                 .flush()

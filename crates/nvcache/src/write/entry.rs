@@ -8,7 +8,7 @@
 use crate::common::format::{LBA_MAX, SEQ_MAX};
 
 /// Bytes of one entry (two to a 64-byte line).
-pub const WC_ENTRY_BYTES: u64 = 32;
+pub const ENTRY_BYTES: u64 = 32;
 /// Word 2's flag bits (above the CRC's 32).
 const FLAG_TOMBSTONE: u64 = 1 << 32;
 const FLAG_MULTI: u64 = 1 << 33;
@@ -21,7 +21,7 @@ const TAG_CRC: u64 = 0xF3;
 
 /// A slot's copy of one block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WcEntry {
+pub struct Entry {
     pub lba: u64,
     /// The write's sequence number: of a block's whole copies, the highest is the block.
     pub seq: u64,
@@ -33,12 +33,12 @@ pub struct WcEntry {
 
 /// What a slot's four words say (before its CRC is checked against the data).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WcDecoded {
+pub enum Decoded {
     /// Word 1 (the sequence word) is zero: no copy (never written, or cleared).
     Empty,
     /// Every word present and passing its check bits: whole iff `crc` matches `crc_of` the
     /// entry and its data.
-    Entry { entry: WcEntry, crc: u32 },
+    Entry { entry: Entry, crc: u32 },
     /// A word still zero beside a written sequence word: a write a crash cut.
     Torn,
     /// A word failing its own check bits (or a reserved word not zero): no store writes such a
@@ -64,7 +64,7 @@ fn word(i: usize, slot: u32, payload: u64) -> u64 {
     payload | word_check(i, slot, payload) << 48
 }
 
-fn flags(e: &WcEntry) -> u64 {
+fn flags(e: &Entry) -> u64 {
     (if e.tombstone { FLAG_TOMBSTONE } else { 0 }) | if e.multi { FLAG_MULTI } else { 0 }
 }
 
@@ -72,7 +72,7 @@ fn flags(e: &WcEntry) -> u64 {
 /// then (unless a tombstone) the data. `data: None` with a data block is seeded bug
 /// checksum-skips-data (the header alone). The header is 8-byte aligned: the CRC's hardware
 /// path then takes it in four 8-byte steps, not byte by byte.
-pub fn crc_of(slot: u32, e: &WcEntry, data: Option<&[u8]>) -> u32 {
+pub fn crc_of(slot: u32, e: &Entry, data: Option<&[u8]>) -> u32 {
     #[repr(C, align(8))]
     struct Header([u8; 32]);
     let mut h = Header([0u8; 32]);
@@ -90,7 +90,7 @@ pub fn crc_of(slot: u32, e: &WcEntry, data: Option<&[u8]>) -> u32 {
 }
 
 /// The entry's four words as stored (little-endian bytes), with `crc` (crc_of's).
-pub fn encode(slot: u32, e: &WcEntry, crc: u32) -> [u8; WC_ENTRY_BYTES as usize] {
+pub fn encode(slot: u32, e: &Entry, crc: u32) -> [u8; ENTRY_BYTES as usize] {
     assert!(e.lba <= LBA_MAX && (1..=SEQ_MAX).contains(&e.seq), "{e:?}");
     let w = [
         word(0, slot, e.lba),
@@ -98,37 +98,37 @@ pub fn encode(slot: u32, e: &WcEntry, crc: u32) -> [u8; WC_ENTRY_BYTES as usize]
         word(2, slot, u64::from(crc) | flags(e)),
         0,
     ];
-    let mut b = [0u8; WC_ENTRY_BYTES as usize];
+    let mut b = [0u8; ENTRY_BYTES as usize];
     for (i, x) in w.iter().enumerate() {
         b[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
     }
-    debug_assert_eq!(decode(slot, w), WcDecoded::Entry { entry: *e, crc });
+    debug_assert_eq!(decode(slot, w), Decoded::Entry { entry: *e, crc });
     b
 }
 
 /// Decode a slot's four words (the data is checked by the caller against `crc`).
-pub fn decode(slot: u32, w: [u64; 4]) -> WcDecoded {
+pub fn decode(slot: u32, w: [u64; 4]) -> Decoded {
     if w[1] == 0 {
-        return WcDecoded::Empty;
+        return Decoded::Empty;
     }
     const NAMES: [&str; 3] = ["block word", "sequence word", "checksum word"];
     for i in 0..3 {
         let p = w[i] & PAYLOAD;
         if w[i] != 0 && w[i] >> 48 != word_check(i, slot, p) {
-            return WcDecoded::Damaged(NAMES[i]);
+            return Decoded::Damaged(NAMES[i]);
         }
     }
     if w[3] != 0 {
-        return WcDecoded::Damaged("reserved word");
+        return Decoded::Damaged("reserved word");
     }
     if w[2] & PAYLOAD & !(FLAGS | 0xffff_ffff) != 0 {
-        return WcDecoded::Damaged("checksum word's flags");
+        return Decoded::Damaged("checksum word's flags");
     }
     if w[0] == 0 || w[2] == 0 || w[1] & PAYLOAD == 0 {
-        return WcDecoded::Torn;
+        return Decoded::Torn;
     }
-    WcDecoded::Entry {
-        entry: WcEntry {
+    Decoded::Entry {
+        entry: Entry {
             lba: w[0] & PAYLOAD,
             seq: w[1] & PAYLOAD,
             tombstone: w[2] & FLAG_TOMBSTONE != 0,
@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn entries_round_trip_and_every_flipped_bit_or_tear_is_seen() {
-        let e = WcEntry {
+        let e = Entry {
             lba: 77,
             seq: 9,
             tombstone: false,
@@ -157,7 +157,7 @@ mod tests {
         let data = vec![5u8; 512];
         let crc = crc_of(3, &e, Some(&data));
         let w = words(&encode(3, &e, crc));
-        assert_eq!(decode(3, w), WcDecoded::Entry { entry: e, crc });
+        assert_eq!(decode(3, w), Decoded::Entry { entry: e, crc });
         assert_ne!(crc, crc_of(3, &e, Some(&[6u8; 512])), "the data is covered");
         // The CRC-32C of the four header words followed by the data, computed in one pass.
         let mut whole = Vec::new();
@@ -172,7 +172,7 @@ mod tests {
         );
         assert_ne!(crc, crc_of(4, &e, Some(&data)), "the slot is covered");
         assert!(
-            matches!(decode(4, w), WcDecoded::Damaged(_)),
+            matches!(decode(4, w), Decoded::Damaged(_)),
             "another slot's entry"
         );
         for word in 0..4 {
@@ -180,19 +180,19 @@ mod tests {
                 let mut f = w;
                 f[word] ^= 1 << bit;
                 match decode(3, f) {
-                    WcDecoded::Damaged(_) | WcDecoded::Empty => {}
+                    Decoded::Damaged(_) | Decoded::Empty => {}
                     other => panic!("word {word} bit {bit}: {other:?}"),
                 }
             }
         }
         // A crash that stored the sequence word alone, or left an old word beside it.
-        assert_eq!(decode(3, [0, w[1], 0, 0]), WcDecoded::Torn);
-        let old = WcEntry { lba: 5, ..e };
+        assert_eq!(decode(3, [0, w[1], 0, 0]), Decoded::Torn);
+        let old = Entry { lba: 5, ..e };
         let o = words(&encode(3, &old, crc_of(3, &old, Some(&data))));
         match decode(3, [o[0], w[1], w[2], 0]) {
-            WcDecoded::Entry { entry, crc } => assert_ne!(crc, crc_of(3, &entry, Some(&data))),
+            Decoded::Entry { entry, crc } => assert_ne!(crc, crc_of(3, &entry, Some(&data))),
             other => panic!("{other:?}"),
         }
-        assert_eq!(decode(3, [w[0], 0, w[2], 0]), WcDecoded::Empty, "cleared");
+        assert_eq!(decode(3, [w[0], 0, w[2], 0]), Decoded::Empty, "cleared");
     }
 }

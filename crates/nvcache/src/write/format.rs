@@ -3,31 +3,32 @@
 //! docs/format.md 10.4) at the same offsets; the slot entries are the write cache's own
 //! (write/entry.rs, 12.5); the slots' data is `sector_bytes` per slot.
 
-use crate::common::format::COMMIT_OFF;
+/// The commit words' offsets (UBJ's).
+pub use crate::common::format::COMMIT_OFF;
 use crate::common::format::{SLOTS_MAX, TABLE_OFF};
-use crate::write::entry::WC_ENTRY_BYTES as ENTRY_BYTES;
+use crate::write::entry::ENTRY_BYTES;
 use nvstack_core::error::{Error, Result, FIELD};
 use std::ops::Range;
 
 /// The write cache superblock's magic: "NVSWCACH".
-pub const WC_MAGIC: u64 = u64::from_le_bytes(*b"NVSWCACH");
+pub const MAGIC: u64 = u64::from_le_bytes(*b"NVSWCACH");
 /// The format version this code writes and reads (2: one-fence writes, entries checksumming
 /// their data; a version 1 image is refused, naming what to do).
-pub const WC_VERSION: u32 = 2;
+pub const VERSION: u32 = 2;
 /// Bytes the superblock is stored as.
-pub const WC_SB_BYTES: usize = 128;
+pub const SB_BYTES: usize = 128;
 /// Offset of the counters record (outside every write: a crash loses counts, never data).
-pub const WC_COUNTERS_OFF: u64 = 128;
+pub const COUNTERS_OFF: u64 = 128;
 /// Offset of the admission record (block ranges; written at create).
-pub const WC_ADMIT_OFF: u64 = 512;
+pub const ADMIT_OFF: u64 = 512;
 /// Bytes of the admission record: 16 bytes of header, then 16 per range.
-pub const WC_ADMIT_BYTES: usize = 1536;
+pub const ADMIT_BYTES: usize = 1536;
 /// Most block ranges `--admit LBA..LBA` may give.
-pub const WC_RANGES_MAX: usize = (WC_ADMIT_BYTES - 16) / 16;
+pub const RANGES_MAX: usize = (ADMIT_BYTES - 16) / 16;
 /// Offset of the backing path record (format.rs's encoding) to the end of the first block.
-pub const WC_PATH_OFF: u64 = 2048;
+pub const PATH_OFF: u64 = 2048;
 /// Most bytes of the path record (header included).
-pub const WC_PATH_BYTES: usize = 4096 - WC_PATH_OFF as usize;
+pub const PATH_BYTES: usize = 4096 - PATH_OFF as usize;
 const ADMIT_MAGIC: u64 = u64::from_le_bytes(*b"NVSADMIT");
 const COUNTERS_MAGIC: u64 = u64::from_le_bytes(*b"NVSWCCNT");
 
@@ -35,11 +36,11 @@ const COUNTERS_MAGIC: u64 = u64::from_le_bytes(*b"NVSWCCNT");
 /// (copy-on-write, 12.4). Why not UBJ's 16: the seed's sweep starts at 1 KB of NVRAM (two
 /// 512-byte sectors, three slots), and nothing in the write cache's protocol needs more
 /// (`unit_blocks` is half the slots, at least one).
-pub const WC_SLOTS_MIN: u32 = 2;
+pub const SLOTS_MIN: u32 = 2;
 
 /// Where everything lives in a region of `slots` slots of `sector_bytes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WcLayout {
+pub struct Layout {
     pub slots: u32,
     pub sector_bytes: u32,
     /// Offset of slot 0's data (4 KiB aligned, after the table).
@@ -47,13 +48,13 @@ pub struct WcLayout {
     pub region_bytes: u64,
 }
 
-impl WcLayout {
-    pub fn new(slots: u32, sector_bytes: u32) -> WcLayout {
-        assert!((WC_SLOTS_MIN..=SLOTS_MAX).contains(&slots), "slots {slots}");
+impl Layout {
+    pub fn new(slots: u32, sector_bytes: u32) -> Layout {
+        assert!((SLOTS_MIN..=SLOTS_MAX).contains(&slots), "slots {slots}");
         assert!(valid_sector(sector_bytes), "sector {sector_bytes}");
         let table_end = TABLE_OFF + u64::from(slots) * ENTRY_BYTES;
         let data_off = table_end.div_ceil(4096) * 4096;
-        WcLayout {
+        Layout {
             slots,
             sector_bytes,
             data_off,
@@ -61,15 +62,15 @@ impl WcLayout {
         }
     }
 
-    /// The most slots a region of `bytes` holds (None when not even WC_SLOTS_MIN fit).
-    pub fn fitting(bytes: u64, sector_bytes: u32) -> Option<WcLayout> {
+    /// The most slots a region of `bytes` holds (None when not even SLOTS_MIN fit).
+    pub fn fitting(bytes: u64, sector_bytes: u32) -> Option<Layout> {
         let per_slot = ENTRY_BYTES + u64::from(sector_bytes);
         let guess = (bytes.saturating_sub(TABLE_OFF) / per_slot).min(u64::from(SLOTS_MAX));
         let mut slots = u32::try_from(guess).ok()?;
-        while slots >= WC_SLOTS_MIN && WcLayout::new(slots, sector_bytes).region_bytes > bytes {
+        while slots >= SLOTS_MIN && Layout::new(slots, sector_bytes).region_bytes > bytes {
             slots -= 1;
         }
-        (slots >= WC_SLOTS_MIN).then(|| WcLayout::new(slots, sector_bytes))
+        (slots >= SLOTS_MIN).then(|| Layout::new(slots, sector_bytes))
     }
 
     pub fn entry_off(&self, slot: u32) -> u64 {
@@ -166,13 +167,10 @@ impl Admit {
                 _ => merged.push(r),
             }
         }
-        if merged.is_empty() || merged.len() > WC_RANGES_MAX {
+        if merged.is_empty() || merged.len() > RANGES_MAX {
             return Err(Error::invalid(
                 "admit",
-                format!(
-                    "{FIELD}: {} ranges; give 1 to {WC_RANGES_MAX}",
-                    merged.len()
-                ),
+                format!("{FIELD}: {} ranges; give 1 to {RANGES_MAX}", merged.len()),
             ));
         }
         Ok(Admit::Ranges(merged))
@@ -197,7 +195,7 @@ impl Admit {
 
     /// The admission record: magic, kind, count, CRC-32C of the rest, the ranges.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; WC_ADMIT_BYTES];
+        let mut b = vec![0u8; ADMIT_BYTES];
         b[0..8].copy_from_slice(&ADMIT_MAGIC.to_le_bytes());
         b[8] = self.code();
         if let Admit::Ranges(rs) = self {
@@ -215,7 +213,7 @@ impl Admit {
 
     pub fn decode(b: &[u8]) -> Result<Admit> {
         let bad = |what: &str| Error::bad(format!("write cache admission record: {what}"));
-        if b.len() < WC_ADMIT_BYTES || b[0..8] != ADMIT_MAGIC.to_le_bytes() {
+        if b.len() < ADMIT_BYTES || b[0..8] != ADMIT_MAGIC.to_le_bytes() {
             return Err(bad("absent (no NVSADMIT magic)"));
         }
         if u32::from_le_bytes(b[12..16].try_into().unwrap()) != admit_crc(b) {
@@ -226,7 +224,7 @@ impl Admit {
         match b[8] {
             0 => Ok(Admit::All),
             2 => Ok(Admit::FatMetadata),
-            1 if (1..=WC_RANGES_MAX).contains(&n) => Ok(Admit::Ranges(
+            1 if (1..=RANGES_MAX).contains(&n) => Ok(Admit::Ranges(
                 (0..n).map(|i| at(16 + 16 * i)..at(24 + 16 * i)).collect(),
             )),
             k => Err(bad(&format!("kind {k} with {n} ranges"))),
@@ -235,13 +233,13 @@ impl Admit {
 }
 
 fn admit_crc(b: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&b[..12]), &b[16..WC_ADMIT_BYTES])
+    crc32c::crc32c_append(crc32c::crc32c(&b[..12]), &b[16..ADMIT_BYTES])
 }
 
 /// dm-writecache's destage controls. With `high_watermark_pct` 0 the seed's trigger alone
 /// runs: one block is destaged when a new block finds no free slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct WcSettings {
+pub struct Settings {
     pub policy: DestagePolicy,
     /// Destage when used slots exceed this percentage (0: off, the seed's trigger only)...
     pub high_watermark_pct: u8,
@@ -255,10 +253,10 @@ pub struct WcSettings {
     pub cleaner: bool,
 }
 
-impl Default for WcSettings {
+impl Default for Settings {
     /// The seed's: LRW, destage one block when a new one finds no room, nothing else.
-    fn default() -> WcSettings {
-        WcSettings {
+    fn default() -> Settings {
+        Settings {
             policy: DestagePolicy::Lrw,
             high_watermark_pct: 0,
             low_watermark_pct: 0,
@@ -279,7 +277,7 @@ pub const SERVED_LOW_WATERMARK_PCT: u8 = 45;
 /// the next, so a batch of several groups keeps the backing device busy.
 pub const SERVED_WRITEBACK_BYTES: u32 = 2 << 20;
 
-impl WcSettings {
+impl Settings {
     /// The settings in a sentence (status lines, create's report).
     pub fn describe(&self) -> String {
         let mut t = format!("policy {}", self.policy.name());
@@ -309,7 +307,7 @@ impl WcSettings {
     /// the seed's trigger alone destages one block per new block once the cache is full
     /// (about 3.6 MB/s with 512 B sectors); the watermarks destage runs of blocks, ahead of
     /// the writes, at the backing device's speed. `serve --seed-destage` keeps the stored ones.
-    pub fn served(self, sector_bytes: u32) -> WcSettings {
+    pub fn served(self, sector_bytes: u32) -> Settings {
         let mut s = self;
         if s.high_watermark_pct == 0 {
             s.high_watermark_pct = SERVED_HIGH_WATERMARK_PCT;
@@ -353,7 +351,7 @@ impl WcSettings {
 
 /// The superblock: fixed at create except the settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WcSuperblock {
+pub struct Superblock {
     pub slots: u32,
     pub sector_bytes: u32,
     /// Sectors the cache exports.
@@ -363,15 +361,15 @@ pub struct WcSuperblock {
     /// Backing blocks before the label block.
     pub backing_blocks: u64,
     pub identity: u128,
-    pub settings: WcSettings,
+    pub settings: Settings,
 }
 
-impl WcSuperblock {
-    pub fn encode(&self) -> [u8; WC_SB_BYTES] {
-        let mut b = [0u8; WC_SB_BYTES];
+impl Superblock {
+    pub fn encode(&self) -> [u8; SB_BYTES] {
+        let mut b = [0u8; SB_BYTES];
         let s = &self.settings;
-        b[0..8].copy_from_slice(&WC_MAGIC.to_le_bytes());
-        b[8..12].copy_from_slice(&WC_VERSION.to_le_bytes());
+        b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&self.sector_bytes.to_le_bytes());
         b[16..20].copy_from_slice(&self.slots.to_le_bytes());
         b[20..28].copy_from_slice(&self.blocks.to_le_bytes());
@@ -386,27 +384,27 @@ impl WcSuperblock {
         b[64..72].copy_from_slice(&self.backing_blocks.to_le_bytes());
         let crc = crc32c::crc32c(&b[..72]);
         b[72..76].copy_from_slice(&crc.to_le_bytes());
-        debug_assert_eq!(WcSuperblock::decode(&b).ok(), Some(*self));
+        debug_assert_eq!(Superblock::decode(&b).ok(), Some(*self));
         b
     }
 
     /// Decode, naming the first thing wrong.
-    pub fn decode(b: &[u8]) -> Result<WcSuperblock> {
+    pub fn decode(b: &[u8]) -> Result<Superblock> {
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-        if b.len() < WC_SB_BYTES || u64_at(0) != WC_MAGIC {
+        if b.len() < SB_BYTES || u64_at(0) != MAGIC {
             return Err(Error::bad("not a write cache image (no NVSWCACH magic)"));
         }
         if u32_at(8) == 1 {
             return Err(Error::bad(format!(
                 "write cache format version 1 (the two-fence protocol of an older nvstack; this \
-                 program reads version {WC_VERSION}): run `nvstack cache detach` with the \
+                 program reads version {VERSION}): run `nvstack cache detach` with the \
                  nvstack that made it, then create a new cache over the backing file"
             )));
         }
-        if u32_at(8) != WC_VERSION {
+        if u32_at(8) != VERSION {
             return Err(Error::bad(format!(
-                "write cache format version {} (this program reads {WC_VERSION})",
+                "write cache format version {} (this program reads {VERSION})",
                 u32_at(8)
             )));
         }
@@ -415,14 +413,14 @@ impl WcSuperblock {
         }
         let policy = DestagePolicy::from_byte(b[48])
             .ok_or_else(|| Error::bad(format!("write cache superblock: policy byte {}", b[48])))?;
-        let sb = WcSuperblock {
+        let sb = Superblock {
             sector_bytes: u32_at(12),
             slots: u32_at(16),
             blocks: u64_at(20),
             identity: u128::from_le_bytes(b[28..44].try_into().unwrap()),
             backing_block_bytes: u32_at(44),
             backing_blocks: u64_at(64),
-            settings: WcSettings {
+            settings: Settings {
                 policy,
                 high_watermark_pct: b[49],
                 low_watermark_pct: b[50],
@@ -439,7 +437,7 @@ impl WcSuperblock {
     fn check_geometry(&self, cleaner_byte: u8) -> Result<()> {
         let bb = self.backing_block_bytes;
         let ok = valid_sector(self.sector_bytes)
-            && (WC_SLOTS_MIN..=SLOTS_MAX).contains(&self.slots)
+            && (SLOTS_MIN..=SLOTS_MAX).contains(&self.slots)
             && bb == crate::write::BACKING_BLOCK_BYTES
             && bb.is_multiple_of(self.sector_bytes)
             && cleaner_byte <= 1
@@ -454,8 +452,8 @@ impl WcSuperblock {
         Ok(())
     }
 
-    pub fn layout(&self) -> WcLayout {
-        WcLayout::new(self.slots, self.sector_bytes)
+    pub fn layout(&self) -> Layout {
+        Layout::new(self.slots, self.sector_bytes)
     }
 
     /// Most blocks of one atomic write: half the slots, at most 64.
@@ -468,7 +466,7 @@ impl WcSuperblock {
 /// Counters over the cache's life (saved at every clean close; a crash loses this run's
 /// counts, never data): dm-writecache's event counters, then destages by trigger.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct WcCounters {
+pub struct Counters {
     pub read_blocks: u64,
     pub read_hits: u64,
     pub write_blocks: u64,
@@ -490,9 +488,9 @@ pub struct WcCounters {
 /// Counters in the record's order.
 const COUNTERS: usize = 16;
 /// Bytes of the counters record: magic, the counters, checksum, zeros.
-pub const WC_COUNTERS_BYTES: usize = 8 + 8 * COUNTERS + 8;
+pub const COUNTERS_BYTES: usize = 8 + 8 * COUNTERS + 8;
 
-impl WcCounters {
+impl Counters {
     fn words(&self) -> [u64; COUNTERS] {
         [
             self.read_blocks,
@@ -514,8 +512,8 @@ impl WcCounters {
         ]
     }
 
-    fn from_words(w: [u64; COUNTERS]) -> WcCounters {
-        WcCounters {
+    fn from_words(w: [u64; COUNTERS]) -> Counters {
+        Counters {
             read_blocks: w[0],
             read_hits: w[1],
             write_blocks: w[2],
@@ -535,8 +533,8 @@ impl WcCounters {
         }
     }
 
-    pub fn encode(&self) -> [u8; WC_COUNTERS_BYTES] {
-        let mut b = [0u8; WC_COUNTERS_BYTES];
+    pub fn encode(&self) -> [u8; COUNTERS_BYTES] {
+        let mut b = [0u8; COUNTERS_BYTES];
         b[0..8].copy_from_slice(&COUNTERS_MAGIC.to_le_bytes());
         for (i, w) in self.words().iter().enumerate() {
             b[8 + 8 * i..16 + 8 * i].copy_from_slice(&w.to_le_bytes());
@@ -544,12 +542,12 @@ impl WcCounters {
         let end = 8 + 8 * COUNTERS;
         let crc = crc32c::crc32c(&b[..end]);
         b[end..end + 4].copy_from_slice(&crc.to_le_bytes());
-        debug_assert_eq!(WcCounters::decode(&b), Some(*self));
+        debug_assert_eq!(Counters::decode(&b), Some(*self));
         b
     }
 
     /// None when the record is absent or torn (a crash during a close).
-    pub fn decode(b: &[u8]) -> Option<WcCounters> {
+    pub fn decode(b: &[u8]) -> Option<Counters> {
         let end = 8 + 8 * COUNTERS;
         let crc = u32::from_le_bytes(b[end..end + 4].try_into().unwrap());
         if b[0..8] != COUNTERS_MAGIC.to_le_bytes() || crc != crc32c::crc32c(&b[..end]) {
@@ -559,17 +557,17 @@ impl WcCounters {
         for (i, x) in w.iter_mut().enumerate() {
             *x = u64::from_le_bytes(b[8 + 8 * i..16 + 8 * i].try_into().unwrap());
         }
-        Some(WcCounters::from_words(w))
+        Some(Counters::from_words(w))
     }
 
     /// These counters plus `o`'s (saturating).
-    pub fn plus(&self, o: &WcCounters) -> WcCounters {
+    pub fn plus(&self, o: &Counters) -> Counters {
         let (a, b) = (self.words(), o.words());
         let mut w = [0u64; COUNTERS];
         for i in 0..COUNTERS {
             w[i] = a[i].saturating_add(b[i]);
         }
-        WcCounters::from_words(w)
+        Counters::from_words(w)
     }
 
     /// Blocks destaged, over every trigger.
@@ -582,34 +580,31 @@ impl WcCounters {
     }
 }
 
-/// The commit words' offsets (UBJ's).
-pub const WC_COMMIT_OFF: [u64; 2] = COMMIT_OFF;
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn superblock_admission_and_counters_round_trip_and_refuse_damage() {
-        let sb = WcSuperblock {
+        let sb = Superblock {
             slots: 64,
             sector_bytes: 512,
             blocks: 800,
             backing_block_bytes: 4096,
             backing_blocks: 100,
             identity: 77 << 64 | 5,
-            settings: WcSettings {
+            settings: Settings {
                 high_watermark_pct: 50,
                 low_watermark_pct: 45,
                 max_age_ms: 10,
                 cleaner: true,
-                ..WcSettings::default()
+                ..Settings::default()
             },
         };
         let mut b = sb.encode();
-        assert_eq!(WcSuperblock::decode(&b).unwrap(), sb);
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
         b[21] ^= 1;
-        let e = WcSuperblock::decode(&b).unwrap_err().to_string();
+        let e = Superblock::decode(&b).unwrap_err().to_string();
         assert!(e.contains("checksum"), "{e}");
         let a = Admit::ranges(vec![10..20, 0..4, 15..30], 100).unwrap();
         assert_eq!(a, Admit::Ranges(vec![0..4, 10..30]), "sorted and merged");
@@ -622,29 +617,29 @@ mod tests {
             Admit::ranges(vec![1..2, 90..101], 100).is_err(),
             "past the end"
         );
-        let c = WcCounters {
+        let c = Counters {
             read_hits: 3,
             destaged_room: u64::MAX,
             ..Default::default()
         };
         let mut b = c.encode();
-        assert_eq!(WcCounters::decode(&b), Some(c));
+        assert_eq!(Counters::decode(&b), Some(c));
         assert_eq!(c.plus(&c).destaged_room, u64::MAX);
         b[9] ^= 1;
-        assert_eq!(WcCounters::decode(&b), None);
+        assert_eq!(Counters::decode(&b), None);
     }
 
     #[test]
     fn layouts_fit_and_settings_validate() {
         for sector in [512, 4096] {
-            let l = WcLayout::new(100, sector);
+            let l = Layout::new(100, sector);
             assert_eq!(l.data_off % 4096, 0);
-            assert_eq!(WcLayout::fitting(l.region_bytes, sector), Some(l));
+            assert_eq!(Layout::fitting(l.region_bytes, sector), Some(l));
         }
-        let s = |h, l| WcSettings {
+        let s = |h, l| Settings {
             high_watermark_pct: h,
             low_watermark_pct: l,
-            ..WcSettings::default()
+            ..Settings::default()
         };
         assert!(s(0, 0).validate().is_ok() && s(50, 45).validate().is_ok());
         assert!(s(0, 10).validate().is_err() && s(50, 50).validate().is_err());

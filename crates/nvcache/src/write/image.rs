@@ -8,39 +8,37 @@ use crate::common::format::{decode_path, encode_path};
 use crate::common::image::{
     claim_existing, open_cache, prepare_backing, read_first_block, Validated,
 };
-use crate::write::format::{
-    Admit, WcLayout, WcSettings, WcSuperblock, WC_PATH_BYTES, WC_PATH_OFF, WC_SLOTS_MIN,
-};
-use crate::write::{create_wc, WriteCache};
+use crate::write::format::{Admit, Layout, Settings, Superblock, PATH_BYTES, PATH_OFF, SLOTS_MIN};
+use crate::write::{create, WriteCache};
 use nvstack_core::error::{Error, Result, FIELD};
 use nvstack_pmem::{MmapRegion, Region};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A write cache on a mapped image file.
-pub type WcImage = WriteCache<MmapRegion>;
+pub type WriteCacheImage = WriteCache<MmapRegion>;
 
-/// What `create_wc_image` makes.
-pub struct WcCreateOptions<'a> {
+/// What `create_image` makes.
+pub struct CreateOptions<'a> {
     /// Bytes of NVRAM: the image file's length.
     pub size: u64,
     pub sector_bytes: u32,
     pub backing: &'a Path,
     /// Create the backing file exporting this many bytes (plus one 4 KiB label block).
     pub backing_size: Option<u64>,
-    pub settings: WcSettings,
+    pub settings: Settings,
     pub admit: Admit,
     pub force: bool,
 }
 
 /// An opened write cache and the backing file it opened over.
-pub struct WcOpened {
-    pub cache: Arc<WcImage>,
+pub struct Opened {
+    pub cache: Arc<WriteCacheImage>,
     pub backing: PathBuf,
 }
 
 /// Create a write cache image and label its backing file (created when absent).
-pub fn create_wc_image(path: &Path, o: &WcCreateOptions) -> Result<(WcSuperblock, PathBuf, bool)> {
+pub fn create_image(path: &Path, o: &CreateOptions) -> Result<(Superblock, PathBuf, bool)> {
     o.settings.validate()?;
     if !crate::write::format::valid_sector(o.sector_bytes) {
         return Err(Error::invalid(
@@ -51,13 +49,13 @@ pub fn create_wc_image(path: &Path, o: &WcCreateOptions) -> Result<(WcSuperblock
             ),
         ));
     }
-    if !o.size.is_multiple_of(4096) || WcLayout::fitting(o.size, o.sector_bytes).is_none() {
+    if !o.size.is_multiple_of(4096) || Layout::fitting(o.size, o.sector_bytes).is_none() {
         return Err(Error::bad(format!(
-            "cache size {} bytes: must be a multiple of 4096 holding at least {WC_SLOTS_MIN} slots \
+            "cache size {} bytes: must be a multiple of 4096 holding at least {SLOTS_MIN} slots \
              of {} bytes and their table (at least {} bytes)",
             o.size,
             o.sector_bytes,
-            WcLayout::new(WC_SLOTS_MIN, o.sector_bytes)
+            Layout::new(SLOTS_MIN, o.sector_bytes)
                 .region_bytes
                 .div_ceil(4096)
                 * 4096
@@ -75,30 +73,25 @@ pub fn create_wc_image(path: &Path, o: &WcCreateOptions) -> Result<(WcSuperblock
     Ok((made?, abs, created))
 }
 
-fn build(
-    path: &Path,
-    o: &WcCreateOptions,
-    backing: &FileDevice,
-    abs: &Path,
-) -> Result<WcSuperblock> {
+fn build(path: &Path, o: &CreateOptions, backing: &FileDevice, abs: &Path) -> Result<Superblock> {
     let record = encode_path(&abs.to_string_lossy())?;
-    if record.len() > WC_PATH_BYTES {
+    if record.len() > PATH_BYTES {
         return Err(Error::bad(format!(
             "backing path {}: longer than the {} bytes a write cache image records",
             abs.display(),
-            WC_PATH_BYTES - 8
+            PATH_BYTES - 8
         )));
     }
     crate::common::image::build_in_place(path, o.size, |region| {
-        region.write_nt(WC_PATH_OFF, &record);
-        create_wc(region, backing, o.sector_bytes, o.settings, &o.admit)
+        region.write_nt(PATH_OFF, &record);
+        create(region, backing, o.sector_bytes, o.settings, &o.admit)
     })
 }
 
-pub(crate) fn validate(path: &Path, write: bool) -> Result<Validated<WcSuperblock>> {
+pub(crate) fn validate(path: &Path, write: bool) -> Result<Validated<Superblock>> {
     let (file, len, block) = read_first_block(path, write, "a write cache image")?;
     let named = |e: Error| Error::bad(format!("{}: {e}", path.display()));
-    let sb = WcSuperblock::decode(&block).map_err(named)?;
+    let sb = Superblock::decode(&block).map_err(named)?;
     let need = sb.layout().region_bytes;
     if len < need {
         return Err(named(Error::bad(format!(
@@ -106,7 +99,7 @@ pub(crate) fn validate(path: &Path, write: bool) -> Result<Validated<WcSuperbloc
             sb.slots
         ))));
     }
-    let path_record = decode_path(&block[WC_PATH_OFF as usize..]).map(PathBuf::from);
+    let path_record = decode_path(&block[PATH_OFF as usize..]).map(PathBuf::from);
     Ok(Validated {
         file,
         sb,
@@ -115,27 +108,27 @@ pub(crate) fn validate(path: &Path, write: bool) -> Result<Validated<WcSuperbloc
 }
 
 /// Open a write cache for writing (exclusive locks, the region mapped shared, recovery run).
-pub fn open_wc_image(
+pub fn open_image(
     path: &Path,
     backing: Option<&Path>,
-    settings: Option<WcSettings>,
-) -> Result<WcOpened> {
+    settings: Option<Settings>,
+) -> Result<Opened> {
     let (cache, backing) = open_cache(path, validate(path, true)?, backing, true, |r, d| {
         WriteCache::open(r, d, settings)
     })?;
-    Ok(WcOpened { cache, backing })
+    Ok(Opened { cache, backing })
 }
 
 /// Open a write cache for reading: shared locks, a private copy of the region (recovery stays
 /// in memory), the backing file read-only.
-pub fn open_wc_readonly(path: &Path, backing: Option<&Path>) -> Result<WcOpened> {
+pub fn open_readonly(path: &Path, backing: Option<&Path>) -> Result<Opened> {
     let (cache, backing) = open_cache(path, validate(path, false)?, backing, false, |r, d| {
         WriteCache::open(r, d, None)
     })?;
-    Ok(WcOpened { cache, backing })
+    Ok(Opened { cache, backing })
 }
 
 /// Validate an image with plain reads (shared lock) and return its superblock.
-pub fn peek_wc(path: &Path) -> Result<WcSuperblock> {
+pub fn peek(path: &Path) -> Result<Superblock> {
     Ok(validate(path, false)?.sb)
 }

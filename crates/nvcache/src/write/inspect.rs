@@ -3,7 +3,7 @@
 //! every slot without storing its decisions, and every damaged slot listed (the open stops at
 //! the first), as UBJ's check does (ubj/inspect.rs).
 
-use crate::write::format::{Admit, WcCounters, WcSettings, WC_VERSION};
+use crate::write::format::{Admit, Counters, Settings, VERSION};
 use crate::write::image::validate;
 use crate::write::WriteCache;
 use nvstack_core::error::Result;
@@ -12,7 +12,7 @@ use std::path::Path;
 
 /// Slots by what recovery would do with them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct WcCensus {
+pub struct Census {
     pub free: u32,
     /// Whole copies kept: the blocks cached after the next open.
     pub cached: u32,
@@ -26,7 +26,7 @@ pub struct WcCensus {
 
 /// What a write cache image and its backing file say.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct WcInspection {
+pub struct Inspection {
     pub image: String,
     pub format_version: u32,
     pub sector_bytes: u32,
@@ -34,14 +34,14 @@ pub struct WcInspection {
     /// Sectors the cache exports.
     pub blocks: u64,
     pub identity: String,
-    pub settings: WcSettings,
+    pub settings: Settings,
     /// The admission record's name (None: unreadable, a finding).
     pub admit: Option<String>,
     /// The newest valid commit word (None: neither valid, a finding).
     pub commit: Option<u64>,
-    pub census: WcCensus,
+    pub census: Census,
     /// The counters over the cache's life as of its last clean close (None: unreadable).
-    pub counters: Option<WcCounters>,
+    pub counters: Option<Counters>,
     pub backing: Option<String>,
     pub backing_direct: bool,
     pub detached: bool,
@@ -51,19 +51,19 @@ pub struct WcInspection {
     pub notes: Vec<String>,
 }
 
-impl WcInspection {
+impl Inspection {
     pub fn consistent(&self) -> bool {
         self.findings.is_empty()
     }
 }
 
 /// Inspect `path` (and its backing file, or `backing` when given) without writing anything.
-pub fn inspect_wc(path: &Path, backing: Option<&Path>) -> Result<WcInspection> {
+pub fn inspect(path: &Path, backing: Option<&Path>) -> Result<Inspection> {
     let v = validate(path, false)?;
     let sb = v.sb;
-    let mut r = WcInspection {
+    let mut r = Inspection {
         image: path.display().to_string(),
-        format_version: WC_VERSION,
+        format_version: VERSION,
         sector_bytes: sb.sector_bytes,
         slots: sb.slots,
         blocks: sb.blocks,
@@ -71,7 +71,7 @@ pub fn inspect_wc(path: &Path, backing: Option<&Path>) -> Result<WcInspection> {
         settings: sb.settings,
         admit: None,
         commit: None,
-        census: WcCensus::default(),
+        census: Census::default(),
         counters: None,
         backing: None,
         backing_direct: false,
@@ -93,7 +93,7 @@ pub fn inspect_wc(path: &Path, backing: Option<&Path>) -> Result<WcInspection> {
         Ok(a) => r.admit = Some(Admit::name(&a)),
         Err(e) => r.findings.push(format!("admission record: {e}")),
     }
-    r.counters = crate::write::read_wc_counters(&region);
+    r.counters = crate::write::read_counters(&region);
     if r.counters.is_none() {
         r.notes.push(
             "the counters record is unreadable (a crash during a close): counting restarts".into(),
@@ -103,17 +103,13 @@ pub fn inspect_wc(path: &Path, backing: Option<&Path>) -> Result<WcInspection> {
 }
 
 /// Recovery's walk over every slot: the census, each damaged slot a finding.
-fn inspect_table(
-    region: &MmapRegion,
-    layout: &crate::write::format::WcLayout,
-    r: &mut WcInspection,
-) {
+fn inspect_table(region: &MmapRegion, layout: &crate::write::format::Layout, r: &mut Inspection) {
     let w = crate::write::recover::walk(region, layout, None);
     let cached = w.copies.iter().flatten().count() as u32;
     let cleared = w.clears.len() as u32;
     let damaged = w.findings.len() as u32;
     r.commit = w.commit;
-    r.census = WcCensus {
+    r.census = Census {
         free: layout.slots.saturating_sub(cached + cleared + damaged),
         cached,
         cut: cleared - w.replaced,
@@ -133,11 +129,11 @@ fn inspect_table(
 /// dm-writecache's 14 status fields, named and ordered as in its documentation, then the
 /// destages by trigger.
 #[derive(serde::Serialize)]
-pub struct WcStatus {
+pub struct Status {
     pub image: String,
     pub backing: String,
     pub sector_bytes: u32,
-    pub settings: WcSettings,
+    pub settings: Settings,
     pub admit: String,
     pub admitted_ranges: Vec<[u64; 2]>,
     /// The 14 fields.
@@ -173,15 +169,15 @@ pub struct Destaged {
 
 /// A write cache's status (`nvstack cache status`): dm-writecache's 14 fields, the destages
 /// by trigger and the settings, from a cache opened read-only.
-pub fn status_of<R: Region>(c: &WriteCache<R>, image: &Path, backing: &Path) -> Result<WcStatus> {
+pub fn status_of<R: Region>(c: &WriteCache<R>, image: &Path, backing: &Path) -> Result<Status> {
     let sb = *c.superblock();
-    let (k, readable): (WcCounters, bool) = c.lifetime();
+    let (k, readable): (Counters, bool) = c.lifetime();
     let admit = c.admit_record()?;
     assert!(
         c.cached_blocks() <= u64::from(sb.slots),
         "no more cached blocks than slots"
     );
-    Ok(WcStatus {
+    Ok(Status {
         image: image.display().to_string(),
         backing: backing.display().to_string(),
         sector_bytes: sb.sector_bytes,

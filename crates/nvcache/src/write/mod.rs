@@ -32,11 +32,11 @@ pub(crate) mod recover;
 pub mod serve;
 
 use crate::common::format::{encode_commit, LBA_MAX, SEQ_MAX};
-use crate::write::bugs::WcBug;
-use crate::write::entry::{crc_of, WcEntry};
+use crate::write::bugs::Bug;
+use crate::write::entry::{crc_of, Entry};
 use crate::write::format::{
-    Admit, DestagePolicy, WcCounters, WcLayout, WcSettings, WcSuperblock, WC_COMMIT_OFF,
-    WC_COUNTERS_BYTES, WC_COUNTERS_OFF,
+    Admit, Counters, DestagePolicy, Layout, Settings, Superblock, COMMIT_OFF, COUNTERS_BYTES,
+    COUNTERS_OFF,
 };
 use nvstack_core::blockdev::{BlockDevice, Caps, Durability};
 use nvstack_core::error::{Error, Result, FIELD};
@@ -69,8 +69,8 @@ pub(crate) struct Cached {
 }
 
 impl Cached {
-    pub(crate) fn entry(&self) -> WcEntry {
-        WcEntry {
+    pub(crate) fn entry(&self) -> Entry {
+        Entry {
             lba: self.lba,
             seq: self.seq,
             tombstone: self.tombstone,
@@ -227,12 +227,12 @@ pub(crate) struct WState {
     /// stores their clears before its fence (or overwrites them), a destage before its own.
     pub pending_clears: Vec<u32>,
     pub order: Order,
-    pub stats: WcCounters,
-    pub stored: Option<WcCounters>,
+    pub stats: Counters,
+    pub stored: Option<Counters>,
     /// A bypassed write reached the backing device since its last flush.
     pub bypass_unflushed: bool,
     pub error: Option<String>,
-    pub settings: WcSettings,
+    pub settings: Settings,
     pub admit: crate::write::admit::Admission,
     /// When the cache opened: every block's `written_at` while max-age is off.
     pub opened_at: Instant,
@@ -250,7 +250,7 @@ pub(crate) struct WState {
     /// lock): the backing blocks `lo..hi` it may write. Another destage, and a backing write
     /// into them (a bypassed write, a long discard), waits for `WriteCache::changed`.
     pub destaging: Option<(u64, u64)>,
-    /// A destage thread serves the watermarks (`wserve::WcDestager`): a write past the high
+    /// A destage thread serves the watermarks (`wserve::Destager`): a write past the high
     /// watermark wakes it instead of destaging itself.
     pub background: bool,
     /// The destage thread, parked until a write past the high watermark unparks it (None:
@@ -269,8 +269,8 @@ pub(crate) struct WState {
 pub struct WriteCache<R: Region> {
     pub(crate) region: Arc<R>,
     pub(crate) backing: Arc<dyn BlockDevice>,
-    pub(crate) layout: WcLayout,
-    pub(crate) sb: WcSuperblock,
+    pub(crate) layout: Layout,
+    pub(crate) sb: Superblock,
     pub(crate) state: Mutex<WState>,
     /// The destage thread wants the lock: writes let it in first (a write takes the lock for
     /// each unit, back to back, and an unfair mutex would hand it back to the writer).
@@ -278,18 +278,18 @@ pub struct WriteCache<R: Region> {
     /// Notified when a destage group ends (room made, the backing device free) and when a
     /// write crosses the high watermark with a destage thread running.
     pub(crate) changed: Condvar,
-    pub(crate) bug: Option<WcBug>,
+    pub(crate) bug: Option<Bug>,
     recovered: usize,
 }
 
 /// Write a new write cache into `region` over `backing` (its label into the last block).
-pub fn create_wc<R: Region>(
+pub fn create<R: Region>(
     region: &R,
     backing: &dyn BlockDevice,
     sector_bytes: u32,
-    settings: WcSettings,
+    settings: Settings,
     admit: &Admit,
-) -> Result<WcSuperblock> {
+) -> Result<Superblock> {
     settings.validate()?;
     let bb = backing.block_bytes();
     if bb != BACKING_BLOCK_BYTES || backing.blocks() < 2 {
@@ -304,15 +304,15 @@ pub fn create_wc<R: Region>(
             "sector size {sector_bytes} B: 512 (the seed's) or 4096 (the backing device's block)"
         )));
     }
-    let layout = WcLayout::fitting(region.len(), sector_bytes).ok_or_else(|| {
+    let layout = Layout::fitting(region.len(), sector_bytes).ok_or_else(|| {
         Error::bad(format!(
             "cache size {} bytes: too small for {} slots",
             region.len(),
-            crate::write::format::WC_SLOTS_MIN
+            crate::write::format::SLOTS_MIN
         ))
     })?;
     let backing_blocks = (backing.blocks() - 1).min(LBA_MAX / u64::from(bb / sector_bytes));
-    let sb = WcSuperblock {
+    let sb = Superblock {
         slots: layout.slots,
         sector_bytes,
         blocks: backing_blocks * u64::from(bb / sector_bytes),
@@ -327,11 +327,11 @@ pub fn create_wc<R: Region>(
     crate::common::label::write_label(backing, sb.identity, backing_blocks)?;
     let table = vec![0u8; (layout.data_off - crate::common::format::TABLE_OFF) as usize];
     region.write_nt(crate::common::format::TABLE_OFF, &table);
-    for off in WC_COMMIT_OFF {
+    for off in COMMIT_OFF {
         region.store_u64_nt(off, encode_commit(0));
     }
-    region.write_nt(WC_COUNTERS_OFF, &WcCounters::default().encode());
-    region.write_nt(crate::write::format::WC_ADMIT_OFF, &admit.encode());
+    region.write_nt(COUNTERS_OFF, &Counters::default().encode());
+    region.write_nt(crate::write::format::ADMIT_OFF, &admit.encode());
     region.write_nt(0, &sb.encode());
     region.fence();
     Ok(sb)
@@ -342,7 +342,7 @@ impl<R: Region> WriteCache<R> {
     pub fn open(
         region: Arc<R>,
         backing: Arc<dyn BlockDevice>,
-        over: Option<WcSettings>,
+        over: Option<Settings>,
     ) -> Result<WriteCache<R>> {
         WriteCache::open_seeded(region, backing, over, None)
     }
@@ -351,8 +351,8 @@ impl<R: Region> WriteCache<R> {
     pub fn open_seeded(
         region: Arc<R>,
         backing: Arc<dyn BlockDevice>,
-        over: Option<WcSettings>,
-        bug: Option<WcBug>,
+        over: Option<Settings>,
+        bug: Option<Bug>,
     ) -> Result<WriteCache<R>> {
         let sb = read_superblock(&*region)?;
         let layout = sb.layout();
@@ -388,7 +388,7 @@ impl<R: Region> WriteCache<R> {
         Ok(wc)
     }
 
-    pub fn superblock(&self) -> &WcSuperblock {
+    pub fn superblock(&self) -> &Superblock {
         &self.sb
     }
 
@@ -406,11 +406,11 @@ impl<R: Region> WriteCache<R> {
         read_admit(&*self.region)
     }
 
-    pub fn settings(&self) -> WcSettings {
+    pub fn settings(&self) -> Settings {
         self.lock().settings
     }
 
-    /// Run with the settings a served cache runs with (`WcSettings::served`: dm-writecache's
+    /// Run with the settings a served cache runs with (`Settings::served`: dm-writecache's
     /// watermarks and a bounded writeback where the image leaves them off), for this open.
     pub fn use_served_defaults(&self) {
         let mut st = self.lock();
@@ -471,13 +471,13 @@ impl<R: Region> WriteCache<R> {
         u64::from(self.sb.backing_block_bytes / self.sb.sector_bytes)
     }
 
-    pub fn stats(&self) -> WcCounters {
+    pub fn stats(&self) -> Counters {
         self.lock().stats
     }
 
     /// Counters over the cache's life (stored at the last clean close plus this run's), and
     /// whether the stored ones were readable.
-    pub fn lifetime(&self) -> (WcCounters, bool) {
+    pub fn lifetime(&self) -> (Counters, bool) {
         let st = self.lock();
         (
             st.stored.unwrap_or_default().plus(&st.stats),
@@ -491,15 +491,15 @@ impl<R: Region> WriteCache<R> {
         let mut st = self.wait_destage(self.lock());
         self.store_pending_clears(&mut st);
         let life = st.stored.unwrap_or_default().plus(&st.stats);
-        self.region.write_nt(WC_COUNTERS_OFF, &life.encode());
+        self.region.write_nt(COUNTERS_OFF, &life.encode());
         self.fence(&mut st);
     }
 
     /// dm-writecache's `clear_stats` message: the lifetime counters restart from zero.
     pub fn clear_stats(&self) {
         let mut st = self.lock();
-        st.stats = WcCounters::default();
-        st.stored = Some(WcCounters::default());
+        st.stats = Counters::default();
+        st.stored = Some(Counters::default());
         drop(st);
         self.save_counters();
     }
@@ -683,30 +683,30 @@ impl<R: Region> WriteCache<R> {
     }
 }
 
-fn read_superblock<R: Region + ?Sized>(region: &R) -> Result<WcSuperblock> {
-    let min = WcLayout::new(crate::write::format::WC_SLOTS_MIN, 512).region_bytes;
+fn read_superblock<R: Region + ?Sized>(region: &R) -> Result<Superblock> {
+    let min = Layout::new(crate::write::format::SLOTS_MIN, 512).region_bytes;
     if region.len() < min {
         return Err(Error::bad("not a write cache image (too short)"));
     }
-    let mut b = [0u8; crate::write::format::WC_SB_BYTES];
+    let mut b = [0u8; crate::write::format::SB_BYTES];
     region.read(0, &mut b);
-    WcSuperblock::decode(&b)
+    Superblock::decode(&b)
 }
 
 pub(crate) fn read_admit<R: Region + ?Sized>(region: &R) -> Result<Admit> {
-    let mut b = vec![0u8; crate::write::format::WC_ADMIT_BYTES];
-    region.read(crate::write::format::WC_ADMIT_OFF, &mut b);
+    let mut b = vec![0u8; crate::write::format::ADMIT_BYTES];
+    region.read(crate::write::format::ADMIT_OFF, &mut b);
     Admit::decode(&b)
 }
 
-pub(crate) fn read_wc_counters<R: Region + ?Sized>(region: &R) -> Option<WcCounters> {
-    let mut b = [0u8; WC_COUNTERS_BYTES];
-    region.read(WC_COUNTERS_OFF, &mut b);
-    WcCounters::decode(&b)
+pub(crate) fn read_counters<R: Region + ?Sized>(region: &R) -> Option<Counters> {
+    let mut b = [0u8; COUNTERS_BYTES];
+    region.read(COUNTERS_OFF, &mut b);
+    Counters::decode(&b)
 }
 
 /// The backing device's label names this cache, which is not detached.
-fn check_label(sb: &WcSuperblock, backing: &dyn BlockDevice) -> Result<()> {
+fn check_label(sb: &Superblock, backing: &dyn BlockDevice) -> Result<()> {
     if backing.block_bytes() != sb.backing_block_bytes || backing.blocks() != sb.backing_blocks + 1
     {
         return Err(Error::bad(format!(
@@ -730,7 +730,7 @@ fn check_label(sb: &WcSuperblock, backing: &dyn BlockDevice) -> Result<()> {
 impl<R: Region> WriteCache<R> {
     /// Store a slot's entry (one 32-byte non-temporal store, half a line). Pair assertion
     /// (debug builds): the CRC stored is the one the data stored gives.
-    pub(crate) fn store_entry(&self, slot: u32, e: &WcEntry, crc: u32) {
+    pub(crate) fn store_entry(&self, slot: u32, e: &Entry, crc: u32) {
         let off = self.layout.entry_off(slot);
         self.region
             .write_nt(off, &crate::write::entry::encode(slot, e, crc));
@@ -903,7 +903,7 @@ impl<R: Region> WriteCache<R> {
         }
         // Seeded bug long-discard-unflushed: the discard returns with the backing device's
         // discards not yet durable.
-        if self.bug != Some(WcBug::LongDiscardUnflushed) {
+        if self.bug != Some(Bug::LongDiscardUnflushed) {
             self.backing
                 .flush()
                 .map_err(|e| self.backing_failed(&mut st, e))?;
@@ -971,7 +971,7 @@ impl<R: Region> WriteCache<R> {
         let passed_by = st.settings.cleaner || !st.admit.admits(l);
         // Seeded bug bypass-keeps-cached-copy: a cached block the filter would pass by goes
         // to the backing device, its cached copy left in place.
-        let buggy = self.bug == Some(WcBug::BypassKeepsCachedCopy) && passed_by;
+        let buggy = self.bug == Some(Bug::BypassKeepsCachedCopy) && passed_by;
         !buggy && (!passed_by || st.index.contains_key(&l))
     }
 
@@ -1042,7 +1042,7 @@ impl<R: Region> WriteCache<R> {
         let mut placed = [(0u32, 0u32); N];
         for (i, &(lba, data)) in blocks.iter().enumerate() {
             let slot = self.take_slot(st, lba);
-            let e = WcEntry {
+            let e = Entry {
                 lba,
                 seq,
                 tombstone: data.is_none(),
@@ -1052,18 +1052,18 @@ impl<R: Region> WriteCache<R> {
             // buffer): the CRC's time overlaps their drain, which the fence waits for. Their
             // order before the fence does not matter (any subset may reach media first).
             // Seeded bug entry-before-data: the data comes after a fence.
-            if let Some(d) = data.filter(|_| self.bug != Some(WcBug::EntryBeforeData)) {
+            if let Some(d) = data.filter(|_| self.bug != Some(Bug::EntryBeforeData)) {
                 self.region.write_nt(self.layout.data_off(slot), d);
             }
             // Seeded bug checksum-skips-data: the CRC covers the entry alone.
-            let covered = data.filter(|_| self.bug != Some(WcBug::ChecksumSkipsData));
+            let covered = data.filter(|_| self.bug != Some(Bug::ChecksumSkipsData));
             let crc = crc_of(slot, &e, covered);
             self.store_entry(slot, &e, crc);
             placed[i] = (slot, crc);
         }
         self.store_pending_clears(st);
         self.commit_fences(st, seq, multi);
-        if self.bug == Some(WcBug::EntryBeforeData) {
+        if self.bug == Some(Bug::EntryBeforeData) {
             for (&(_, data), &(slot, _)) in blocks.iter().zip(&placed) {
                 if let Some(d) = data {
                     self.region.write_nt(self.layout.data_off(slot), d); // Seeded bug
@@ -1079,12 +1079,12 @@ impl<R: Region> WriteCache<R> {
     /// `seq`, another (the commit word says the write's entries are all whole).
     fn commit_fences(&self, st: &mut WState, seq: u64, multi: bool) {
         // Seeded bug commit-unfenced: the write returns before the fence that commits it.
-        let unfenced = self.bug == Some(WcBug::CommitUnfenced);
+        let unfenced = self.bug == Some(Bug::CommitUnfenced);
         if !unfenced || multi {
             self.fence(st);
         }
         if multi {
-            for off in WC_COMMIT_OFF {
+            for off in COMMIT_OFF {
                 self.region.store_u64_nt(off, encode_commit(seq));
             }
             if !unfenced {
@@ -1097,7 +1097,7 @@ impl<R: Region> WriteCache<R> {
     /// must not be the block's only copy). A slot whose clear is pending needs none: the new
     /// entry lands over it in the same fence.
     fn take_slot(&self, st: &mut WState, lba: u64) -> u32 {
-        if self.bug == Some(WcBug::ReuseBeforeFence) {
+        if self.bug == Some(Bug::ReuseBeforeFence) {
             if let Some(&old) = st.index.get(&lba) {
                 return old; // Seeded bug: the new copy lands in place
             }
@@ -1232,7 +1232,7 @@ impl<R: Region> WriteCache<R> {
     /// after a read): damage at rest is an error naming the slot, never data returned.
     pub(crate) fn read_slot_data(&self, c: &Cached, slot: u32, buf: &mut [u8]) -> Result<()> {
         self.region.read(self.layout.data_off(slot), buf);
-        let covered = (self.bug != Some(WcBug::ChecksumSkipsData)).then_some(&*buf);
+        let covered = (self.bug != Some(Bug::ChecksumSkipsData)).then_some(&*buf);
         if crc_of(slot, &c.entry(), covered) != c.crc {
             return Err(Error::finding(format!(
                 "write cache slot {slot} (block {}): its data fails the entry's checksum \

@@ -15,10 +15,10 @@
 //! Every refusal (V1, W2, no valid commit word) is a finding (`Error::Finding`, exit 1).
 
 use crate::common::format::SEQ_MAX;
-use crate::write::bugs::WcBug;
-use crate::write::entry::{crc_of, decode, WcDecoded, WcEntry};
-use crate::write::format::{WcLayout, WcSettings};
-use crate::write::{read_wc_counters, Cached, Index, Order, WState};
+use crate::write::bugs::Bug;
+use crate::write::entry::{crc_of, decode, Decoded, Entry};
+use crate::write::format::{Layout, Settings};
+use crate::write::{read_counters, Cached, Index, Order, WState};
 use nvstack_core::error::{Error, Result};
 use nvstack_pmem::Region;
 use std::time::Instant;
@@ -27,41 +27,41 @@ use std::time::Instant;
 enum SlotCase {
     Free,
     Cut,
-    Copy(WcEntry, u32),
+    Copy(Entry, u32),
 }
 
 /// Read and decide one slot (V0 to V4); Err for V1.
 fn read_slot<R: Region + ?Sized>(
     region: &R,
-    layout: &WcLayout,
+    layout: &Layout,
     slot: u32,
     commit: u64,
-    bug: Option<WcBug>,
+    bug: Option<Bug>,
     buf: &mut [u8],
 ) -> Result<SlotCase> {
     let off = layout.entry_off(slot);
     let w: [u64; 4] = std::array::from_fn(|i| region.load_u64(off + 8 * i as u64));
     let (e, crc) = match decode(slot, w) {
-        WcDecoded::Empty => return Ok(SlotCase::Free),
-        WcDecoded::Torn => return Ok(SlotCase::Cut),
-        WcDecoded::Damaged(what) => {
+        Decoded::Empty => return Ok(SlotCase::Free),
+        Decoded::Torn => return Ok(SlotCase::Cut),
+        Decoded::Damaged(what) => {
             return Err(Error::finding(format!(
                 "write cache slot {slot}: the entry's {what} fails its check bits (damaged at \
                  rest)"
             )))
         }
-        WcDecoded::Entry { entry, crc } => (entry, crc),
+        Decoded::Entry { entry, crc } => (entry, crc),
     };
     let data = (!e.tombstone).then(|| {
         region.read(layout.data_off(slot), buf);
         &buf[..]
     });
     // Seeded bug wc-recovery-skips-checksum: a cut write's entry is kept.
-    if crc != crc_of(slot, &e, data) && bug != Some(WcBug::RecoverySkipsChecksum) {
+    if crc != crc_of(slot, &e, data) && bug != Some(Bug::RecoverySkipsChecksum) {
         return Ok(SlotCase::Cut);
     }
     // Seeded bug wc-recovery-keeps-uncommitted: a multi-block write in flight is kept.
-    if e.multi && e.seq > commit && bug != Some(WcBug::RecoveryKeepsUncommitted) {
+    if e.multi && e.seq > commit && bug != Some(Bug::RecoveryKeepsUncommitted) {
         return Ok(SlotCase::Cut);
     }
     Ok(SlotCase::Copy(e, crc))
@@ -72,7 +72,7 @@ pub(crate) struct Walked {
     /// The newest valid commit word (None: neither is valid, a finding).
     pub commit: Option<u64>,
     /// Per slot: the copy recovery keeps (V4, the newest of its block).
-    pub copies: Vec<Option<(WcEntry, u32)>>,
+    pub copies: Vec<Option<(Entry, u32)>>,
     /// Slots recovery clears: cut writes (V2, V3) and replaced copies (W1).
     pub clears: Vec<u32>,
     /// Of `clears`, the replaced copies (W1).
@@ -84,11 +84,7 @@ pub(crate) struct Walked {
 }
 
 /// Walk every slot (V0 to V4, W1, W2), collecting each finding.
-pub(crate) fn walk<R: Region + ?Sized>(
-    region: &R,
-    layout: &WcLayout,
-    bug: Option<WcBug>,
-) -> Walked {
+pub(crate) fn walk<R: Region + ?Sized>(region: &R, layout: &Layout, bug: Option<Bug>) -> Walked {
     let mut w = Walked {
         commit: None,
         copies: vec![None; layout.slots as usize],
@@ -120,14 +116,7 @@ pub(crate) fn walk<R: Region + ?Sized>(
 
 /// A whole copy against the block's copy kept so far: the newer stays (W1), one sequence
 /// number twice is damage (W2).
-fn keep_newest(
-    w: &mut Walked,
-    best: &mut Index,
-    slot: u32,
-    e: WcEntry,
-    crc: u32,
-    bug: Option<WcBug>,
-) {
+fn keep_newest(w: &mut Walked, best: &mut Index, slot: u32, e: Entry, crc: u32, bug: Option<Bug>) {
     w.seq = w.seq.max(e.seq);
     let Some(other) = best.get(&e.lba).copied() else {
         best.insert(e.lba, slot);
@@ -144,8 +133,8 @@ fn keep_newest(
     }
     // Seeded bugs: the older copy wins (oldest-copy), or the first found (first-copy).
     let newer = match bug {
-        Some(WcBug::RecoveryOldestCopy) => e.seq < o.seq,
-        Some(WcBug::RecoveryFirstCopy) => false,
+        Some(Bug::RecoveryOldestCopy) => e.seq < o.seq,
+        Some(Bug::RecoveryFirstCopy) => false,
         _ => e.seq > o.seq,
     };
     let loser = if newer {
@@ -164,9 +153,9 @@ fn keep_newest(
 /// it with the number of entries cleared. The first damage refuses the open (a finding).
 pub(crate) fn recover<R: Region + ?Sized>(
     region: &R,
-    layout: &WcLayout,
-    settings: WcSettings,
-    bug: Option<WcBug>,
+    layout: &Layout,
+    settings: Settings,
+    bug: Option<Bug>,
 ) -> Result<(WState, usize)> {
     let w = walk(region, layout, bug);
     if let Some(f) = w.findings.first() {
@@ -190,10 +179,10 @@ pub(crate) fn recover<R: Region + ?Sized>(
 }
 
 fn state<R: Region + ?Sized>(
-    layout: &WcLayout,
-    settings: WcSettings,
+    layout: &Layout,
+    settings: Settings,
     seq: u64,
-    copies: Vec<Option<(WcEntry, u32)>>,
+    copies: Vec<Option<(Entry, u32)>>,
     region: &R,
 ) -> WState {
     let now = Instant::now();
@@ -206,7 +195,7 @@ fn state<R: Region + ?Sized>(
         pending_clears: Vec::new(),
         order: Order::new(settings.policy, seq ^ 0x5eed, layout.slots),
         stats: Default::default(),
-        stored: read_wc_counters(region),
+        stored: read_counters(region),
         bypass_unflushed: false,
         error: None,
         settings,
@@ -224,7 +213,7 @@ fn state<R: Region + ?Sized>(
         held: Vec::new(),
     };
     // The destage order starts as the write order (oldest first).
-    let mut kept: Vec<(u32, WcEntry, u32)> = copies
+    let mut kept: Vec<(u32, Entry, u32)> = copies
         .iter()
         .enumerate()
         .filter_map(|(s, c)| c.map(|(e, crc)| (s as u32, e, crc)))

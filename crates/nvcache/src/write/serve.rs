@@ -3,13 +3,13 @@
 //! timer that runs dm-writecache's timed triggers (max-age and the cleaner).
 //!
 //! Built on the write cache's public API only (write/mod.rs, write/destage.rs): every request goes
-//! through [`ServedWc`], which forwards it to the cache and then reads the live state under
+//! through [`Served`], which forwards it to the cache and then reads the live state under
 //! the cache's own lock and tells the observer while still holding it, so that observers see
 //! the states in the order the cache went through them. A process killed between a request's
 //! return from the cache and that report leaves the observer one request behind (the state
 //! before it); the cache itself is durable either way.
 
-use crate::write::format::WC_PATH_OFF;
+use crate::write::format::PATH_OFF;
 use crate::write::WriteCache;
 use nvstack_core::blockdev::{BlockDevice, Caps};
 use nvstack_core::error::{Error, Result, FIELD};
@@ -22,7 +22,7 @@ use std::time::Instant;
 
 /// A write cache's live state, as its observer is told it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WcLive {
+pub struct Live {
     /// Blocks held in the cache: every one is dirty (newer than the backing device's copy).
     pub cached: u64,
     /// Slots not free (format version 2 frees a replaced copy's slot at once: equals `cached`).
@@ -43,19 +43,19 @@ pub struct WcLive {
 
 /// Told a write cache's live state after every request and tick, under the cache's lock: it
 /// must not call the cache.
-pub trait WcObserver: Send + Sync {
-    fn wc_changed(&self, live: &WcLive);
+pub trait Observer: Send + Sync {
+    fn changed(&self, live: &Live);
 }
 
 /// The device a serve daemon exports: the write cache, reporting its state after each request.
-pub struct ServedWc<R: Region> {
+pub struct Served<R: Region> {
     cache: Arc<WriteCache<R>>,
-    observer: OnceLock<Arc<dyn WcObserver>>,
+    observer: OnceLock<Arc<dyn Observer>>,
 }
 
-impl<R: Region> ServedWc<R> {
-    pub fn new(cache: Arc<WriteCache<R>>) -> ServedWc<R> {
-        ServedWc {
+impl<R: Region> Served<R> {
+    pub fn new(cache: Arc<WriteCache<R>>) -> Served<R> {
+        Served {
             cache,
             observer: OnceLock::new(),
         }
@@ -66,7 +66,7 @@ impl<R: Region> ServedWc<R> {
     }
 
     /// Set the observer (once) and tell it the state now; false if one was already set.
-    pub fn observe(&self, o: Arc<dyn WcObserver>) -> bool {
+    pub fn observe(&self, o: Arc<dyn Observer>) -> bool {
         let set = self.observer.set(o).is_ok();
         self.report();
         set
@@ -77,7 +77,7 @@ impl<R: Region> ServedWc<R> {
         let Some(o) = self.observer.get() else { return };
         let st = self.cache.lock();
         let k = st.stats;
-        let live = WcLive {
+        let live = Live {
             cached: st.index.len() as u64,
             used_slots: (st.slots.len() - st.free.len()) as u64,
             destaged_room: k.destaged_room,
@@ -89,7 +89,7 @@ impl<R: Region> ServedWc<R> {
             flushes: k.flushes,
             error: st.error.is_some(),
         };
-        o.wc_changed(&live);
+        o.changed(&live);
     }
 
     fn reported<T>(&self, r: Result<T>) -> Result<T> {
@@ -98,7 +98,7 @@ impl<R: Region> ServedWc<R> {
     }
 }
 
-impl<R: Region> BlockDevice for ServedWc<R> {
+impl<R: Region> BlockDevice for Served<R> {
     fn block_bytes(&self) -> u32 {
         self.cache.block_bytes()
     }
@@ -124,7 +124,7 @@ impl<R: Region> BlockDevice for ServedWc<R> {
 
 /// A served write cache's timed triggers (max-age, the cleaner), driven by a
 /// [`crate::common::ticker::Ticker`]: the state is reported after each tick.
-impl<R: Region + 'static> crate::common::ticker::Tick for ServedWc<R> {
+impl<R: Region + 'static> crate::common::ticker::Tick for Served<R> {
     fn tick(&self, now: Instant) -> Result<()> {
         let r = self.cache.tick(now);
         self.report();
@@ -140,7 +140,7 @@ impl<R: Region + 'static> crate::common::ticker::Tick for ServedWc<R> {
 /// destages victims with their neighbours, in runs, until the low watermark, while writes go
 /// on (a write waits only when the cache is full: room is being made). Started only when the
 /// high watermark is on; stopped and joined when dropped (writes then destage themselves).
-pub struct WcDestager<R: Region + 'static> {
+pub struct Destager<R: Region + 'static> {
     cache: Arc<WriteCache<R>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -149,9 +149,9 @@ pub struct WcDestager<R: Region + 'static> {
 /// How long the destage thread sleeps when nothing wakes it.
 const DESTAGER_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
 
-impl<R: Region + 'static> WcDestager<R> {
+impl<R: Region + 'static> Destager<R> {
     /// Start the thread, or None when the high watermark is off.
-    pub fn start(served: &Arc<ServedWc<R>>) -> Option<WcDestager<R>> {
+    pub fn start(served: &Arc<Served<R>>) -> Option<Destager<R>> {
         let cache = served.cache.clone();
         if cache.settings().high_watermark_pct == 0 {
             return None;
@@ -170,7 +170,7 @@ impl<R: Region + 'static> WcDestager<R> {
             cache.lock().background = false;
             return None;
         }
-        Some(WcDestager {
+        Some(Destager {
             cache,
             stop,
             thread,
@@ -215,7 +215,7 @@ fn destage_loop<R: Region>(
     }
 }
 
-impl<R: Region + 'static> Drop for WcDestager<R> {
+impl<R: Region + 'static> Drop for Destager<R> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         self.cache.lock().background = false;
@@ -229,10 +229,10 @@ impl<R: Region + 'static> Drop for WcDestager<R> {
 }
 
 /// The backing file a write cache image names (`over` when given), after validating the image
-/// with plain reads under a shared lock (`wimage::peek_wc`): for a process that loads both
+/// with plain reads under a shared lock (`wimage::peek`): for a process that loads both
 /// files itself (the serve daemon's power-cut runs).
-pub fn wc_backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
-    crate::write::image::peek_wc(path)?;
+pub fn backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
+    crate::write::image::peek(path)?;
     if let Some(p) = over {
         return Ok(p.to_path_buf());
     }
@@ -241,7 +241,7 @@ pub fn wc_backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
     let mut block = vec![0u8; 4096];
     f.read_exact_at(&mut block, 0)
         .map_err(|e| Error::env(format!("{}: cannot read: {e}", path.display())))?;
-    crate::common::format::decode_path(&block[WC_PATH_OFF as usize..])
+    crate::common::format::decode_path(&block[PATH_OFF as usize..])
         .map(PathBuf::from)
         .map_err(|e| {
             Error::invalid(
@@ -255,12 +255,12 @@ pub fn wc_backing_of(path: &Path, over: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// The write cache as served: the state reported after `writeback`, `detach` and `close`.
-impl<R: Region + 'static> crate::Cache for ServedWc<R> {
+impl<R: Region + 'static> crate::Cache for Served<R> {
     fn kind(&self) -> crate::CacheKind {
         crate::CacheKind::Write
     }
     fn observe(&self, o: Arc<dyn crate::CacheObserver>) -> bool {
-        ServedWc::observe(self, o)
+        Served::observe(self, o)
     }
     fn writeback(&self) -> Result<u64> {
         let n = self.cache.writeback();
@@ -300,8 +300,8 @@ impl<R: Region + 'static> crate::Cache for ServedWc<R> {
 mod tests {
     use super::*;
     use crate::common::backing::FileDevice;
-    use crate::write::format::{Admit, WcSettings};
-    use crate::write::image::{create_wc_image, open_wc_image, WcCreateOptions};
+    use crate::write::format::{Admit, Settings};
+    use crate::write::image::{create_image, open_image, CreateOptions};
     use crate::{Cache, Closed};
     use std::sync::Mutex;
 
@@ -326,16 +326,16 @@ mod tests {
         }
     }
 
-    struct Seen(Mutex<Vec<WcLive>>);
-    impl WcObserver for Seen {
-        fn wc_changed(&self, live: &WcLive) {
+    struct Seen(Mutex<Vec<Live>>);
+    impl Observer for Seen {
+        fn changed(&self, live: &Live) {
             self.0.lock().unwrap().push(*live);
         }
     }
 
-    fn made(dir: &Path, settings: WcSettings) -> Arc<ServedWc<nvstack_pmem::MmapRegion>> {
+    fn made(dir: &Path, settings: Settings) -> Arc<Served<nvstack_pmem::MmapRegion>> {
         let (img, back) = (dir.join("wc.img"), dir.join("back"));
-        let o = WcCreateOptions {
+        let o = CreateOptions {
             size: 256 << 10,
             sector_bytes: 512,
             backing: &back,
@@ -344,15 +344,15 @@ mod tests {
             admit: Admit::All,
             force: false,
         };
-        create_wc_image(&img, &o).unwrap();
-        let c = open_wc_image(&img, None, None).unwrap().cache;
-        Arc::new(ServedWc::new(c))
+        create_image(&img, &o).unwrap();
+        let c = open_image(&img, None, None).unwrap().cache;
+        Arc::new(Served::new(c))
     }
 
     #[test]
     fn reports_the_live_state_after_each_request_and_names_the_backing_file() {
         let dir = Scratch::new("report");
-        let s = made(dir.path(), WcSettings::default());
+        let s = made(dir.path(), Settings::default());
         let seen = Arc::new(Seen(Mutex::new(Vec::new())));
         assert!(s.observe(seen.clone()));
         s.write(3, &[7u8; 1024]).unwrap();
@@ -365,11 +365,11 @@ mod tests {
         let mut back = vec![0u8; 1024];
         s.read(3, &mut back).unwrap();
         assert_eq!(back, vec![7u8; 1024]);
-        let named = wc_backing_of(&dir.path().join("wc.img"), None);
+        let named = backing_of(&dir.path().join("wc.img"), None);
         // The image is locked exclusively by the open cache: a shared lock is refused.
         assert!(named.is_err());
         drop(s);
-        let named = wc_backing_of(&dir.path().join("wc.img"), None).unwrap();
+        let named = backing_of(&dir.path().join("wc.img"), None).unwrap();
         assert_eq!(
             named,
             std::fs::canonicalize(dir.path().join("back")).unwrap()
@@ -380,10 +380,10 @@ mod tests {
     #[test]
     fn a_served_cache_destages_in_the_background_and_a_clean_close_leaves_nothing_to_clear() {
         let dir = Scratch::new("close");
-        let s = made(dir.path(), WcSettings::default());
+        let s = made(dir.path(), Settings::default());
         s.cache().use_served_defaults();
         assert_eq!(s.cache().settings().high_watermark_pct, 50);
-        let destager = WcDestager::start(&s).expect("the served defaults have watermarks");
+        let destager = Destager::start(&s).expect("the served defaults have watermarks");
         // Past the high watermark the writes only wake the thread, which destages to the low
         // one (nothing else destages: the cache never fills).
         let slots = u64::from(s.cache().superblock().slots);
@@ -412,7 +412,7 @@ mod tests {
             "{done:?}"
         );
         drop(s);
-        let o = open_wc_image(&dir.path().join("wc.img"), None, None).unwrap();
+        let o = open_image(&dir.path().join("wc.img"), None, None).unwrap();
         assert_eq!(o.cache.recovered_entries(), 0, "a clean close leaves none");
         let mut back = vec![0u8; 1024];
         for k in [0, 1, 599, 600, 699] {
@@ -424,9 +424,9 @@ mod tests {
     #[test]
     fn the_timer_destages_by_max_age_and_reports_it() {
         let dir = Scratch::new("timer");
-        let settings = WcSettings {
+        let settings = Settings {
             max_age_ms: 20,
-            ..WcSettings::default()
+            ..Settings::default()
         };
         let s = made(dir.path(), settings);
         let seen = Arc::new(Seen(Mutex::new(Vec::new())));

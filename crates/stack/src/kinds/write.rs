@@ -9,10 +9,11 @@ use crate::spec::{ServeSpec, Served, ServedCache};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
 use nvstack_core::size::format_size;
-use nvstack_nvcache::write::format::{WcSettings, WC_MAGIC, WC_VERSION};
+use nvstack_nvcache::write::format::{Settings, MAGIC, VERSION};
 use nvstack_nvcache::write::image as wc;
-use nvstack_nvcache::write::inspect::{inspect_wc, status_of, WcStatus};
-use nvstack_nvcache::{Cache, ServedWc, Ticker, WcDestager, WriteCache};
+use nvstack_nvcache::write::inspect::{inspect, status_of, Status};
+use nvstack_nvcache::write::serve::{self as wserve, Destager};
+use nvstack_nvcache::{Cache, Ticker, WriteCache};
 use nvstack_pmem::Region;
 use std::any::Any;
 use std::path::{Path, PathBuf};
@@ -38,11 +39,11 @@ impl ImageKind for WriteCacheKind {
     }
 
     fn claims(&self, magic: [u8; 8]) -> bool {
-        u64::from_le_bytes(magic) == WC_MAGIC
+        u64::from_le_bytes(magic) == MAGIC
     }
 
     fn peek(&self, path: &Path) -> Result<Shape> {
-        let sb = wc::peek_wc(path)?;
+        let sb = wc::peek(path)?;
         Ok(Shape {
             kind: Kind::WriteCache,
             blocks: sb.blocks,
@@ -54,13 +55,13 @@ impl ImageKind for WriteCacheKind {
 
     fn open(&self, path: &Path, access: Access, backing: Option<&Path>) -> Result<Box<dyn Opened>> {
         Ok(Box::new(match access {
-            Access::Write => wc::open_wc_image(path, backing, None)?,
-            Access::ReadOnly => wc::open_wc_readonly(path, backing)?,
+            Access::Write => wc::open_image(path, backing, None)?,
+            Access::ReadOnly => wc::open_readonly(path, backing)?,
         }))
     }
 
     fn serve(&self, path: &Path, spec: &ServeSpec) -> Result<Served> {
-        let o = wc::open_wc_image(path, spec.backing, None)?;
+        let o = wc::open_image(path, spec.backing, None)?;
         let (what, dev, cache) = served(o.cache, spec.seed_destage);
         let what = format!("{what} over {}", o.backing.display());
         Ok(Served::cache(dev, cache, what))
@@ -73,7 +74,7 @@ impl ImageKind for WriteCacheKind {
         spec: &ServeSpec,
         cut: crate::powercut::PowerCutSpec,
     ) -> Result<Served> {
-        let bpath = nvstack_nvcache::write::serve::wc_backing_of(path, spec.backing)?;
+        let bpath = nvstack_nvcache::write::serve::backing_of(path, spec.backing)?;
         let pc = crate::powercut::PowerCut::load_cache(path, &bpath, cut)?;
         let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
         let w = WriteCache::open(Arc::new(nvram), Arc::new(disk), None)?;
@@ -88,11 +89,11 @@ impl ImageKind for WriteCacheKind {
 
 impl CacheKind for WriteCacheKind {
     fn backing_of(&self, image: &Path, over: Option<&Path>) -> Result<PathBuf> {
-        nvstack_nvcache::write::serve::wc_backing_of(image, over)
+        nvstack_nvcache::write::serve::backing_of(image, over)
     }
 
     fn status(&self, image: &Path, backing: Option<&Path>) -> Result<Report> {
-        let o = wc::open_wc_readonly(image, backing)?;
+        let o = wc::open_readonly(image, backing)?;
         let s = status_of(&o.cache, image, &o.backing)?;
         let mut out = Report::new(STATUS_LABEL_WIDTH);
         out.set_json(&s)?;
@@ -101,7 +102,7 @@ impl CacheKind for WriteCacheKind {
     }
 
     fn check(&self, image: &Path, backing: Option<&Path>) -> Result<Report> {
-        let r = inspect_wc(image, backing)?;
+        let r = inspect(image, backing)?;
         let mut out = Report::new(CHECK_LABEL_WIDTH);
         out.set_json(&r)?;
         out.row(
@@ -156,7 +157,7 @@ impl CacheKind for WriteCacheKind {
 
     fn stored_json(&self, image: &Path) -> Result<serde_json::Value> {
         let block = super::first_block(image)?;
-        let sb = nvstack_nvcache::write::format::WcSuperblock::decode(&block)
+        let sb = nvstack_nvcache::write::format::Superblock::decode(&block)
             .map_err(|e| e.context(image.display()))?;
         Ok(serde_json::json!({
             "slots": sb.slots,
@@ -170,10 +171,10 @@ impl CacheKind for WriteCacheKind {
 
 /// dm-writecache's 14 status fields, named and ordered as in its documentation, between the
 /// image's facts and the destages by trigger.
-fn status_rows(s: &WcStatus, out: &mut Report) {
+fn status_rows(s: &Status, out: &mut Report) {
     out.row(
         "image",
-        format!("{} (write cache, format v{WC_VERSION})", s.image),
+        format!("{} (write cache, format v{VERSION})", s.image),
     );
     out.row("backing", s.backing.clone());
     out.row("sector", format!("{} B", s.sector_bytes));
@@ -225,13 +226,13 @@ fn served<R: Region + 'static>(
         cache.use_served_defaults();
     }
     let what = opened_what(&cache);
-    let served = Arc::new(ServedWc::new(cache));
+    let served = Arc::new(wserve::Served::new(cache));
     // Stopped in this order at the close: the ticker, then the destage thread.
     let mut threads: Vec<Box<dyn Any + Send>> = Vec::new();
     if let Some(t) = Ticker::start(&served) {
         threads.push(Box::new(t));
     }
-    if let Some(d) = WcDestager::start(&served) {
+    if let Some(d) = Destager::start(&served) {
         threads.push(Box::new(d));
     }
     (what, served.clone(), ServedCache::new(served, threads))
@@ -264,7 +265,7 @@ fn opened_what<R: Region>(cache: &WriteCache<R>) -> String {
 }
 
 /// How a served write cache destages.
-fn destage_what(s: &WcSettings) -> String {
+fn destage_what(s: &Settings) -> String {
     match s.high_watermark_pct {
         0 => "the seed's one-block destage (a new block that finds no room destages one)".into(),
         h => format!(
@@ -275,7 +276,7 @@ fn destage_what(s: &WcSettings) -> String {
     }
 }
 
-impl Opened for wc::WcOpened {
+impl Opened for wc::Opened {
     fn device(&self) -> &dyn BlockDevice {
         &*self.cache
     }
@@ -286,7 +287,7 @@ impl Opened for wc::WcOpened {
 
     /// The contract is the served cache's: wrapped, with no threads started.
     fn cache(&self) -> Option<Arc<dyn Cache>> {
-        Some(Arc::new(ServedWc::new(self.cache.clone())))
+        Some(Arc::new(wserve::Served::new(self.cache.clone())))
     }
 
     /// The bypassed writes flushed (admitted ones were durable on return), counters stored.

@@ -14,9 +14,10 @@ use super::{parts, CacheTrace, SimCache, SimNvram, SlotTable};
 use crate::oracle::{Expect, Promise};
 use crate::target::{Labels, Recorded, RunningViolation, Shape, Workload};
 use nvstack_core::error::Result;
-use nvstack_nvcache::write::entry::WC_ENTRY_BYTES;
-use nvstack_nvcache::write::format::{Admit, WcLayout, WcSettings, WcSuperblock, WC_SB_BYTES};
-use nvstack_nvcache::{WcBug, WriteCache};
+use nvstack_nvcache::write::bugs::Bug;
+use nvstack_nvcache::write::entry::ENTRY_BYTES;
+use nvstack_nvcache::write::format::{Admit, Layout, Settings, Superblock, SB_BYTES};
+use nvstack_nvcache::WriteCache;
 use nvstack_pmem::crash::SimRegion;
 use nvstack_pmem::Region;
 use std::collections::BTreeMap;
@@ -35,7 +36,7 @@ pub const RANDOM_SLOTS: u32 = 32;
 
 /// Bytes of NVRAM a region of `layout` gives the cache: the disk starts at the next backing
 /// block.
-fn nvram_bytes(layout: &WcLayout) -> u64 {
+fn nvram_bytes(layout: &Layout) -> u64 {
     layout.region_bytes.div_ceil(BACKING_BLOCK_BYTES) * BACKING_BLOCK_BYTES
 }
 
@@ -44,25 +45,25 @@ fn nvram_bytes(layout: &WcLayout) -> u64 {
 pub fn format_sim(
     slots: u32,
     sectors: u64,
-    settings: WcSettings,
+    settings: Settings,
     admit: &Admit,
 ) -> Result<(Arc<SimRegion>, SlotTable)> {
-    let layout = WcLayout::new(slots, SECTOR_BYTES);
+    let layout = Layout::new(slots, SECTOR_BYTES);
     let nvram_bytes = nvram_bytes(&layout);
     let backing_blocks = sectors * u64::from(SECTOR_BYTES) / BACKING_BLOCK_BYTES;
     let region = Arc::new(SimRegion::zeroed(
         nvram_bytes + (backing_blocks + 1) * BACKING_BLOCK_BYTES,
     ));
     let (nvram, disk) = parts(&region, nvram_bytes);
-    let sb = nvstack_nvcache::create_wc(&nvram, &disk, SECTOR_BYTES, settings, admit)?;
+    let sb = nvstack_nvcache::write::create(&nvram, &disk, SECTOR_BYTES, settings, admit)?;
     debug_assert_eq!(sb.slots, slots);
     // Every entry word (four, docs/format.md 12.5) carries its own check bits.
-    let table = SlotTable::new(slots, |s| layout.entry_off(s), WC_ENTRY_BYTES / 8);
+    let table = SlotTable::new(slots, |s| layout.entry_off(s), ENTRY_BYTES / 8);
     Ok((region, table))
 }
 
 impl SimCache for WriteDevice {
-    type Bug = WcBug;
+    type Bug = Bug;
     const LABELS: Labels = Labels {
         protocol: "write",
         ordering: "nt",
@@ -73,13 +74,13 @@ impl SimCache for WriteDevice {
         block_bytes: SECTOR_BYTES,
         lanes: 1,
     };
-    const BUGS: &'static [WcBug] = &WcBug::ALL;
+    const BUGS: &'static [Bug] = &Bug::ALL;
 
-    fn bug_text(bug: WcBug) -> (&'static str, &'static str) {
+    fn bug_text(bug: Bug) -> (&'static str, &'static str) {
         (bug.name(), bug.what())
     }
 
-    fn bug_in_recovery(bug: WcBug) -> bool {
+    fn bug_in_recovery(bug: Bug) -> bool {
         bug.in_recovery()
     }
 
@@ -94,10 +95,10 @@ impl SimCache for WriteDevice {
     }
 
     /// The NVRAM's length comes from the superblock; the settings are the image's own.
-    fn open_sim(region: Arc<SimRegion>, bug: Option<WcBug>) -> Result<WriteDevice> {
-        let mut b = [0u8; WC_SB_BYTES];
+    fn open_sim(region: Arc<SimRegion>, bug: Option<Bug>) -> Result<WriteDevice> {
+        let mut b = [0u8; SB_BYTES];
         region.read(0, &mut b);
-        let sb = WcSuperblock::decode(&b)?;
+        let sb = Superblock::decode(&b)?;
         let (nvram, disk) = parts(&region, nvram_bytes(&sb.layout()));
         WriteCache::open_seeded(Arc::new(nvram), Arc::new(disk), None, bug)
     }
@@ -107,7 +108,7 @@ impl SimCache for WriteDevice {
         self.recovered_entries() > 0
     }
 
-    fn record(index: usize, bug: Option<WcBug>) -> Result<Recorded<CacheTrace>> {
+    fn record(index: usize, bug: Option<Bug>) -> Result<Recorded<CacheTrace>> {
         scenario::record(index, bug)
     }
 

@@ -8,8 +8,8 @@ use crate::oracle::{Expect, OpRecord};
 use crate::target::cache::{read_checked, recorded, start_recording, CacheTrace, Recording};
 use crate::target::{Recorded, RunningViolation, Workload};
 use nvstack_core::error::Result;
-use nvstack_nvcache::write::format::{Admit, WcSettings};
-use nvstack_nvcache::WcBug;
+use nvstack_nvcache::write::bugs::Bug;
+use nvstack_nvcache::write::format::{Admit, Settings};
 use nvstack_pmem::crash::SimRegion;
 use std::collections::BTreeMap;
 
@@ -170,28 +170,28 @@ impl<'a> Recorder<'a> {
 }
 
 /// A scenario's cache: slots, settings and admission.
-fn shape(name: &str) -> (u32, WcSettings, Admit) {
-    let dm = WcSettings {
+fn shape(name: &str) -> (u32, Settings, Admit) {
+    let dm = Settings {
         high_watermark_pct: 50,
         low_watermark_pct: 25,
         writeback_jobs: 2,
-        ..WcSettings::default()
+        ..Settings::default()
     };
-    let runs = WcSettings {
+    let runs = Settings {
         writeback_jobs: 8,
-        ..WcSettings::default()
+        ..Settings::default()
     };
     match name {
-        "destage-room" => (16, WcSettings::default(), Admit::All),
+        "destage-room" => (16, Settings::default(), Admit::All),
         "destage-runs" => (32, runs, Admit::All),
         "watermark" => (16, dm, Admit::All),
-        "bypass" | "cleaner" => (16, WcSettings::default(), Admit::one_range(0..64)),
-        _ => (32, WcSettings::default(), Admit::All),
+        "bypass" | "cleaner" => (16, Settings::default(), Admit::one_range(0..64)),
+        _ => (32, Settings::default(), Admit::All),
     }
 }
 
 /// Record scenario `index` of NAMES: format, its setup, then its workload from event `start`.
-pub fn record(index: usize, bug: Option<WcBug>) -> Result<Recorded<CacheTrace>> {
+pub fn record(index: usize, bug: Option<Bug>) -> Result<Recorded<CacheTrace>> {
     let name = NAMES[index];
     let (slots, settings, admit) = shape(name);
     let (region, _) = format_sim(slots, 128, settings, &admit)?;
@@ -299,12 +299,12 @@ fn workload(r: &mut Recorder<'_>, name: &str) -> Result<()> {
 /// The randomized tier's settings and admission: dm-writecache's watermarks (destaging with
 /// neighbours, two blocks between backing flushes) and the first 192 sectors admitted, the
 /// rest bypassing the cache.
-pub fn random_setup() -> (WcSettings, Admit) {
-    let s = WcSettings {
+pub fn random_setup() -> (Settings, Admit) {
+    let s = Settings {
         high_watermark_pct: 50,
         low_watermark_pct: 25,
         writeback_jobs: 2,
-        ..WcSettings::default()
+        ..Settings::default()
     };
     (s, Admit::one_range(0..192))
 }
