@@ -51,6 +51,9 @@ only_nvstack nvstack-flash nvstack-core
 # in nvstack-export, may use it, never the reverse).
 only_nvstack nvstack-stack nvstack-core nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-policy
 transports="fuser libublk io-uring nvstack-export"
+# The transports and the daemon around them (nvstack-export) sit on the stack and below it: no
+# simulator (the program wraps the device to record a trace), no lab, no checker.
+only_nvstack nvstack-export nvstack-core nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-policy nvstack-stack
 forbid nvstack-stack all "the stack speaks no transport" $transports
 # What embeds the stack in another program links no transport either.
 for pkg in nvstack-sqlite nvstack-python; do

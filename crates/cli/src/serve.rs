@@ -7,13 +7,13 @@
 
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
+use nvstack_export::daemon::{self, Daemon, Opened, PowerCutArm};
 use nvstack_export::file::BlockFile;
 use nvstack_export::fuse::{self, DiskFs, FuseOptions, MountOptions, Negotiated, DISK_NAME};
 use nvstack_export::loopdev::{self, FuseLimits};
-use nvstack_export::stats::ServeStats;
 use nvstack_sim::trace::nvstack::{RecordingDevice, TraceWriter};
-use nvstack_stack::powercut::{PowerCut, PowerCutSpec};
-use nvstack_stack::{Kind, ServeSpec, Served};
+use nvstack_stack::powercut::PowerCutSpec;
+use nvstack_stack::{Kind, ServeSpec};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -352,35 +352,6 @@ pub fn check_mountpoint(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// What a clean close did, in a sentence.
-fn closed_what(c: &nvstack_nvcache::Closed) -> String {
-    match c {
-        nvstack_nvcache::Closed::Ubj { epoch, life: k } => format!(
-            "final commit at epoch {epoch}; counters stored ({} commits, {} checkpoints, {} \
-             bytes written by the user, {} to the backing file over the cache's life); no \
-             checkpoint (`nvstack cache writeback` writes everything back)",
-            k.commits, k.checkpoints, k.user_bytes_written, k.backing_bytes_written
-        ),
-        nvstack_nvcache::Closed::Write {
-            cached_blocks,
-            life: k,
-        } => format!(
-            "backing device flushed; counters stored ({} blocks written, {} bypassed, {} \
-             destaged, {} bytes written to the backing file over the cache's life); \
-             {cached_blocks} blocks stay cached in NVRAM, not written back (`nvstack cache \
-             writeback` or `detach` writes them back)",
-            k.write_blocks,
-            k.write_bypass,
-            k.destaged_room
-                + k.destaged_watermark
-                + k.destaged_max_age
-                + k.destaged_cleaner
-                + k.destaged_writeback,
-            k.backing_bytes_written
-        ),
-    }
-}
-
 /// A UBJ image's settings for this run: the stored ones with the command line's over them,
 /// or None (the stored ones as they are).
 fn settings_over(a: &ServeArgs, image: &Path) -> Result<Option<nvstack_nvcache::Settings>> {
@@ -392,7 +363,7 @@ fn settings_over(a: &ServeArgs, image: &Path) -> Result<Option<nvstack_nvcache::
 }
 
 /// Open what `a` asks for through the stack, after the refusals that --force lifts.
-fn open_backend(a: &ServeArgs, backend: Backend) -> Result<Served> {
+fn open_backend(a: &ServeArgs, backend: Backend) -> Result<Opened> {
     match (backend, a.force) {
         (Backend::DirectFile, false) => refuse_live_backing(a)?,
         (Backend::Raw, false) => refuse_raw_over_image(a)?,
@@ -414,7 +385,7 @@ fn open_backend(a: &ServeArgs, backend: Backend) -> Result<Served> {
             .map(PowerCutSpec::parse)
             .transpose()?,
     };
-    nvstack_stack::served::open(backend, &spec)
+    daemon::open(backend, &spec)
 }
 
 /// The plain backing file is refused when it is a live cache's (its newest data may be only
@@ -573,37 +544,12 @@ fn max_write_of(a: &ServeArgs, file: &BlockFile) -> Result<u64> {
     Ok(max_write)
 }
 
-/// Arms the power cut on SIGUSR1 (the delay starts now: the test sends SIGUSR1 once its
-/// workload runs, so no cut lands in its recovery checks).
-fn arm_power_cut(pc: &Arc<PowerCut>, stats: &Arc<ServeStats>) {
-    eprintln!("nvstack serve: power cut armed");
-    let st = stats.clone();
-    pc.arm_with(move || {
-        // After the delay, the first instant (within 300 ms) at which acknowledged writes
-        // wait for an fsync (the cut must find writes in flight, like the kill tests'
-        // SIGKILL), and the counters stop there: nothing is acknowledged after the cut.
-        let (s, hit) = st.freeze_when(|s| s.acked_not_fsynced() > 0, Duration::from_millis(300));
-        eprintln!(
-            "nvstack serve: power cut: counters frozen at {} writes \
-             acknowledged, {} covered by fsyncs{}",
-            s.writes_acked,
-            s.fsync_covered,
-            if hit {
-                ""
-            } else {
-                " (no unfsynced write within 300 ms)"
-            }
-        );
-    });
-}
-
 /// The thread that answers signals: SIGUSR1 arms the power cut (if any), SIGINT and SIGTERM
 /// unmount, which ends the session.
 fn spawn_signal_thread(
     mut unmounter: fuse::Unmounter,
     mountpoint: PathBuf,
-    power_cut: Option<Arc<PowerCut>>,
-    stats: Arc<ServeStats>,
+    power_cut: Option<PowerCutArm>,
 ) -> Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
@@ -616,8 +562,10 @@ fn spawn_signal_thread(
         .spawn(move || {
             for sig in signals.forever() {
                 if sig == signal_hook::consts::SIGUSR1 {
+                    // The cut's delay starts now: the test sends SIGUSR1 once its workload
+                    // runs, so no cut lands in its recovery checks.
                     if let Some(pc) = &power_cut {
-                        arm_power_cut(pc, &stats);
+                        pc.arm(|line| eprintln!("nvstack serve: {line}"));
                     }
                     continue;
                 }
@@ -734,26 +682,15 @@ fn report_when_agreed(
     Ok(())
 }
 
-/// After the session: closes the cache, writes back a power-cut region, closes the trace,
-/// reports the counters and removes the pid file.
-fn shut_down(
-    a: &ServeArgs,
-    served: &Served,
-    trace: Option<&TraceWriter>,
-    stats: &ServeStats,
-) -> Result<()> {
-    if let Some(c) = &served.cache {
-        let done = closed_what(&c.close()?);
-        eprintln!("nvstack serve: {done}");
-    }
-    if let Some(pc) = &served.power_cut {
-        pc.write_back_all()?;
-    }
+/// After the session: closes the daemon (the cache, a power-cut region's write-back), closes
+/// the trace, reports the counters and removes the pid file.
+fn shut_down(a: &ServeArgs, daemon: &mut Daemon, trace: Option<&TraceWriter>) -> Result<()> {
+    daemon.close(&mut |line| eprintln!("nvstack serve: {line}"))?;
     if let (Some(t), Some(p)) = (trace, &a.record_trace) {
         let n = t.close()?;
         eprintln!("nvstack serve: trace {}: {n} requests", p.display());
     }
-    let s = stats.snapshot();
+    let s = daemon.stats().snapshot();
     eprintln!(
         "nvstack serve: unmounted; {} writes, {} fsyncs, {} discards",
         s.writes_acked, s.fsyncs, s.discards
@@ -764,25 +701,15 @@ fn shut_down(
     Ok(())
 }
 
+/// The daemon: the device opened (wrapped to record a trace, its limits checked), then its
+/// live state published and its counters created, served through FUSE until unmounted.
 fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     let backend = check_paths(a)?;
-    let served = open_backend(a, backend)?;
-    let (dev, trace) = recording(a, served.dev.clone())?;
+    let opened = open_backend(a, backend)?;
+    let (dev, trace) = recording(a, opened.dev().clone())?;
     let file = Arc::new(BlockFile::new(dev));
     let max_write = max_write_of(a, &file)?;
-    // A served cache's live state is always published (`cache status` reads it); the entry
-    // goes at a clean stop, with `_live`.
-    let (_live, stats_file) = match (&served.cache, a.image.as_deref()) {
-        (Some(_), Some(img)) => {
-            let (guard, file) = nvstack_export::stats::publish_live(img, a.stats.as_deref())?;
-            (Some(guard), Some(file))
-        }
-        _ => (None, a.stats.clone()),
-    };
-    let stats = Arc::new(ServeStats::new(stats_file.as_deref())?);
-    if let Some(c) = &served.cache {
-        c.cache.observe(stats.clone());
-    }
+    let mut daemon = opened.publish(a.stats.as_deref())?;
     let served_name = a
         .image
         .as_deref()
@@ -797,7 +724,7 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
         std::fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m));
     let gid =
         std::fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::gid(&m));
-    let (fs, negotiated) = DiskFs::new(file.clone(), stats.clone(), opts, uid, gid);
+    let (fs, negotiated) = DiskFs::new(file.clone(), daemon.stats().clone(), opts, uid, gid);
     let mount_opts = MountOptions {
         fs_name: format!("nvstack:{}", served_name.display()),
         threads: a.threads,
@@ -806,8 +733,7 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     spawn_signal_thread(
         session.unmounter(),
         a.mountpoint.clone(),
-        served.power_cut.clone(),
-        stats.clone(),
+        daemon.power_cut(),
     )?;
     if let Some(p) = &a.pid_file {
         std::fs::write(p, format!("{}\n", std::process::id()))
@@ -816,7 +742,7 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     let ready = Ready {
         backend,
         served_name,
-        what: served.what.clone(),
+        what: daemon.what().to_string(),
         file: file.clone(),
         mountpoint: a.mountpoint.clone(),
         threads: a.threads,
@@ -825,7 +751,7 @@ fn run_daemon(a: &ServeArgs, notify: bool) -> Result<i32> {
     };
     report_when_agreed(ready, negotiated, session.unmounter())?;
     let ran = session.run();
-    shut_down(a, &served, trace.as_deref(), &stats)?;
+    shut_down(a, &mut daemon, trace.as_deref())?;
     ran.map_err(|e| Error::env(format!("FUSE session ended with an error: {e}")))?;
     Ok(0)
 }

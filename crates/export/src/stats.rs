@@ -27,7 +27,7 @@ use nvstack_core::error::{Error, Result};
 use nvstack_pmem::mmap::Backing;
 use nvstack_pmem::{Access, MmapRegion, Region};
 use std::fs::OpenOptions;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 pub const STATS_MAGIC: u64 = u64::from_le_bytes(*b"NVSTATS1");
@@ -353,22 +353,28 @@ impl nvstack_nvcache::write::serve::Observer for ServeStats {
 /// Where serve daemons publish a served cache's live state, always (`cache status` on a live
 /// cache reads it): one entry per served image, named by the image file's device and inode
 /// numbers, on tmpfs. The entry is the stats file itself, or a symbolic link to the one
-/// `--stats FILE` names.
+/// `--stats FILE` names. Publishing sweeps the entries of daemons that died without removing
+/// theirs (SIGKILLed, their images perhaps deleted since).
 pub const LIVE_DIR: &str = "/dev/shm/nvstack-live";
 
 /// The live-state entry of `image` (which must exist).
-pub fn live_entry(image: &Path) -> Result<std::path::PathBuf> {
+pub fn live_entry(image: &Path) -> Result<PathBuf> {
+    entry_in(Path::new(LIVE_DIR), image)
+}
+
+/// The entry of `image` in the live directory `dir`.
+fn entry_in(dir: &Path, image: &Path) -> Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(image)
         .map_err(|e| Error::env(format!("{}: cannot stat: {e}", image.display())))?;
-    Ok(Path::new(LIVE_DIR).join(format!("{:x}-{:x}", m.dev(), m.ino())))
+    Ok(dir.join(format!("{:x}-{:x}", m.dev(), m.ino())))
 }
 
 /// A published live state: its entry is removed when this is dropped (a clean stop). After a
 /// SIGKILL the entry stays; its daemon's pid, no longer running, marks it stale, and the next
-/// daemon serving the image replaces it.
+/// daemon that publishes sweeps it (the next one serving the image replaces it).
 pub struct Published {
-    entry: std::path::PathBuf,
+    entry: PathBuf,
 }
 
 impl Drop for Published {
@@ -378,24 +384,87 @@ impl Drop for Published {
 }
 
 /// Publish the live state of `image`, which the caller serves (it holds the image's lock, so
-/// an entry already there is a dead daemon's). Returns the guard and the path the stats file
-/// goes to: `stats` when given (the entry links to it), else the entry itself.
-pub fn publish_live(image: &Path, stats: Option<&Path>) -> Result<(Published, std::path::PathBuf)> {
-    std::fs::create_dir_all(LIVE_DIR)
-        .map_err(|e| Error::env(format!("{LIVE_DIR}: cannot create: {e}")))?;
-    let entry = live_entry(image)?;
+/// an entry already there is a dead daemon's), and sweep the stale entries of other images.
+/// Returns the guard and the daemon's counters, mirrored into `stats` when given (the entry
+/// links to it), else into the entry itself.
+pub fn publish_live(image: &Path, stats: Option<&Path>) -> Result<(Published, ServeStats)> {
+    publish_live_in(Path::new(LIVE_DIR), image, stats)
+}
+
+/// [`publish_live`] into the live directory `dir`. Every change to the directory's entries
+/// (this sweep, this publication) happens under an exclusive lock of the directory, so a sweep
+/// never removes an entry that another daemon has just published over a stale one; and an
+/// entry appears only once its stats file names this daemon's pid, so a sweep never finds a
+/// live daemon's entry stale.
+fn publish_live_in(
+    dir: &Path,
+    image: &Path,
+    stats: Option<&Path>,
+) -> Result<(Published, ServeStats)> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::env(format!("{}: cannot create: {e}", dir.display())))?;
+    let lock = lock_dir(dir)?;
+    sweep_stale_in(dir);
+    let entry = entry_in(dir, image)?;
     let _ = std::fs::remove_file(&entry);
-    let file = match stats {
-        None => entry.clone(),
+    let counters = match stats {
+        None => ServeStats::new(Some(&entry))?,
         Some(p) => {
             let abs =
                 std::path::absolute(p).map_err(|e| Error::env(format!("{}: {e}", p.display())))?;
+            let counters = ServeStats::new(Some(&abs))?;
             std::os::unix::fs::symlink(&abs, &entry)
                 .map_err(|e| Error::env(format!("{}: cannot link: {e}", entry.display())))?;
-            abs
+            counters
         }
     };
-    Ok((Published { entry }, file))
+    // The entry names this daemon before the lock goes: a sweep from now on keeps it.
+    assert_eq!(counters.snapshot().pid, u64::from(std::process::id()));
+    drop(lock);
+    Ok((Published { entry }, counters))
+}
+
+/// The live directory, locked exclusively (released when the file is dropped, or when the
+/// daemon dies).
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    let f = std::fs::File::open(dir)
+        .map_err(|e| Error::env(format!("{}: cannot open: {e}", dir.display())))?;
+    f.lock()
+        .map_err(|e| Error::env(format!("{}: cannot lock: {e}", dir.display())))?;
+    Ok(f)
+}
+
+/// Remove the stale entries of the live directory `dir` (whose lock the caller holds): a
+/// dangling link (its stats file gone), or a stats file whose daemon's pid is not running. An
+/// entry that cannot be read as a stats file is kept: it may be a live daemon's.
+fn sweep_stale_in(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let path = e.path();
+        let dangling = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink())
+            && std::fs::metadata(&path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        let dead = pid_of_stats_file(&path).is_some_and(|pid| !pid_running(pid));
+        if dangling || dead {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// The daemon's pid a stats file of any version names (word 2 since version 1), if it is one.
+fn pid_of_stats_file(path: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut b = Vec::new();
+    let f = std::fs::File::open(path).ok()?;
+    f.take(STATS_FILE_BYTES + 1).read_to_end(&mut b).ok()?;
+    let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    (b.len() as u64 == STATS_FILE_BYTES && w(0) == STATS_MAGIC).then(|| w(2))
+}
+
+/// Is a process `pid` running? (Pid 0 is no daemon's.)
+fn pid_running(pid: u64) -> bool {
+    pid > 0 && Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// The live state of the daemon serving `image`, if one runs: its entry names a stats file
@@ -403,6 +472,96 @@ pub fn publish_live(image: &Path, stats: Option<&Path>) -> Result<(Published, st
 pub fn read_live(image: &Path) -> Option<StatsSnapshot> {
     let entry = live_entry(image).ok()?;
     let s = read_stats_file(&entry).ok()?;
-    let alive = s.pid > 0 && Path::new(&format!("/proc/{}", s.pid)).exists();
-    alive.then_some(s)
+    pid_running(s.pid).then_some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stats file naming `pid`, as a daemon's mirror holds it.
+    fn write_stats_file(path: &Path, pid: u64) {
+        let s = StatsSnapshot {
+            pid,
+            ..Default::default()
+        };
+        let mut b: Vec<u8> = s.words().iter().flat_map(|w| w.to_le_bytes()).collect();
+        b.resize(STATS_FILE_BYTES as usize, 0);
+        std::fs::write(path, b).unwrap();
+    }
+
+    /// A pid no process can have: above the kernel's largest pid_max (2^22).
+    const DEAD_PID: u64 = (1 << 22) + 1;
+
+    /// A directory of its own on tmpfs (the counters are mapped from tmpfs only).
+    fn shm_dir() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("nvstack-test-live-")
+            .tempdir_in("/dev/shm")
+            .unwrap()
+    }
+
+    #[test]
+    fn publishing_sweeps_the_dead_daemons_entries_and_keeps_the_live_ones() {
+        let (live_dir, elsewhere) = (shm_dir(), shm_dir());
+        let dir = live_dir.path();
+        let image = tempfile::NamedTempFile::new().unwrap();
+        let dangling = dir.join("1-1");
+        std::os::unix::fs::symlink(dir.join("deleted-stats"), &dangling).unwrap();
+        let dead = dir.join("1-2");
+        write_stats_file(&dead, DEAD_PID);
+        let dead_target = elsewhere.path().join("dead-stats");
+        write_stats_file(&dead_target, DEAD_PID);
+        let dead_link = dir.join("1-3");
+        std::os::unix::fs::symlink(&dead_target, &dead_link).unwrap();
+        let alive = dir.join("1-4");
+        write_stats_file(&alive, u64::from(std::process::id()));
+        let unknown = dir.join("1-5");
+        std::fs::write(&unknown, b"not a stats file").unwrap();
+
+        let (published, counters) = publish_live_in(dir, image.path(), None).unwrap();
+        let gone = |p: &Path| std::fs::symlink_metadata(p).is_err();
+        assert!(gone(&dangling), "a dangling link is swept");
+        assert!(gone(&dead), "a dead daemon's stats file is swept");
+        assert!(
+            gone(&dead_link),
+            "a link to a dead daemon's stats file is swept"
+        );
+        assert!(
+            !gone(&dead_target),
+            "the stats file a link names outlives its daemon"
+        );
+        assert!(!gone(&alive), "a live daemon's entry stays");
+        assert!(!gone(&unknown), "what is not a stats file stays");
+        let entry = entry_in(dir, image.path()).unwrap();
+        let s = read_stats_file(&entry).unwrap();
+        assert_eq!(s.pid, u64::from(std::process::id()));
+        assert_eq!(counters.snapshot().pid, s.pid);
+
+        // Publishing again (another daemon) keeps this live entry; a clean stop removes it.
+        let other = tempfile::NamedTempFile::new().unwrap();
+        let (second, _) = publish_live_in(dir, other.path(), None).unwrap();
+        assert!(!gone(&entry), "a live daemon's entry stays");
+        drop(published);
+        assert!(gone(&entry), "a clean stop removes its entry");
+        drop(second);
+        assert!(gone(&entry_in(dir, other.path()).unwrap()));
+    }
+
+    #[test]
+    fn publishing_with_a_stats_file_links_the_entry_to_it() {
+        let (live_dir, elsewhere) = (shm_dir(), shm_dir());
+        let dir = live_dir.path();
+        let image = tempfile::NamedTempFile::new().unwrap();
+        let stats = elsewhere.path().join("stats");
+        // A dead daemon's stats file at the path: replaced, and the entry is not swept.
+        write_stats_file(&stats, DEAD_PID);
+        let (_published, _counters) = publish_live_in(dir, image.path(), Some(&stats)).unwrap();
+        let entry = entry_in(dir, image.path()).unwrap();
+        assert_eq!(std::fs::read_link(&entry).unwrap(), stats);
+        assert_eq!(
+            read_stats_file(&entry).unwrap().pid,
+            u64::from(std::process::id())
+        );
+    }
 }
