@@ -18,7 +18,6 @@
 use crate::stats::{Published, ServeStats};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
-use nvstack_nvcache::Closed;
 use nvstack_stack::{Backend, ServeSpec, Served};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -113,7 +112,7 @@ impl Daemon {
         assert!(!self.closed, "a daemon closes once");
         self.closed = true;
         if let Some(c) = &self.served.cache {
-            let done = closed_what(&c.close()?);
+            let done = c.close()?.describe();
             report(&done);
         }
         #[cfg(feature = "powercut")]
@@ -121,35 +120,6 @@ impl Daemon {
             pc.write_back_all()?;
         }
         Ok(())
-    }
-}
-
-/// What a clean close did, in a sentence.
-pub fn closed_what(c: &Closed) -> String {
-    match c {
-        Closed::Ubj { epoch, life: k } => format!(
-            "final commit at epoch {epoch}; counters stored ({} commits, {} checkpoints, {} \
-             bytes written by the user, {} to the backing file over the cache's life); no \
-             checkpoint (`nvstack cache writeback` writes everything back)",
-            k.commits, k.checkpoints, k.user_bytes_written, k.backing_bytes_written
-        ),
-        Closed::Write {
-            cached_blocks,
-            life: k,
-        } => format!(
-            "backing device flushed; counters stored ({} blocks written, {} bypassed, {} \
-             destaged, {} bytes written to the backing file over the cache's life); \
-             {cached_blocks} blocks stay cached in NVRAM, not written back (`nvstack cache \
-             writeback` or `detach` writes them back)",
-            k.write_blocks,
-            k.write_bypass,
-            k.destaged_room
-                + k.destaged_watermark
-                + k.destaged_max_age
-                + k.destaged_cleaner
-                + k.destaged_writeback,
-            k.backing_bytes_written
-        ),
     }
 }
 

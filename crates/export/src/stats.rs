@@ -6,7 +6,8 @@
 //! 2 daemon pid, 3 writes made durable (on a device durable only on flush, such as a UBJ
 //! cache: written, durable at the next fsync), 4 writes acknowledged, 5 fsyncs completed,
 //! 6 writes covered by a completed fsync, 7 discards; then a cache's live state (zero without
-//! one): 8 the cache's kind (0 none, 1 UBJ, 2 write cache), 9 dirty blocks (UBJ: written
+//! one): 8 the cache's kind (0 none, else nvcache's `CacheKind::code`: 1 UBJ, 2 write cache),
+//! 9 dirty blocks (UBJ: written
 //! since the last commit; write cache: cached, every cached block being newer than the backing
 //! device's copy), 10 UBJ: frozen slots, write cache: used slots (cached and cleared), 11 UBJ
 //! commits, 12 UBJ checkpoints completed, 13 UBJ: 1 while a checkpoint runs (from before its
@@ -24,6 +25,7 @@
 //! is a lower bound on the acknowledged writes that no fsync had covered.
 
 use nvstack_core::error::{Error, Result};
+use nvstack_nvcache::{CacheKind, CacheObserver, Live};
 use nvstack_pmem::mmap::Backing;
 use nvstack_pmem::{Access, MmapRegion, Region};
 use std::fs::OpenOptions;
@@ -42,10 +44,8 @@ pub struct StatsSnapshot {
     pub fsyncs: u64,
     pub fsync_covered: u64,
     pub discards: u64,
-    /// A UBJ cache's live state (all zero without one).
-    pub cache: CacheWords,
-    /// A write cache's live state (all zero without one).
-    pub wcache: WcWords,
+    /// A served cache's live state (words 8-21; None without a cache: word 8 is 0).
+    pub cache: Option<Live>,
     /// What FUSE INIT agreed (all zero until it ran).
     pub fuse: FuseWords,
 }
@@ -59,36 +59,8 @@ pub struct FuseWords {
     pub loop_max_sectors_kb: u64,
 }
 
-/// Words 14-21: a write cache's live state (its cached and used slots are words 9 and 10).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct WcWords {
-    pub destaged_room: u64,
-    pub destaged_watermark: u64,
-    pub destaged_max_age: u64,
-    pub destaged_cleaner: u64,
-    pub destaged_writeback: u64,
-    pub bypassed: u64,
-    pub flushes: u64,
-    pub error: bool,
-}
-
-/// Word 8: which cache the device is.
-pub const CACHE_KIND_UBJ: u64 = 1;
-pub const CACHE_KIND_WRITE: u64 = 2;
 /// Words the file holds (the rest of its 4096 bytes are zero).
 const WORDS: usize = 26;
-
-/// Words 8-13: a cache's live state (UBJ's; a write cache fills words 8-10).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct CacheWords {
-    /// 0 none, [`CACHE_KIND_UBJ`], [`CACHE_KIND_WRITE`].
-    pub kind: u64,
-    pub dirty_blocks: u64,
-    pub frozen_slots: u64,
-    pub commits: u64,
-    pub checkpoints: u64,
-    pub checkpointing: bool,
-}
 
 impl StatsSnapshot {
     /// Acknowledged writes no completed fsync covered (a lower bound).
@@ -97,7 +69,9 @@ impl StatsSnapshot {
     }
 
     fn words(&self) -> [u64; WORDS] {
-        let (c, w) = (&self.cache, &self.wcache);
+        // No cache: words 8-21 zero (any kind's zero state, with word 8 saying none).
+        let none = Live::new(CacheKind::Ubj);
+        let c = self.cache.as_ref().unwrap_or(&none);
         [
             STATS_MAGIC,
             STATS_VERSION,
@@ -107,20 +81,20 @@ impl StatsSnapshot {
             self.fsyncs,
             self.fsync_covered,
             self.discards,
-            c.kind,
+            self.cache.map_or(0, |c| c.kind.code()),
             c.dirty_blocks,
-            c.frozen_slots,
+            c.held_slots,
             c.commits,
             c.checkpoints,
-            u64::from(c.checkpointing),
-            w.destaged_room,
-            w.destaged_watermark,
-            w.destaged_max_age,
-            w.destaged_cleaner,
-            w.destaged_writeback,
-            w.bypassed,
-            w.flushes,
-            u64::from(w.error),
+            u64::from(c.writing_back),
+            c.destaged_room,
+            c.destaged_watermark,
+            c.destaged_max_age,
+            c.destaged_cleaner,
+            c.destaged_writeback,
+            c.bypassed,
+            c.flushes,
+            u64::from(c.error),
             self.fuse.max_write_bytes,
             self.fuse.max_pages,
             self.fuse.block_bytes,
@@ -230,40 +204,6 @@ impl ServeStats {
     pub fn fsync_begin(&self) -> u64 {
         self.snapshot().writes_durable
     }
-    /// A cache's live state changed (called under the cache's lock).
-    pub fn cache_changed(&self, live: &nvstack_nvcache::Live) {
-        self.update(|s| {
-            s.cache = CacheWords {
-                kind: CACHE_KIND_UBJ,
-                dirty_blocks: live.dirty,
-                frozen_slots: live.frozen,
-                commits: live.commits,
-                checkpoints: live.checkpoints,
-                checkpointing: live.checkpointing,
-            }
-        })
-    }
-    /// A write cache's live state changed (called under the cache's lock).
-    pub fn wcache_changed(&self, live: &nvstack_nvcache::write::serve::Live) {
-        self.update(|s| {
-            s.cache = CacheWords {
-                kind: CACHE_KIND_WRITE,
-                dirty_blocks: live.cached,
-                frozen_slots: live.used_slots,
-                ..CacheWords::default()
-            };
-            s.wcache = WcWords {
-                destaged_room: live.destaged_room,
-                destaged_watermark: live.destaged_watermark,
-                destaged_max_age: live.destaged_max_age,
-                destaged_cleaner: live.destaged_cleaner,
-                destaged_writeback: live.destaged_writeback,
-                bypassed: live.bypassed,
-                flushes: live.flushes,
-                error: live.error,
-            };
-        })
-    }
     /// FUSE INIT agreed `limits` for a device of `block_bytes` blocks.
     pub fn fuse_agreed(&self, limits: &crate::loopdev::FuseLimits, block_bytes: u64) {
         let kb = crate::loopdev::max_sectors_kb(block_bytes, *limits).unwrap_or(0);
@@ -295,7 +235,11 @@ pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
             b.len()
         )));
     }
-    let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    let words: Vec<u64> = b[..WORDS * 8]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    let w = |i: usize| words[i];
     if w(0) != STATS_MAGIC || w(1) != STATS_VERSION {
         return Err(Error::bad(format!(
             "{}: not a version-{STATS_VERSION} stats file",
@@ -309,24 +253,7 @@ pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
         fsyncs: w(5),
         fsync_covered: w(6),
         discards: w(7),
-        cache: CacheWords {
-            kind: w(8),
-            dirty_blocks: w(9),
-            frozen_slots: w(10),
-            commits: w(11),
-            checkpoints: w(12),
-            checkpointing: w(13) != 0,
-        },
-        wcache: WcWords {
-            destaged_room: w(14),
-            destaged_watermark: w(15),
-            destaged_max_age: w(16),
-            destaged_cleaner: w(17),
-            destaged_writeback: w(18),
-            bypassed: w(19),
-            flushes: w(20),
-            error: w(21) != 0,
-        },
+        cache: live_of(&words).map_err(|e| e.context(path.display()))?,
         fuse: FuseWords {
             max_write_bytes: w(22),
             max_pages: w(23),
@@ -336,17 +263,36 @@ pub fn read_stats_file(path: &Path) -> Result<StatsSnapshot> {
     })
 }
 
-/// The serve daemon's counters as a cache's observer.
-impl nvstack_nvcache::Observer for ServeStats {
-    fn changed(&self, live: &nvstack_nvcache::Live) {
-        self.cache_changed(live)
+/// Words 8-21 as a cache's live state (None when word 8 says no cache).
+fn live_of(w: &[u64]) -> Result<Option<Live>> {
+    assert_eq!(w.len(), WORDS, "a whole stats file");
+    if w[8] == 0 {
+        return Ok(None);
     }
+    let kind = CacheKind::from_code(w[8])
+        .ok_or_else(|| Error::bad(format!("word 8: no cache kind numbered {}", w[8])))?;
+    Ok(Some(Live {
+        kind,
+        dirty_blocks: w[9],
+        held_slots: w[10],
+        commits: w[11],
+        checkpoints: w[12],
+        writing_back: w[13] != 0,
+        destaged_room: w[14],
+        destaged_watermark: w[15],
+        destaged_max_age: w[16],
+        destaged_cleaner: w[17],
+        destaged_writeback: w[18],
+        bypassed: w[19],
+        flushes: w[20],
+        error: w[21] != 0,
+    }))
 }
 
-/// The serve daemon's counters as a write cache's observer.
-impl nvstack_nvcache::write::serve::Observer for ServeStats {
-    fn changed(&self, live: &nvstack_nvcache::write::serve::Live) {
-        self.wcache_changed(live)
+/// The serve daemon's counters as a served cache's observer (called under the cache's lock).
+impl CacheObserver for ServeStats {
+    fn changed(&self, live: &Live) {
+        self.update(|s| s.cache = Some(*live))
     }
 }
 

@@ -14,10 +14,11 @@ pub mod ubj;
 pub mod write;
 
 pub use common::backing::FileDevice;
+pub use common::live::{CacheKind, CacheObserver, Live};
 pub use common::ticker::{Tick, Ticker};
 pub use ubj::bugs::Bug;
 pub use ubj::format::{Settings, Superblock};
-pub use ubj::{create, Census, Live, Observer, SlotState, Stats, Ubj};
+pub use ubj::{create, Census, SlotState, Stats, Ubj};
 pub use write::WriteCache;
 
 // The contract both caches keep when served (the crate root holds it: both trees implement it,
@@ -32,22 +33,6 @@ pub use write::WriteCache;
 use crate::write::format::Counters;
 use nvstack_core::error::Result;
 use std::sync::Arc;
-
-/// Which cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CacheKind {
-    /// UBJ (seed 001): durable at the next commit.
-    Ubj,
-    /// The write cache (seed 004, dm-writecache's controls): durable when a write returns.
-    Write,
-}
-
-/// Told a cache's live state after every change, whichever the kind (the serve daemon's
-/// counters file implements both halves).
-pub trait CacheObserver: Observer + write::serve::Observer {}
-
-impl<T: Observer + write::serve::Observer> CacheObserver for T {}
 
 /// What a clean close did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,4 +67,35 @@ pub trait Cache: Tick {
     /// The end of a clean serve: what must be durable made so, the counters stored. Nothing is
     /// written back that a trigger would not have.
     fn close(&self) -> Result<Closed>;
+}
+
+impl Closed {
+    /// What the close did, in a sentence (the serve daemon's last line about the cache).
+    pub fn describe(&self) -> String {
+        match self {
+            Closed::Ubj { epoch, life: k } => format!(
+                "final commit at epoch {epoch}; counters stored ({} commits, {} checkpoints, {} \
+                 bytes written by the user, {} to the backing file over the cache's life); no \
+                 checkpoint (`nvstack cache writeback` writes everything back)",
+                k.commits, k.checkpoints, k.user_bytes_written, k.backing_bytes_written
+            ),
+            Closed::Write {
+                cached_blocks,
+                life: k,
+            } => format!(
+                "backing device flushed; counters stored ({} blocks written, {} bypassed, {} \
+                 destaged, {} bytes written to the backing file over the cache's life); \
+                 {cached_blocks} blocks stay cached in NVRAM, not written back (`nvstack cache \
+                 writeback` or `detach` writes them back)",
+                k.write_blocks,
+                k.write_bypass,
+                k.destaged_room
+                    + k.destaged_watermark
+                    + k.destaged_max_age
+                    + k.destaged_cleaner
+                    + k.destaged_writeback,
+                k.backing_bytes_written
+            ),
+        }
+    }
 }

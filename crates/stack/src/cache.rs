@@ -8,7 +8,7 @@ use crate::image::{Access, Image};
 use crate::kind::cache_kind;
 use crate::kinds::CacheKind;
 use crate::report::Report;
-use nvstack_core::error::Result;
+use nvstack_core::error::{Error, Result};
 use nvstack_core::size::format_size;
 use std::path::Path;
 
@@ -79,4 +79,27 @@ pub fn act(image: &Path, backing: Option<&Path>, verb: Verb) -> Result<Report> {
 /// with plain reads (the daemon serving it holds its lock; nothing else is read).
 pub fn stored_json(image: &Path) -> Result<serde_json::Value> {
     ops(image)?.stored_json(image)
+}
+
+/// A served cache's report from its daemon's live figures: what it is, its settings (the
+/// superblock read with plain reads: the daemon holds the lock) and the figures; the JSON
+/// holds the cache's kind, the stored superblock and the figures.
+pub fn live(image: &Path, live: &nvstack_nvcache::Live) -> Result<Report> {
+    let c = ops(image)?;
+    if c.cache_kind() != live.kind {
+        return Err(Error::bad(format!(
+            "{}: its daemon publishes the live figures of a {:?} cache, and the image is not one \
+             (replaced while served?)",
+            image.display(),
+            live.kind
+        )));
+    }
+    let mut out = Report::new(13);
+    c.live_rows(image, live, &mut out)?;
+    out.json = serde_json::json!({
+        "kind": live.kind,
+        "superblock": stored_json(image)?,
+        "cache": live,
+    });
+    Ok(out)
 }

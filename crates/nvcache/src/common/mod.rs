@@ -5,6 +5,7 @@ pub mod backing;
 pub mod format;
 pub mod image;
 pub mod label;
+pub mod live;
 #[allow(unsafe_code)]
 mod sys;
 pub mod ticker;

@@ -118,26 +118,6 @@ struct State {
     stored: Option<crate::ubj::format::Counters>,
 }
 
-/// What a serving daemon mirrors live into its counters file (crates/export/src/stats.rs), so
-/// that a test reading it after a SIGKILL knows where the kill landed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Live {
-    /// Blocks written since the last commit.
-    pub dirty: u64,
-    /// Frozen slots, up to date and out of date.
-    pub frozen: u64,
-    /// This run's commits and completed checkpoints.
-    pub commits: u64,
-    pub checkpoints: u64,
-    /// A checkpoint has begun and not ended (its backing writes and flush under way).
-    pub checkpointing: bool,
-}
-
-/// Told the live state at every change, under the cache's lock: it must not call the cache.
-pub trait Observer: Send + Sync {
-    fn changed(&self, live: &Live);
-}
-
 /// A UBJ cache over `region` in front of `backing`.
 pub struct Ubj<R: Region> {
     region: Arc<R>,
@@ -151,7 +131,7 @@ pub struct Ubj<R: Region> {
     /// Entries recovery dropped at open (written after the last commit before a crash).
     dropped_at_open: usize,
     /// A serving daemon's counters (none in every other use).
-    observer: std::sync::OnceLock<Arc<dyn Observer>>,
+    observer: std::sync::OnceLock<Arc<dyn crate::CacheObserver>>,
 }
 
 fn policy_kind(settings: &Settings) -> PolicyKind {
@@ -283,7 +263,7 @@ impl<R: Region> Ubj<R> {
 
     /// Tell `o` the live state now and at every change from now on (one observer per cache;
     /// false when one is already set).
-    pub fn observe(&self, o: Arc<dyn Observer>) -> bool {
+    pub fn observe(&self, o: Arc<dyn crate::CacheObserver>) -> bool {
         let st = self.lock();
         let set = self.observer.set(o).is_ok();
         self.notify(&st, false);
@@ -292,12 +272,13 @@ impl<R: Region> Ubj<R> {
 
     fn notify(&self, st: &State, checkpointing: bool) {
         if let Some(o) = self.observer.get() {
-            o.changed(&Live {
-                dirty: st.dirty.len() as u64,
-                frozen: st.frozen as u64,
+            o.changed(&crate::Live {
+                dirty_blocks: st.dirty.len() as u64,
+                held_slots: st.frozen as u64,
                 commits: st.stats.commits,
                 checkpoints: st.stats.checkpoints,
-                checkpointing,
+                writing_back: checkpointing,
+                ..crate::Live::new(crate::CacheKind::Ubj)
             });
         }
     }

@@ -20,37 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-/// A write cache's live state, as its observer is told it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Live {
-    /// Blocks held in the cache: every one is dirty (newer than the backing device's copy).
-    pub cached: u64,
-    /// Slots not free (format version 2 frees a replaced copy's slot at once: equals `cached`).
-    pub used_slots: u64,
-    /// This run's blocks destaged, by trigger.
-    pub destaged_room: u64,
-    pub destaged_watermark: u64,
-    pub destaged_max_age: u64,
-    pub destaged_cleaner: u64,
-    pub destaged_writeback: u64,
-    /// This run's blocks written to the backing device past the cache (not admitted).
-    pub bypassed: u64,
-    /// This run's flushes from above.
-    pub flushes: u64,
-    /// The cache is in its error state (a backing device error; writes refused).
-    pub error: bool,
-}
-
-/// Told a write cache's live state after every request and tick, under the cache's lock: it
-/// must not call the cache.
-pub trait Observer: Send + Sync {
-    fn changed(&self, live: &Live);
-}
-
 /// The device a serve daemon exports: the write cache, reporting its state after each request.
 pub struct Served<R: Region> {
     cache: Arc<WriteCache<R>>,
-    observer: OnceLock<Arc<dyn Observer>>,
+    observer: OnceLock<Arc<dyn crate::CacheObserver>>,
 }
 
 impl<R: Region> Served<R> {
@@ -66,7 +39,7 @@ impl<R: Region> Served<R> {
     }
 
     /// Set the observer (once) and tell it the state now; false if one was already set.
-    pub fn observe(&self, o: Arc<dyn Observer>) -> bool {
+    pub fn observe(&self, o: Arc<dyn crate::CacheObserver>) -> bool {
         let set = self.observer.set(o).is_ok();
         self.report();
         set
@@ -77,9 +50,9 @@ impl<R: Region> Served<R> {
         let Some(o) = self.observer.get() else { return };
         let st = self.cache.lock();
         let k = st.stats;
-        let live = Live {
-            cached: st.index.len() as u64,
-            used_slots: (st.slots.len() - st.free.len()) as u64,
+        let live = crate::Live {
+            dirty_blocks: st.index.len() as u64,
+            held_slots: (st.slots.len() - st.free.len()) as u64,
             destaged_room: k.destaged_room,
             destaged_watermark: k.destaged_watermark,
             destaged_max_age: k.destaged_max_age,
@@ -88,6 +61,7 @@ impl<R: Region> Served<R> {
             bypassed: k.write_bypass,
             flushes: k.flushes,
             error: st.error.is_some(),
+            ..crate::Live::new(crate::CacheKind::Write)
         };
         o.changed(&live);
     }
@@ -326,9 +300,9 @@ mod tests {
         }
     }
 
-    struct Seen(Mutex<Vec<Live>>);
-    impl Observer for Seen {
-        fn changed(&self, live: &Live) {
+    struct Seen(Mutex<Vec<crate::Live>>);
+    impl crate::CacheObserver for Seen {
+        fn changed(&self, live: &crate::Live) {
             self.0.lock().unwrap().push(*live);
         }
     }
@@ -359,8 +333,8 @@ mod tests {
         s.flush().unwrap();
         let v = seen.0.lock().unwrap().clone();
         assert_eq!(v.len(), 3, "at observe, after the write, after the flush");
-        assert_eq!(v[0].cached, 0);
-        assert_eq!((v[1].cached, v[1].used_slots), (2, 2));
+        assert_eq!(v[0].dirty_blocks, 0);
+        assert_eq!((v[1].dirty_blocks, v[1].held_slots), (2, 2));
         assert_eq!(v[2].flushes, 1);
         let mut back = vec![0u8; 1024];
         s.read(3, &mut back).unwrap();
@@ -440,7 +414,7 @@ mod tests {
         }
         drop(timer);
         let last = *seen.0.lock().unwrap().last().unwrap();
-        assert_eq!(last.cached, 0);
+        assert_eq!(last.dirty_blocks, 0);
         assert_eq!(last.destaged_max_age, 1);
         let done = Cache::close(&*s).unwrap();
         assert!(

@@ -49,6 +49,8 @@ pub(crate) trait ImageKind: Sync {
 
 /// What a kind of cache adds: its backing file, and its reports (the program prints them).
 pub(crate) trait CacheKind: Sync {
+    /// The library's name for this cache (what its served figures say they are).
+    fn cache_kind(&self) -> nvstack_nvcache::CacheKind;
     /// The backing file: the one recorded at create, or `over` when it moved.
     fn backing_of(&self, image: &Path, over: Option<&Path>) -> Result<PathBuf>;
     /// Blocks per state, counters, settings (offline; never writes).
@@ -61,6 +63,10 @@ pub(crate) trait CacheKind: Sync {
     /// The superblock's fields as JSON, read with plain reads (no lock: a daemon holds it),
     /// for a live status.
     fn stored_json(&self, image: &Path) -> Result<serde_json::Value>;
+    /// A served cache's rows (what it is, its settings, its live figures), the superblock
+    /// read with plain reads.
+    fn live_rows(&self, image: &Path, live: &nvstack_nvcache::Live, out: &mut Report)
+        -> Result<()>;
 }
 
 /// An image opened for one command, whichever the kind.

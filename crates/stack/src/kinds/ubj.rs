@@ -10,7 +10,7 @@ use nvstack_core::error::Result;
 use nvstack_core::size::format_size;
 use nvstack_nvcache::ubj::image as ubj;
 use nvstack_nvcache::ubj::inspect::{inspect, Inspection};
-use nvstack_nvcache::{Cache, Ticker, Ubj};
+use nvstack_nvcache::{Cache, Live, Ticker, Ubj};
 use nvstack_pmem::Region;
 use std::any::Any;
 use std::path::{Path, PathBuf};
@@ -83,6 +83,10 @@ impl ImageKind for UbjKind {
 }
 
 impl CacheKind for UbjKind {
+    fn cache_kind(&self) -> nvstack_nvcache::CacheKind {
+        nvstack_nvcache::CacheKind::Ubj
+    }
+
     fn backing_of(&self, image: &Path, over: Option<&Path>) -> Result<PathBuf> {
         ubj::backing_of(image, over)
     }
@@ -119,9 +123,7 @@ impl CacheKind for UbjKind {
     }
 
     fn stored_json(&self, image: &Path) -> Result<serde_json::Value> {
-        let block = super::first_block(image)?;
-        let sb = nvstack_nvcache::ubj::format::Superblock::decode(&block)
-            .map_err(|e| e.context(image.display()))?;
+        let sb = stored(image)?;
         Ok(serde_json::json!({
             "slots": sb.slots,
             "blocks": sb.blocks,
@@ -129,6 +131,39 @@ impl CacheKind for UbjKind {
             "settings": super::json(&sb.settings)?,
         }))
     }
+
+    fn live_rows(&self, image: &Path, live: &Live, out: &mut Report) -> Result<()> {
+        assert_eq!(live.kind, nvstack_nvcache::CacheKind::Ubj, "UBJ's figures");
+        let sb = stored(image)?;
+        out.row(
+            "cache",
+            format!("UBJ, {} slots of 4096 B, {} blocks", sb.slots, sb.blocks),
+        );
+        out.row("settings", sb.settings.describe());
+        out.row(
+            "live",
+            format!(
+                "{} dirty blocks, {} frozen slots, {} commits, {} checkpoints{}",
+                live.dirty_blocks,
+                live.held_slots,
+                live.commits,
+                live.checkpoints,
+                if live.writing_back {
+                    ", a checkpoint running"
+                } else {
+                    ""
+                }
+            ),
+        );
+        Ok(())
+    }
+}
+
+/// The superblock as the image's first block holds it now (plain reads: a daemon holds the
+/// image's lock).
+fn stored(image: &Path) -> Result<nvstack_nvcache::ubj::format::Superblock> {
+    let block = super::first_block(image)?;
+    nvstack_nvcache::ubj::format::Superblock::decode(&block).map_err(|e| e.context(image.display()))
 }
 
 /// The image, cache, backing and settings rows, the epoch; the inspection as the JSON.

@@ -13,7 +13,7 @@ use nvstack_nvcache::write::format::{Settings, MAGIC, VERSION};
 use nvstack_nvcache::write::image as wc;
 use nvstack_nvcache::write::inspect::{inspect, status_of, Status};
 use nvstack_nvcache::write::serve::{self as wserve, Destager};
-use nvstack_nvcache::{Cache, Ticker, WriteCache};
+use nvstack_nvcache::{Cache, Live, Ticker, WriteCache};
 use nvstack_pmem::Region;
 use std::any::Any;
 use std::path::{Path, PathBuf};
@@ -88,6 +88,10 @@ impl ImageKind for WriteCacheKind {
 }
 
 impl CacheKind for WriteCacheKind {
+    fn cache_kind(&self) -> nvstack_nvcache::CacheKind {
+        nvstack_nvcache::CacheKind::Write
+    }
+
     fn backing_of(&self, image: &Path, over: Option<&Path>) -> Result<PathBuf> {
         nvstack_nvcache::write::serve::backing_of(image, over)
     }
@@ -156,9 +160,7 @@ impl CacheKind for WriteCacheKind {
     }
 
     fn stored_json(&self, image: &Path) -> Result<serde_json::Value> {
-        let block = super::first_block(image)?;
-        let sb = nvstack_nvcache::write::format::Superblock::decode(&block)
-            .map_err(|e| e.context(image.display()))?;
+        let sb = stored(image)?;
         Ok(serde_json::json!({
             "slots": sb.slots,
             "sector_bytes": sb.sector_bytes,
@@ -167,6 +169,55 @@ impl CacheKind for WriteCacheKind {
             "settings": super::json(&sb.settings)?,
         }))
     }
+
+    fn live_rows(&self, image: &Path, live: &Live, out: &mut Report) -> Result<()> {
+        live_rows(image, live, out)
+    }
+}
+
+/// The superblock as the image's first block holds it now (plain reads: a daemon holds the
+/// image's lock).
+fn stored(image: &Path) -> Result<nvstack_nvcache::write::format::Superblock> {
+    let block = super::first_block(image)?;
+    nvstack_nvcache::write::format::Superblock::decode(&block)
+        .map_err(|e| e.context(image.display()))
+}
+
+/// A served write cache's rows.
+fn live_rows(image: &Path, live: &Live, out: &mut Report) -> Result<()> {
+    assert_eq!(
+        live.kind,
+        nvstack_nvcache::CacheKind::Write,
+        "the write cache's figures"
+    );
+    let sb = stored(image)?;
+    out.row(
+        "cache",
+        format!("write cache, {} slots of {} B", sb.slots, sb.sector_bytes),
+    );
+    out.row("settings", sb.settings.describe());
+    out.row(
+        "live",
+        format!(
+            "{} blocks cached, {} slots used, destaged {} for room, {} by watermark, {} by \
+             max-age, {} by the cleaner, {} by writeback; {} bypassed, {} flushes{}",
+            live.dirty_blocks,
+            live.held_slots,
+            live.destaged_room,
+            live.destaged_watermark,
+            live.destaged_max_age,
+            live.destaged_cleaner,
+            live.destaged_writeback,
+            live.bypassed,
+            live.flushes,
+            if live.error {
+                ", in its error state"
+            } else {
+                ""
+            }
+        ),
+    );
+    Ok(())
 }
 
 /// dm-writecache's 14 status fields, named and ordered as in its documentation, between the
