@@ -49,11 +49,11 @@ only_nvstack nvstack-policy
 only_nvstack nvstack-flash nvstack-core
 # The stack opens any image; it sits on the devices and speaks no transport (the transports,
 # in nvstack-export, may use it, never the reverse).
-only_nvstack nvstack-stack nvstack-core nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-policy
+only_nvstack nvstack-stack nvstack-core nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-policy nvstack-flash
 transports="fuser libublk io-uring nvstack-export"
 # The transports and the daemon around them (nvstack-export) sit on the stack and below it: no
 # simulator (the program wraps the device to record a trace), no lab, no checker.
-only_nvstack nvstack-export nvstack-core nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-policy nvstack-stack
+only_nvstack nvstack-export nvstack-core nvstack-pmem nvstack-nvramdisk nvstack-nvcache nvstack-policy nvstack-flash nvstack-stack
 forbid nvstack-stack all "the stack speaks no transport" $transports
 # What embeds the stack in another program links no transport either.
 for pkg in nvstack-sqlite nvstack-python; do
@@ -110,15 +110,15 @@ fi
 # Only the stack dispatches on an image's kind: outside the formats' own crates, no code names
 # a format's magic; and the front ends (the program, the SQLite extension, Python) open and
 # peek images only through the stack (creating one is the format's own call).
-if found=$(grep -rnE '\b(layout::MAGIC|format::MAGIC)\b' crates/*/src sqlite-vfs/src |
-  grep -vE '^crates/(stack|nvramdisk|nvcache)/'); then
+if found=$(grep -rnE '\b(layout::MAGIC|format::MAGIC|file::MAGIC)\b' crates/*/src sqlite-vfs/src |
+  grep -vE '^crates/(stack|nvramdisk|nvcache|flash)/'); then
   echo "layering: an image's magic named outside the stack and its format (identify through nvstack_stack::kind):" >&2
   echo "$found" >&2
   fail=1
 fi
 # ...and no front end or transport names a kind of image to branch on it: a kind's facts are
 # its impl in crates/stack/src/kinds/ (a new kind is a file there and one arm in Kind::ops).
-if found=$(grep -rnE '\bKind::(Nvramdisk|Ubj|WriteCache)\b' crates/*/src sqlite-vfs/src |
+if found=$(grep -rnE '\bKind::(Nvramdisk|Ubj|WriteCache|Flash)\b' crates/*/src sqlite-vfs/src |
   grep -vE '^crates/stack/' | grep -vE '/tests?(\.rs)?[:/]'); then
   echo "layering: a kind of image named outside the stack (ask the stack: Kind::is_cache, takes_run_settings, nvstack_stack::cache):" >&2
   echo "$found" >&2

@@ -146,18 +146,19 @@ pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
         Backend::DirectFile if a.backing.is_none() => Err(Error::bad(
             "--backend direct-file needs --backing FILE (the file to serve)",
         )),
-        Backend::Nvramdisk if cache_image => Err(Error::bad(format!(
-            "{}: a cache image, not an nvramdisk (omit --backend, or --backend cache)",
-            image.unwrap_or_default()
-        ))),
         Backend::Cache if !cache_image => Err(Error::bad(format!(
             "--backend cache: {} is not a cache image (nvstack cache create makes one)",
             image.unwrap_or_else(|| "no IMAGE given".into())
         ))),
-        Backend::Nvramdisk | Backend::Raw if a.backing.is_some() => Err(Error::bad(format!(
-            "--backing is for a cache image or --backend direct-file, not --backend {}",
-            backend.name()
-        ))),
+        Backend::Nvramdisk | Backend::Flash if Backend::of_kind(kind.flatten()) != backend => {
+            Err(wrong_kind(&image.unwrap_or_default(), kind.flatten(), backend))
+        }
+        Backend::Nvramdisk | Backend::Raw | Backend::Flash if a.backing.is_some() => {
+            Err(Error::bad(format!(
+                "--backing is for a cache image or --backend direct-file, not --backend {}",
+                backend.name()
+            )))
+        }
         _ if backend != Backend::Cache && !a.settings.is_empty() => Err(Error::bad(format!(
             "cache settings (--autocommit, --checkpoint-ms, ...) are for a cache image, not \
              --backend {}",
@@ -169,6 +170,20 @@ pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
         ))),
         _ => Ok(backend),
     }
+}
+
+/// An image served by the backend of another kind: say what it is and which backend serves it.
+fn wrong_kind(image: &str, kind: Option<Kind>, backend: Backend) -> Error {
+    let served_kind = Kind::ALL
+        .into_iter()
+        .find(|k| Backend::of_kind(Some(*k)) == backend)
+        .expect("a backend of one kind serves that kind");
+    Error::bad(format!(
+        "{image}: {}, not {} (omit --backend, or --backend {})",
+        kind.map_or("no nvstack image", Kind::name),
+        served_kind.name(),
+        Backend::of_kind(kind).name()
+    ))
 }
 
 pub fn serve(a: ServeArgs) -> Result<i32> {

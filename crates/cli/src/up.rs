@@ -232,8 +232,8 @@ fn up_backend(a: &UpArgs) -> Result<Backend> {
     check_write_args(a, image_kind)?;
     let b = match a.backend {
         Some(b) => b,
-        None if a.cache.is_some() || image_is_cache => Backend::Cache,
-        None => Backend::Nvramdisk,
+        None if a.cache.is_some() => Backend::Cache,
+        None => Backend::of_kind(image_kind),
     };
     let bad = |m: String| Err(Error::bad(m));
     match b {
@@ -254,6 +254,11 @@ fn up_backend(a: &UpArgs) -> Result<Backend> {
             bad("a new cache image needs --backing FILE (its backing file)".into())
         }
         Backend::Cache => Ok(b),
+        Backend::Flash if image_kind.is_none() => bad(format!(
+            "--backend flash serves an existing state file (nvstack flash create makes one), \
+             not {}",
+            a.image.as_deref().expect("checked").display()
+        )),
         _ if image_is_cache => bad(format!(
             "{}: a cache image, not for --backend {} (omit --backend)",
             a.image.as_deref().expect("checked").display(),
@@ -420,7 +425,7 @@ fn prepare_image(a: &UpArgs, backend: Backend) -> Result<Option<String>> {
                 )));
             }
         }
-        if backend == Backend::Nvramdisk {
+        if matches!(backend, Backend::Nvramdisk | Backend::Flash) {
             nvstack_stack::peek(image)?;
         }
         return Ok(None);
@@ -429,6 +434,7 @@ fn prepare_image(a: &UpArgs, backend: Backend) -> Result<Option<String>> {
     match backend {
         Backend::Cache => create_cache(a, image, size).map(Some),
         Backend::DirectFile => unreachable!("direct-file has no image"),
+        Backend::Flash => unreachable!("refused by up_backend: flash serves an existing file"),
         Backend::Nvramdisk => {
             let sb = format_image(image, size, &FormatOptions::default(), false)?;
             Ok(Some(format!(
@@ -496,7 +502,9 @@ fn create_cache(a: &UpArgs, image: &Path, size: u64) -> Result<String> {
 /// sector size.
 fn block_bytes_of(backend: Backend, st: &UpState) -> Result<u32> {
     Ok(match backend {
-        Backend::Nvramdisk | Backend::Cache => nvstack_stack::peek(&st.image)?.block_bytes,
+        Backend::Nvramdisk | Backend::Cache | Backend::Flash => {
+            nvstack_stack::peek(&st.image)?.block_bytes
+        }
         Backend::Raw => nvstack_stack::raw::RAW_BLOCK_BYTES,
         Backend::DirectFile => nvstack_nvcache::ubj::format::BLOCK_BYTES,
     })

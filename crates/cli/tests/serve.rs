@@ -291,6 +291,63 @@ fn raw_backend_serves_and_sigterm_unmounts() {
     st.stop();
 }
 
+/// A flash state file is a kind of image of its own (issue 43: one arm in the stack's table):
+/// served on its backend (each page durable at the next fsync, no atomicity past a page),
+/// written through FUSE, kept across a restart, read by `nvstack read`; an nvramdisk's
+/// commands and backend refuse it, naming it.
+#[test]
+fn a_flash_state_file_serves_on_its_own_backend() {
+    let _g = serial();
+    require_environment();
+    let st = Stack::new("ext4", "64MiB");
+    let (nv, img) = (bin(), st.image.to_str().unwrap().to_string());
+    let nv = nv.to_str().unwrap();
+    std::fs::remove_file(&st.image).unwrap();
+    ok(60, &[nv, "flash", "create", &img]);
+    let o = sh(30, &[nv, "info", &img]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("a flash state file, not an nvramdisk"),
+        "{o:?}"
+    );
+    st.serve(&[]);
+    assert!(st.log_text().contains("(flash, "), "{}", st.log_text());
+    let pattern = |len: usize, k: u8| -> Vec<u8> { (0..len).map(|i| (i % 253) as u8 ^ k).collect() };
+    let pieces: Vec<(u64, Vec<u8>)> = vec![(1000, pattern(70_000, 1)), (5 << 20, pattern(512, 2))];
+    {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(st.fuse.join("disk"))
+            .unwrap();
+        for (off, data) in &pieces {
+            f.write_all_at(data, *off).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    st.stop();
+    st.serve(&[]);
+    let f = std::fs::File::open(st.fuse.join("disk")).unwrap();
+    for (off, data) in &pieces {
+        let mut back = vec![0u8; data.len()];
+        f.read_exact_at(&mut back, *off).unwrap();
+        assert!(&back == data, "{} bytes at {off} after a restart", data.len());
+    }
+    drop(f);
+    st.stop();
+    // The page at 5 MiB, read by the program from the state file itself.
+    let out = st.fuse.with_file_name("page.bin");
+    let lba = (5u64 << 20) / 512;
+    ok(60, &[nv, "read", &img, "--lba", &lba.to_string(), "--count", "1", "--output", out.to_str().unwrap()]);
+    assert!(std::fs::read(&out).unwrap() == pieces[1].1);
+    std::fs::remove_file(&out).unwrap();
+    let o = sh(30, &[nv, "serve", &img, "--backend", "nvramdisk", "--mountpoint", st.fuse.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("a flash state file, not an nvramdisk image"),
+        "{o:?}"
+    );
+}
+
 /// Unclean leftovers: clear errors with exit code 3, no hang, the image untouched.
 #[test]
 fn unclean_leftovers_are_refused() {

@@ -37,6 +37,8 @@ pub struct FlashDevice {
     path: PathBuf,
     header: Header,
     latency: Latency,
+    /// Opened read-only: writes refused, nothing saved (the file is opened read-only too).
+    readonly: bool,
     inner: Mutex<Inner>,
 }
 
@@ -74,12 +76,32 @@ pub fn inspect(path: &Path) -> Result<(Header, Saved)> {
 impl FlashDevice {
     /// Open a state file for reading and writing (exclusive lock), rebuilding the mapping.
     pub fn open(path: &Path, latency: Latency) -> Result<FlashDevice> {
+        let dev = FlashDevice::open_with(path, latency, false)?;
+        dev.save()?;
+        Ok(dev)
+    }
+
+    /// Open a state file for reading only (shared lock, the file opened read-only): the
+    /// mapping rebuilt in memory; nothing is ever written. A file a crash left needing
+    /// recovery (a merge or an erase cut short) is refused, named: a writer's open finishes it.
+    pub fn open_readonly(path: &Path, latency: Latency) -> Result<FlashDevice> {
+        FlashDevice::open_with(path, latency, true).map_err(|e| match e {
+            Error::Environment(m) if m.starts_with("flash state file:") => Error::env(format!(
+                "{}: needs recovery that a read-only open cannot do (a merge or an erase a \
+                 crash cut short; {m}): a command that writes it finishes it",
+                path.display()
+            )),
+            e => e,
+        })
+    }
+
+    fn open_with(path: &Path, latency: Latency, readonly: bool) -> Result<FlashDevice> {
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(!readonly)
             .open(path)
             .map_err(|e| Error::bad(format!("{}: cannot open: {e}", path.display())))?;
-        lock_file(&file, path, "flash state file", true)?;
+        lock_file(&file, path, "flash state file", !readonly)?;
         let media_file = file
             .try_clone()
             .map_err(|e| Error::env(format!("{}: {e}", path.display())))?;
@@ -88,19 +110,18 @@ impl FlashDevice {
         let mut nand = Nand::new(header.geo, FileMedia::new(media_file, &header));
         nand.counters = saved.counters;
         let ftl = Ftl::rebuild(nand, header.ftl, saved.merges)?;
-        let dev = FlashDevice {
+        Ok(FlashDevice {
             path: path.to_path_buf(),
             header,
             latency,
+            readonly,
             inner: Mutex::new(Inner {
                 ftl,
                 state,
                 host_reads: saved.host_reads,
                 host_writes: saved.host_writes,
             }),
-        };
-        dev.save()?;
-        Ok(dev)
+        })
     }
 
     pub fn header(&self) -> Header {
@@ -128,8 +149,21 @@ impl FlashDevice {
     }
 
     fn save(&self) -> Result<()> {
+        if self.readonly {
+            return Ok(());
+        }
         let saved = self.saved();
         self.lock().state.save(&saved, &self.path)
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.readonly {
+            return Err(Error::bad(format!(
+                "{}: opened read-only",
+                self.path.display()
+            )));
+        }
+        Ok(())
     }
 
     fn check_range(&self, lba: u64, bytes: usize) -> Result<u64> {
@@ -200,6 +234,7 @@ impl BlockDevice for FlashDevice {
     }
 
     fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
+        self.check_writable()?;
         self.check_range(lba, data.len())?;
         let page = self.header.geo.page_data_bytes as usize;
         self.with_ftl(|g| {
@@ -214,6 +249,7 @@ impl BlockDevice for FlashDevice {
     /// The model keeps no trim record in the spare area, so a discarded page is written with
     /// zeros (it then reads as zeros, also after a crash).
     fn discard(&self, lba: u64, count: u64) -> Result<()> {
+        self.check_writable()?;
         let page = self.header.geo.page_data_bytes as usize;
         self.check_range(lba, (count as usize).saturating_mul(page))?;
         let zeros = vec![0u8; page];
@@ -226,8 +262,11 @@ impl BlockDevice for FlashDevice {
         })
     }
 
-    /// Save the counters and make every page durable (fdatasync).
+    /// Save the counters and make every page durable (fdatasync); nothing for a reader.
     fn flush(&self) -> Result<()> {
+        if self.readonly {
+            return Ok(());
+        }
         self.save()?;
         let g = self.lock();
         g.state

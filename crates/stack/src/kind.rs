@@ -57,16 +57,18 @@ pub fn expect_cache(path: &Path, reader: &str) -> Result<()> {
     }
 }
 
-/// Refuse a cache image where an nvramdisk is expected; `reader` names what reads it.
+/// Refuse an image of another kind where an nvramdisk is expected; `reader` names what reads
+/// a cache instead.
 pub fn expect_nvramdisk(path: &Path, reader: &str) -> Result<()> {
-    match identify(path)? {
-        Some(k) if k.is_cache() => Err(Error::bad(format!(
-            "{}: {}, not an nvramdisk; {reader}",
-            path.display(),
-            k.name()
-        ))),
-        _ => Ok(()),
-    }
+    let (p, k) = match identify(path)? {
+        Some(k) if k != Kind::Nvramdisk => (path.display(), k),
+        _ => return Ok(()),
+    };
+    Err(Error::bad(if k.is_cache() {
+        format!("{p}: {}, not an nvramdisk; {reader}", k.name())
+    } else {
+        format!("{p}: {}, not an nvramdisk", k.name())
+    }))
 }
 
 /// The shape of the image at `path`. A file of no known kind is read as an nvramdisk image,

@@ -7,7 +7,7 @@
 
 use crate::kind::{identify, Kind};
 use crate::raw::{RawDevice, RAW_BLOCK_BYTES};
-pub use crate::spec::{ServeSpec, Served, ServedCache};
+pub use crate::spec::{Backend, ServeSpec, Served, ServedCache};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
 use nvstack_nvcache::FileDevice;
@@ -15,67 +15,10 @@ use nvstack_pmem::{Access, MmapRegion};
 use std::path::Path;
 use std::sync::Arc;
 
-/// What serves the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// Transactions: every write atomic and durable on return (an nvramdisk image).
-    Nvramdisk,
-    /// Plain copies into the region, no transactions: the baseline.
-    Raw,
-    /// A cache image over its backing file: UBJ (durable at the next flush, a commit) or the
-    /// write cache (admitted writes durable on return, bypassed ones at the next flush).
-    Cache,
-    /// The plain backing file, O_DIRECT, durable at the next flush (fdatasync): the baseline
-    /// of a cache.
-    DirectFile,
-}
-
 impl Backend {
-    pub const ALL: [Backend; 4] = [
-        Backend::Nvramdisk,
-        Backend::Raw,
-        Backend::Cache,
-        Backend::DirectFile,
-    ];
-
-    /// The backend named `name` (as [`Backend::name`] spells it).
-    pub fn from_name(name: &str) -> Option<Backend> {
-        Backend::ALL.into_iter().find(|b| b.name() == name)
-    }
-
-    /// What it serves, in a line.
-    pub fn about(self) -> &'static str {
-        match self {
-            Backend::Nvramdisk => {
-                "transactions: every write atomic and durable on return (an nvramdisk image)"
-            }
-            Backend::Raw => "plain copies into the region, no transactions: the baseline",
-            Backend::Cache => {
-                "a cache image over its backing file: UBJ (durable at the next fsync) or the \
-                 write cache (admitted writes durable on return)"
-            }
-            Backend::DirectFile => {
-                "the plain backing file, O_DIRECT, durable at the next fsync: the baseline of \
-                 a cache"
-            }
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Nvramdisk => "nvramdisk",
-            Backend::Raw => "raw",
-            Backend::Cache => "cache",
-            Backend::DirectFile => "direct-file",
-        }
-    }
-
     /// The backend an image of `kind` is served by unless asked otherwise.
     pub fn of_kind(kind: Option<Kind>) -> Backend {
-        match kind {
-            Some(k) if k.is_cache() => Backend::Cache,
-            _ => Backend::Nvramdisk,
-        }
+        kind.map_or(Backend::Nvramdisk, |k| k.ops().backend())
     }
 }
 
@@ -96,6 +39,7 @@ pub fn open(backend: Backend, spec: &ServeSpec) -> Result<Served> {
     match backend {
         Backend::Cache => crate::kind::cache_kind(image)?.ops().serve(image, spec),
         Backend::Nvramdisk => Kind::Nvramdisk.ops().serve(image, spec),
+        Backend::Flash => Kind::Flash.ops().serve(image, spec),
         Backend::Raw => open_raw(image, spec.raw_block_bytes),
         Backend::DirectFile => unreachable!("served above"),
     }
@@ -112,6 +56,7 @@ fn open_power_cut(
 ) -> Result<Served> {
     let kind = match backend {
         Backend::Nvramdisk => Kind::Nvramdisk,
+        Backend::Flash => Kind::Flash,
         Backend::Cache => crate::kind::cache_kind(image)?,
         b => {
             return Err(Error::bad(format!(

@@ -18,6 +18,8 @@ pub enum Kind {
     Ubj,
     /// A write cache in front of a disk (seed 004's NVRAM write cache, dm-writecache's role).
     WriteCache,
+    /// A NAND flash state file under its FTL (seed 004's flash: crates/flash).
+    Flash,
 }
 
 /// What one write of an image's device lands as, so that a caller can word it and cut
@@ -30,6 +32,8 @@ pub enum Promise {
     WholeAtFlush,
     /// Admitted blocks durable when it returns, the others at the next flush (write cache).
     AdmittedOnReturn,
+    /// Each block (a NAND page, one pwrite) whole, durable at the next flush (flash).
+    PageAtFlush,
 }
 
 /// An image's device as its superblock describes it, read without opening (no recovery, no
@@ -141,3 +145,67 @@ impl Served {
         }
     }
 }
+
+/// What serves the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Transactions: every write atomic and durable on return (an nvramdisk image).
+    Nvramdisk,
+    /// Plain copies into the region, no transactions: the baseline.
+    Raw,
+    /// A cache image over its backing file: UBJ (durable at the next flush, a commit) or the
+    /// write cache (admitted writes durable on return, bypassed ones at the next flush).
+    Cache,
+    /// The plain backing file, O_DIRECT, durable at the next flush (fdatasync): the baseline
+    /// of a cache.
+    DirectFile,
+    /// A NAND flash state file under its FTL: each page durable at the next flush.
+    Flash,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 5] = [
+        Backend::Nvramdisk,
+        Backend::Raw,
+        Backend::Cache,
+        Backend::DirectFile,
+        Backend::Flash,
+    ];
+
+    /// The backend named `name` (as [`Backend::name`] spells it).
+    pub fn from_name(name: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// What it serves, in a line.
+    pub fn about(self) -> &'static str {
+        match self {
+            Backend::Nvramdisk => {
+                "transactions: every write atomic and durable on return (an nvramdisk image)"
+            }
+            Backend::Raw => "plain copies into the region, no transactions: the baseline",
+            Backend::Cache => {
+                "a cache image over its backing file: UBJ (durable at the next fsync) or the \
+                 write cache (admitted writes durable on return)"
+            }
+            Backend::DirectFile => {
+                "the plain backing file, O_DIRECT, durable at the next fsync: the baseline of \
+                 a cache"
+            }
+            Backend::Flash => {
+                "a NAND flash state file under its FTL: each page durable at the next fsync"
+            }
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Nvramdisk => "nvramdisk",
+            Backend::Raw => "raw",
+            Backend::Cache => "cache",
+            Backend::DirectFile => "direct-file",
+            Backend::Flash => "flash",
+        }
+    }
+}
+

@@ -244,10 +244,12 @@ fn every_kind_is_its_own_arm_of_the_table() {
         // No two kinds claim one magic.
         let others = Kind::ALL.into_iter().filter(|o| *o != k);
         let im = images();
+        let flash = flash_file(im._dir.path());
         let own = match k {
             Kind::Nvramdisk => &im.disk,
             Kind::Ubj => &im.ubj,
             Kind::WriteCache => &im.wc,
+            Kind::Flash => &flash,
         };
         let magic: [u8; 8] = std::fs::read(own).unwrap()[..8].try_into().unwrap();
         assert!(ops.claims(magic));
@@ -255,4 +257,66 @@ fn every_kind_is_its_own_arm_of_the_table() {
             assert!(!o.ops().claims(magic), "{o:?} claims {k:?}'s magic");
         }
     }
+}
+
+/// A small flash state file: 64 blocks of 32 pages of 512 bytes, 6 kept spare (4 log blocks).
+fn flash_file(dir: &Path) -> PathBuf {
+    use nvstack_flash::ftl::{FtlConfig, FtlKind};
+    use nvstack_flash::geometry::{Geometry, Timing};
+    let geo = Geometry {
+        blocks: 64,
+        spare_blocks: 6,
+        ..Geometry::SMALL_BLOCK
+    };
+    let h = nvstack_flash::file::Header {
+        geo,
+        ftl: FtlConfig {
+            kind: FtlKind::LogBlock,
+            log_blocks: 4,
+        },
+        timing: Timing::for_geometry(&geo),
+    };
+    let p = dir.join("flash.img");
+    nvstack_flash::device::create(&p, h, false).unwrap();
+    p
+}
+
+#[test]
+fn a_flash_state_file_is_a_kind_of_its_own() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let f = flash_file(dir.path());
+    assert_eq!(identify(&f).unwrap(), Some(Kind::Flash));
+    let s = peek(&f).unwrap();
+    assert_eq!((s.block_bytes, s.blocks), (512, 58 * 32));
+    assert_eq!((s.promise, s.unit_blocks), (Promise::PageAtFlush, 1));
+    assert_eq!(Backend::of_kind(Some(Kind::Flash)), Backend::Flash);
+    // Written, closed, read back by a read-only open (which writes nothing).
+    let data: Vec<u8> = (0..3 * 512).map(|i| (i % 251) as u8).collect();
+    let o = Image::open(&f, Access::Write, None).unwrap();
+    assert!(o.backing().is_none() && o.cache().is_none());
+    o.device().write(7, &data).unwrap();
+    assert_eq!(o.close_written().unwrap(), None);
+    let before = std::fs::read(&f).unwrap();
+    let r = Image::open(&f, Access::ReadOnly, None).unwrap();
+    let mut back = vec![0u8; data.len()];
+    r.device().read(7, &mut back).unwrap();
+    assert_eq!(back, data);
+    let e = r.device().write(0, &data[..512]).unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+    drop(r);
+    assert_eq!(std::fs::read(&f).unwrap(), before, "a reader wrote nothing");
+    // Not an nvramdisk, not a cache; served on its own backend.
+    let e = expect_nvramdisk(&f, "unused").unwrap_err();
+    assert!(e.to_string().contains("a flash state file, not an nvramdisk"), "{e}");
+    let e = crate::cache::status(&f, None).unwrap_err();
+    assert!(e.to_string().contains("not a cache image"), "{e}");
+    let spec = ServeSpec {
+        image: Some(&f),
+        ..Default::default()
+    };
+    let sv = served::open(Backend::Flash, &spec).unwrap();
+    assert!(sv.cache.is_none() && sv.what.contains("log-block FTL"), "{}", sv.what);
+    let mut one = vec![0u8; 512];
+    sv.dev.read(8, &mut one).unwrap();
+    assert_eq!(one, data[512..1024]);
 }

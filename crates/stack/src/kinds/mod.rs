@@ -7,7 +7,7 @@
 //! kind (`scripts/check-layers.sh` fails on a `Kind::` variant named elsewhere).
 
 use crate::report::Report;
-use crate::spec::{Access, Kind, Shape};
+use crate::spec::{Access, Backend, Kind, Shape};
 use crate::spec::{ServeSpec, Served};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::{Error, Result};
@@ -16,6 +16,7 @@ use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub(crate) mod flash;
 pub(crate) mod nvramdisk;
 pub(crate) mod ubj;
 pub(crate) mod write;
@@ -27,6 +28,8 @@ pub(crate) trait ImageKind: Sync {
     fn name(&self) -> &'static str;
     /// Whether an image's first eight bytes are this kind's magic.
     fn claims(&self, magic: [u8; 8]) -> bool;
+    /// The backend that serves an image of this kind unless asked otherwise.
+    fn backend(&self) -> Backend;
     /// The device as the superblock describes it, read without opening (no recovery).
     fn peek(&self, path: &Path) -> Result<Shape>;
     /// Open for one command; a cache over its recorded backing file, or `backing`.
@@ -100,7 +103,7 @@ fn json<T: serde::Serialize>(v: &T) -> Result<serde_json::Value> {
 
 impl Kind {
     /// Every kind, in the order `crate::identify` asks them.
-    pub const ALL: [Kind; 3] = [Kind::Nvramdisk, Kind::Ubj, Kind::WriteCache];
+    pub const ALL: [Kind; 4] = [Kind::Nvramdisk, Kind::Ubj, Kind::WriteCache, Kind::Flash];
 
     /// This kind's impl: the one arm a new kind adds.
     pub(crate) fn ops(self) -> &'static dyn ImageKind {
@@ -108,6 +111,7 @@ impl Kind {
             Kind::Nvramdisk => &nvramdisk::NVRAMDISK,
             Kind::Ubj => &ubj::UBJ,
             Kind::WriteCache => &write::WRITE_CACHE,
+            Kind::Flash => &flash::FLASH,
         };
         assert_eq!(ops.kind(), self, "the table's arm is the kind's own impl");
         ops

@@ -2,7 +2,7 @@
 //! write atomic and durable when it returns. No backing file: not a cache.
 
 use super::{ImageKind, Opened};
-use crate::spec::{Access, Kind, Promise, Shape};
+use crate::spec::{Access, Backend, Kind, Promise, Shape};
 use crate::spec::{ServeSpec, Served};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
@@ -28,6 +28,10 @@ impl ImageKind for Nvramdisk {
 
     fn claims(&self, magic: [u8; 8]) -> bool {
         magic == nvstack_nvramdisk::layout::MAGIC
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Nvramdisk
     }
 
     fn peek(&self, path: &Path) -> Result<Shape> {

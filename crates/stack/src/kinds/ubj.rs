@@ -3,7 +3,7 @@
 
 use super::{CacheKind, ImageKind, Opened};
 use crate::report::Report;
-use crate::spec::{Access, Kind, Promise, Shape};
+use crate::spec::{Access, Backend, Kind, Promise, Shape};
 use crate::spec::{ServeSpec, Served, ServedCache};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
@@ -34,6 +34,10 @@ impl ImageKind for UbjKind {
 
     fn claims(&self, magic: [u8; 8]) -> bool {
         u64::from_le_bytes(magic) == nvstack_nvcache::ubj::format::MAGIC
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Cache
     }
 
     fn peek(&self, path: &Path) -> Result<Shape> {

@@ -4,7 +4,7 @@
 
 use super::{CacheKind, ImageKind, Opened};
 use crate::report::Report;
-use crate::spec::{Access, Kind, Promise, Shape};
+use crate::spec::{Access, Backend, Kind, Promise, Shape};
 use crate::spec::{ServeSpec, Served, ServedCache};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
@@ -40,6 +40,10 @@ impl ImageKind for WriteCacheKind {
 
     fn claims(&self, magic: [u8; 8]) -> bool {
         u64::from_le_bytes(magic) == MAGIC
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Cache
     }
 
     fn peek(&self, path: &Path) -> Result<Shape> {
