@@ -93,7 +93,7 @@ forbid nvstack direct "only export speaks FUSE" fuser
 forbid nvstack direct "only plot draws figures" plotters
 # The Python extension binds the simulator and the devices through the stack (nothing that
 # exports or checks), and it alone speaks Python.
-only_nvstack nvstack-python nvstack-core nvstack-policy nvstack-sim nvstack-plot nvstack-nvramdisk nvstack-pmem nvstack-stack nvstack-nvcache
+only_nvstack nvstack-python nvstack-core nvstack-policy nvstack-sim nvstack-plot nvstack-nvramdisk nvstack-pmem nvstack-stack nvstack-nvcache nvstack-flash
 for pkg in $members; do
   [ "$pkg" = nvstack-python ] || forbid "$pkg" direct "only nvstack-python speaks Python" pyo3
 done

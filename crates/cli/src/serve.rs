@@ -150,9 +150,9 @@ pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
             "--backend cache: {} is not a cache image (nvstack cache create makes one)",
             image.unwrap_or_else(|| "no IMAGE given".into())
         ))),
-        Backend::Nvramdisk | Backend::Flash if Backend::of_kind(kind.flatten()) != backend => {
-            Err(wrong_kind(&image.unwrap_or_default(), kind.flatten(), backend))
-        }
+        Backend::Nvramdisk | Backend::Flash if Backend::of_kind(kind.flatten()) != backend => Err(
+            wrong_kind(&image.unwrap_or_default(), kind.flatten(), backend),
+        ),
         Backend::Nvramdisk | Backend::Raw | Backend::Flash if a.backing.is_some() => {
             Err(Error::bad(format!(
                 "--backing is for a cache image or --backend direct-file, not --backend {}",

@@ -312,7 +312,8 @@ fn a_flash_state_file_serves_on_its_own_backend() {
     );
     st.serve(&[]);
     assert!(st.log_text().contains("(flash, "), "{}", st.log_text());
-    let pattern = |len: usize, k: u8| -> Vec<u8> { (0..len).map(|i| (i % 253) as u8 ^ k).collect() };
+    let pattern =
+        |len: usize, k: u8| -> Vec<u8> { (0..len).map(|i| (i % 253) as u8 ^ k).collect() };
     let pieces: Vec<(u64, Vec<u8>)> = vec![(1000, pattern(70_000, 1)), (5 << 20, pattern(512, 2))];
     {
         let f = std::fs::OpenOptions::new()
@@ -330,17 +331,45 @@ fn a_flash_state_file_serves_on_its_own_backend() {
     for (off, data) in &pieces {
         let mut back = vec![0u8; data.len()];
         f.read_exact_at(&mut back, *off).unwrap();
-        assert!(&back == data, "{} bytes at {off} after a restart", data.len());
+        assert!(
+            &back == data,
+            "{} bytes at {off} after a restart",
+            data.len()
+        );
     }
     drop(f);
     st.stop();
     // The page at 5 MiB, read by the program from the state file itself.
     let out = st.fuse.with_file_name("page.bin");
     let lba = (5u64 << 20) / 512;
-    ok(60, &[nv, "read", &img, "--lba", &lba.to_string(), "--count", "1", "--output", out.to_str().unwrap()]);
+    ok(
+        60,
+        &[
+            nv,
+            "read",
+            &img,
+            "--lba",
+            &lba.to_string(),
+            "--count",
+            "1",
+            "--output",
+            out.to_str().unwrap(),
+        ],
+    );
     assert!(std::fs::read(&out).unwrap() == pieces[1].1);
     std::fs::remove_file(&out).unwrap();
-    let o = sh(30, &[nv, "serve", &img, "--backend", "nvramdisk", "--mountpoint", st.fuse.to_str().unwrap()]);
+    let o = sh(
+        30,
+        &[
+            nv,
+            "serve",
+            &img,
+            "--backend",
+            "nvramdisk",
+            "--mountpoint",
+            st.fuse.to_str().unwrap(),
+        ],
+    );
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("a flash state file, not an nvramdisk image"),

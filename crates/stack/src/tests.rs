@@ -307,7 +307,11 @@ fn a_flash_state_file_is_a_kind_of_its_own() {
     assert_eq!(std::fs::read(&f).unwrap(), before, "a reader wrote nothing");
     // Not an nvramdisk, not a cache; served on its own backend.
     let e = expect_nvramdisk(&f, "unused").unwrap_err();
-    assert!(e.to_string().contains("a flash state file, not an nvramdisk"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("a flash state file, not an nvramdisk"),
+        "{e}"
+    );
     let e = crate::cache::status(&f, None).unwrap_err();
     assert!(e.to_string().contains("not a cache image"), "{e}");
     let spec = ServeSpec {
@@ -315,7 +319,11 @@ fn a_flash_state_file_is_a_kind_of_its_own() {
         ..Default::default()
     };
     let sv = served::open(Backend::Flash, &spec).unwrap();
-    assert!(sv.cache.is_none() && sv.what.contains("log-block FTL"), "{}", sv.what);
+    assert!(
+        sv.cache.is_none() && sv.what.contains("log-block FTL"),
+        "{}",
+        sv.what
+    );
     let mut one = vec![0u8; 512];
     sv.dev.read(8, &mut one).unwrap();
     assert_eq!(one, data[512..1024]);
