@@ -9,7 +9,6 @@ use crate::spec::{ServeSpec, Served};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
 use nvstack_flash::device::{FlashDevice, Latency};
-use nvstack_nvcache::Cache;
 use std::any::Any;
 use std::path::Path;
 use std::sync::Arc;
@@ -84,14 +83,6 @@ impl ImageKind for Flash {
 impl Opened for FlashDevice {
     fn device(&self) -> &dyn BlockDevice {
         self
-    }
-
-    fn backing(&self) -> Option<&Path> {
-        None
-    }
-
-    fn cache(&self) -> Option<Arc<dyn Cache>> {
-        None
     }
 
     /// The pages made durable (fdatasync) and the counters saved.

@@ -75,10 +75,14 @@ pub(crate) trait CacheKind: Sync {
 /// An image opened for one command, whichever the kind.
 pub(crate) trait Opened: Send + Sync {
     fn device(&self) -> &dyn BlockDevice;
-    /// A cache's backing file; None for an nvramdisk.
-    fn backing(&self) -> Option<&Path>;
-    /// A cache through the library's contract.
-    fn cache(&self) -> Option<Arc<dyn Cache>>;
+    /// A cache's backing file; None for a kind with none.
+    fn backing(&self) -> Option<&Path> {
+        None
+    }
+    /// A cache through the library's contract; None for a kind that is no cache.
+    fn cache(&self) -> Option<Arc<dyn Cache>> {
+        None
+    }
     /// Make what was written durable and store the counters; UBJ's epoch after its commit.
     fn close_written(&self) -> Result<Option<u64>>;
     /// The kind's own type, for the typed accessors of `crate::Image`.

@@ -6,7 +6,6 @@ use crate::spec::{Access, Backend, Kind, Promise, Shape};
 use crate::spec::{ServeSpec, Served};
 use nvstack_core::blockdev::BlockDevice;
 use nvstack_core::error::Result;
-use nvstack_nvcache::Cache;
 use nvstack_nvramdisk::image::Disk;
 use nvstack_nvramdisk::OpenOptions;
 use std::any::Any;
@@ -80,14 +79,6 @@ impl ImageKind for Nvramdisk {
 impl Opened for Disk {
     fn device(&self) -> &dyn BlockDevice {
         self
-    }
-
-    fn backing(&self) -> Option<&Path> {
-        None
-    }
-
-    fn cache(&self) -> Option<Arc<dyn Cache>> {
-        None
     }
 
     /// Every write was durable when it returned: nothing to do.

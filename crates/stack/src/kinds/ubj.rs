@@ -73,9 +73,8 @@ impl ImageKind for UbjKind {
         cut: crate::powercut::PowerCutSpec,
     ) -> Result<Served> {
         let bpath = ubj::backing_of(path, spec.backing)?;
-        let pc = crate::powercut::PowerCut::load_cache(path, &bpath, cut)?;
-        let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
-        let u = Ubj::open(Arc::new(nvram), Arc::new(disk), spec.ubj_settings)?;
+        let (pc, nvram, disk) = crate::powercut::PowerCut::load_cache_devices(path, &bpath, cut)?;
+        let u = Ubj::open(nvram, disk, spec.ubj_settings)?;
         let what = format!("{}, ", opened_what(&u));
         let (dev, cache) = served(Arc::new(u));
         Ok(Served::power_cut(dev, pc, Some(cache), what))

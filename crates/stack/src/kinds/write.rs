@@ -79,9 +79,8 @@ impl ImageKind for WriteCacheKind {
         cut: crate::powercut::PowerCutSpec,
     ) -> Result<Served> {
         let bpath = nvstack_nvcache::write::serve::backing_of(path, spec.backing)?;
-        let pc = crate::powercut::PowerCut::load_cache(path, &bpath, cut)?;
-        let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
-        let w = WriteCache::open(Arc::new(nvram), Arc::new(disk), None)?;
+        let (pc, nvram, disk) = crate::powercut::PowerCut::load_cache_devices(path, &bpath, cut)?;
+        let w = WriteCache::open(nvram, disk, None)?;
         let (what, dev, cache) = served(Arc::new(w), spec.seed_destage);
         Ok(Served::power_cut(dev, pc, Some(cache), format!("{what}, ")))
     }

@@ -116,6 +116,18 @@ impl PowerCut {
         Ok(PowerCut::start(parts, words, spec, Some(lock)))
     }
 
+    /// [`PowerCut::load_cache`], then the run's NVRAM and backing device, ready for the
+    /// cache's own open.
+    pub fn load_cache_devices(
+        image: &Path,
+        bpath: &Path,
+        spec: PowerCutSpec,
+    ) -> Result<(Arc<PowerCut>, Arc<SimNvram>, Arc<SimDisk>)> {
+        let pc = PowerCut::load_cache(image, bpath, spec)?;
+        let (nvram, disk) = pc.cache_devices().expect("a cache run has both parts");
+        Ok((pc, Arc::new(nvram), Arc::new(disk)))
+    }
+
     fn start(
         parts: Vec<Part>,
         words: Vec<u64>,
