@@ -383,7 +383,7 @@ fn ubj_serve_and_up_bad_arguments() {
         ),
         (
             vec!["serve", img, "--backend", "nvramdisk"],
-            "a cache image",
+            "a UBJ cache image, not an nvramdisk image (omit --backend, or --backend cache)",
         ),
         (
             vec!["serve", disk, "--backend", "cache"],

@@ -415,7 +415,12 @@ fn bad_input_is_refused() {
     std::os::unix::fs::FileExt::write_all_at(&f, &label, len - 4096).unwrap();
     drop(f);
     serve_refused(&st, &["--policy", "lru"], 2, "settings stored at create");
-    serve_refused(&st, &["--backend", "nvramdisk"], 2, "a cache image");
+    serve_refused(
+        &st,
+        &["--backend", "nvramdisk"],
+        2,
+        "a write cache image, not an nvramdisk image",
+    );
     // The cache still serves after all that.
     st.serve(&[]);
     st.stop();
