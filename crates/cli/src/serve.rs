@@ -174,9 +174,8 @@ pub fn backend_of(a: &ServeArgs) -> Result<Backend> {
 
 /// An image served by the backend of another kind: say what it is and which backend serves it.
 fn wrong_kind(image: &str, kind: Option<Kind>, backend: Backend) -> Error {
-    let served_kind = Kind::ALL
-        .into_iter()
-        .find(|k| Backend::of_kind(Some(*k)) == backend)
+    let served_kind = backend
+        .kind_served()
         .expect("a backend of one kind serves that kind");
     Error::bad(format!(
         "{image}: {}, not {} (omit --backend, or --backend {})",

@@ -98,7 +98,7 @@ pub fn live(image: &Path, live: &nvstack_nvcache::Live) -> Result<Report> {
     c.live_rows(image, live, &mut out)?;
     out.json = serde_json::json!({
         "kind": live.kind,
-        "superblock": stored_json(image)?,
+        "superblock": c.stored_json(image)?,
         "cache": live,
     });
     Ok(out)

@@ -20,6 +20,22 @@ impl Backend {
     pub fn of_kind(kind: Option<Kind>) -> Backend {
         kind.map_or(Backend::Nvramdisk, |k| k.ops().backend())
     }
+
+    /// The one kind of image this backend serves (nvramdisk, flash); None for the cache
+    /// backend (either cache: the image says which) and for those that serve no image kind.
+    pub fn kind_served(self) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| !k.is_cache() && k.ops().backend() == self)
+    }
+
+    /// The kind `image` is served as by this backend, if it serves a kind of image.
+    fn kind_for(self, image: &Path) -> Result<Option<Kind>> {
+        match self {
+            Backend::Cache => crate::kind::cache_kind(image).map(Some),
+            b => Ok(b.kind_served()),
+        }
+    }
 }
 
 /// Open what `spec` names with `backend`.
@@ -36,12 +52,12 @@ pub fn open(backend: Backend, spec: &ServeSpec) -> Result<Served> {
     if let Some(cut) = spec.power_cut {
         return open_power_cut(backend, image, spec, cut);
     }
-    match backend {
-        Backend::Cache => crate::kind::cache_kind(image)?.ops().serve(image, spec),
-        Backend::Nvramdisk => Kind::Nvramdisk.ops().serve(image, spec),
-        Backend::Flash => Kind::Flash.ops().serve(image, spec),
-        Backend::Raw => open_raw(image, spec.raw_block_bytes),
-        Backend::DirectFile => unreachable!("served above"),
+    match backend.kind_for(image)? {
+        Some(kind) => kind.ops().serve(image, spec),
+        None => {
+            assert_eq!(backend, Backend::Raw, "the direct file is served above");
+            open_raw(image, spec.raw_block_bytes)
+        }
     }
 }
 
@@ -54,14 +70,12 @@ fn open_power_cut(
     spec: &ServeSpec,
     cut: crate::powercut::PowerCutSpec,
 ) -> Result<Served> {
-    let kind = match backend {
-        Backend::Nvramdisk => Kind::Nvramdisk,
-        Backend::Flash => Kind::Flash,
-        Backend::Cache => crate::kind::cache_kind(image)?,
-        b => {
+    let kind = match backend.kind_for(image)? {
+        Some(kind) => kind,
+        None => {
             return Err(Error::bad(format!(
                 "backend {}: no power-cut run (nvramdisk and cache images only)",
-                b.name()
+                backend.name()
             )))
         }
     };
